@@ -1,0 +1,1 @@
+"""Bruce: a self-hosted personal AI assistant."""

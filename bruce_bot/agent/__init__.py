@@ -1,0 +1,1 @@
+"""The agent core: the loop (LLM ⇄ tools), prompt layers, summaries and the turn pipeline."""

@@ -1,0 +1,201 @@
+"""One turn of a session: from the waiting messages to a delivered reply.
+
+The inbox hands a session's batch of waiting messages to `TurnRunner.run`. It assembles the
+history and the four-layer system prompt, runs the agent loop (recording each tool execution as
+it happens), stores the reply together with the batch's final status and the token usage in one
+commit, delivers it through the outbox, and folds the history into the summary when it grew
+past its budget. Whatever fails, the user gets a short plain reply and nothing they sent is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
+
+import structlog
+
+from bruce_bot.agent.context import SCHEDULING_TOOLS, build_system_prompt, to_chat_messages
+from bruce_bot.agent.loop import run_agent_loop
+from bruce_bot.agent.summarizer import Summarizer, over_budget
+from bruce_bot.config import Config
+from bruce_bot.domain import LLMCallRecord, MessageKind, OutboundMessage, ToolExecution, utcnow
+from bruce_bot.inbox import QueuedMessage
+from bruce_bot.llm.base import (
+    LLMNotConfiguredError,
+    LLMRequestError,
+    LLMService,
+    LLMUnavailableError,
+)
+from bruce_bot.outbox import Outbox
+from bruce_bot.storage.messages import StoredMessage
+from bruce_bot.storage.sessions import SessionRecord
+from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.registry import ToolContext, ToolRegistry, arguments_json
+
+log = structlog.get_logger(__name__)
+
+TYPING_REFRESH_SECONDS = 4.0
+SYSTEM_PROMPT_SETTING = "agent.system_prompt"
+
+
+class _TurnRecorder:
+    """Loop observer: writes each tool execution at once, keeps LLM usage for the final commit."""
+
+    def __init__(self, stores: Stores, session_id: int) -> None:
+        self._stores = stores
+        self._session_id = session_id
+        self.llm_calls: list[LLMCallRecord] = []
+
+    async def on_llm_call(self, record: LLMCallRecord) -> None:
+        self.llm_calls.append(record)
+
+    async def on_tool_executed(self, execution: ToolExecution) -> None:
+        result = execution.result
+        await self._stores.audit.record_tool_execution(
+            session_id=self._session_id,
+            turn=execution.turn,
+            tool_name=execution.call.name,
+            tool_input=arguments_json(execution.call.arguments, execution.call.raw_arguments),
+            output=None if result.is_error else result.content,
+            error=result.content if result.is_error else None,
+            duration_ms=execution.duration_ms,
+        )
+
+
+def _trim_to_chars(history: list[StoredMessage], max_chars: int) -> list[StoredMessage]:
+    """Drop the oldest messages until the history fits `max_chars` (the newest always stays)."""
+    total = sum(len(m.content) for m in history)
+    start = 0
+    while total > max_chars and start < len(history) - 1:
+        total -= len(history[start].content)
+        start += 1
+    return history[start:]
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        config: Config,
+        stores: Stores,
+        llm: LLMService,
+        tools: ToolRegistry,
+        outbox: Outbox,
+        summarizer: Summarizer,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._config = config
+        self._stores = stores
+        self._llm = llm
+        self._tools = tools
+        self._outbox = outbox
+        self._summarizer = summarizer
+        self._clock = clock
+
+    async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
+        agent = self._config.agent
+        summary = await self._stores.summaries.latest(session.id)
+        after = max(
+            session.context_start_message_id, summary.covers_until_message_id if summary else 0
+        )
+        stored = await self._stores.messages.history(session.id, after, agent.history_max_messages)
+        history = _trim_to_chars(stored, agent.history_max_chars)
+        is_task = any(item.kind == "task" for item in batch)
+        # A scheduled briefing must not schedule more work: no feedback loops.
+        tools = self._tools.without(SCHEDULING_TOOLS) if is_task else self._tools
+        base_prompt = await self._stores.settings.get(SYSTEM_PROMPT_SETTING, agent.system_prompt)
+        system_prompt = build_system_prompt(
+            base_prompt=base_prompt,
+            summary=summary.content if summary else None,
+            tool_names=tools.names(),
+            now=self._clock(),
+            zone=self._config.app.zone,
+            last_message_at=session.last_message_at,
+        )
+        recorder = _TurnRecorder(self._stores, session.id)
+        context = ToolContext(
+            session_id=session.id, channel=session.channel, chat_id=session.chat_id
+        )
+        reply_kind: MessageKind = "briefing" if is_task else "chat"
+        inbound_status = "done"
+        try:
+            async with self._typing(session):
+                run = await run_agent_loop(
+                    self._llm,
+                    tools,
+                    system_prompt,
+                    to_chat_messages(history),
+                    agent.max_turns,
+                    context=context,
+                    observer=recorder,
+                )
+            reply = run.text.strip() or "I don't have an answer to that; could you rephrase it?"
+            if is_task:
+                title = next(
+                    (i.metadata.get("title") for i in batch if i.metadata.get("title")), ""
+                )
+                reply = f"📋 {title}\n\n{reply}" if title else reply
+        except Exception as exc:
+            reply, reply_kind, inbound_status = (
+                self._failure_reply(exc, session, batch),
+                "notice",
+                "failed",
+            )
+        message_id, at = await self._stores.messages.finish_turn(
+            session.id,
+            [item.id for item in batch],
+            inbound_status,
+            reply,
+            reply_kind,
+            recorder.llm_calls,
+        )
+        self._stores.sessions.touch(session.id, at)
+        await self._outbox.deliver(
+            OutboundMessage(
+                session.channel, session.chat_id, reply, message_id, reply_kind, batch[-1].metadata
+            )
+        )
+        if inbound_status == "done" and over_budget(stored, agent):
+            await self._summarizer.fold(session.id, session.context_start_message_id)
+
+    def _failure_reply(
+        self, exc: Exception, session: SessionRecord, batch: Sequence[QueuedMessage]
+    ) -> str:
+        if isinstance(exc, LLMUnavailableError):
+            log.warning("turn_llm_unavailable", session_id=session.id, reason=exc.reason)
+            return (
+                f"I couldn't reach the language model ({exc.reason}); I'll be here when it's back."
+            )
+        if isinstance(exc, LLMNotConfiguredError):
+            return (
+                "I'm not connected to a language model yet. The owner needs to set llm.api_key "
+                "(for example api_key: ${ANTHROPIC_API_KEY}) in config.yml, or point llm.base_url "
+                "at an OpenAI-compatible server, and restart me."
+            )
+        if isinstance(exc, LLMRequestError):
+            log.error(
+                "turn_llm_refused", session_id=session.id, reason=exc.reason, detail=exc.detail
+            )
+            return (
+                f"The language model refused the request ({exc.reason}). The owner should check "
+                "the llm settings in config.yml."
+            )
+        log.exception("turn_failed", session_id=session.id, message_ids=[i.id for i in batch])
+        return (
+            "Something went wrong on my side while answering. It has been logged "
+            f"(session {session.id}); please try again."
+        )
+
+    @contextlib.asynccontextmanager
+    async def _typing(self, session: SessionRecord) -> AsyncIterator[None]:
+        async def refresh() -> None:
+            while True:
+                await self._outbox.show_typing(session.channel, session.chat_id)
+                await asyncio.sleep(TYPING_REFRESH_SECONDS)
+
+        task = asyncio.create_task(refresh())
+        try:
+            yield
+        finally:
+            task.cancel()

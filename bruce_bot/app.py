@@ -1,0 +1,197 @@
+"""Bruce's composition root: builds the parts from the config and owns start/stop order.
+
+Start: schema upgrade → stores → LLM (SDK loading in the background) → tools → outbox → turn
+runner → inbox → channels (intake) → recovery of unfinished messages → web server → ready.
+Stop: channels stop taking messages → running turns finish within `agent.shutdown_timeout_seconds`
+(the rest go back to `pending`) → web server → LLM client → database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import structlog
+
+from bruce_bot.agent.summarizer import Summarizer
+from bruce_bot.agent.turn import TurnRunner
+from bruce_bot.channels.base import ChannelAdapter
+from bruce_bot.channels.web import WebChannel
+from bruce_bot.config import Config
+from bruce_bot.domain import utcnow
+from bruce_bot.inbox import Inbox
+from bruce_bot.llm.base import LLMService
+from bruce_bot.llm.factory import create_llm
+from bruce_bot.llm.lazy import LazyLLM
+from bruce_bot.outbox import Outbox
+from bruce_bot.storage.database import Database, upgrade_schema
+from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.catalog import build_tools
+from bruce_bot.tools.registry import ToolRegistry
+
+log = structlog.get_logger(__name__)
+
+
+class StartupError(Exception):
+    """Bruce cannot start; the message says why and what to do."""
+
+
+def build_channels(config: Config) -> list[ChannelAdapter]:
+    """The enabled platform channels; each SDK is imported only when its channel is enabled."""
+    channels: list[ChannelAdapter] = []
+    return channels
+
+
+class Bruce:
+    """The running daemon. Tests and the benchmark inject `llm`, `tools` and extra channels."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        llm: LLMService | None = None,
+        tools: ToolRegistry | None = None,
+        channels: Sequence[ChannelAdapter] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.config = config
+        self._llm_override = llm
+        self._tools_override = tools
+        self._channels_override = channels
+        self._clock = clock
+        self.web_channel = WebChannel() if config.web.enabled else None
+        self.channels: dict[str, ChannelAdapter] = {}
+        self.database: Database | None = None
+        self.stores: Stores | None = None
+        self.inbox: Inbox | None = None
+        self.llm: LLMService | None = None
+        self.web_url: str | None = None
+        self._web_server: object | None = None
+        self._web_task: asyncio.Task[None] | None = None
+        self.ready_seconds: float | None = None
+
+    async def start(self) -> None:
+        started = time.perf_counter()
+        config = self.config
+        await upgrade_schema(config.database_url)
+        self.database = Database(config.database_url)
+        self.stores = stores = Stores.open(self.database)
+        self.llm = llm = self._llm_override or self._lazy_llm()
+        tools = self._tools_override if self._tools_override is not None else build_tools(config)
+        platform = (
+            list(self._channels_override)
+            if self._channels_override is not None
+            else build_channels(config)
+        )
+        adapters = ([self.web_channel] if self.web_channel else []) + platform
+        self.channels = {adapter.name: adapter for adapter in adapters}
+        outbox = Outbox(stores.messages, self.channels)
+        summarizer = Summarizer(
+            llm,
+            config.llm.effective_background_model,
+            config.agent,
+            stores.messages,
+            stores.summaries,
+            stores.audit,
+        )
+        turns = TurnRunner(config, stores, llm, tools, outbox, summarizer, clock=self._clock)
+        self.inbox = inbox = Inbox(
+            stores,
+            turns.run,
+            max_concurrent_sessions=config.agent.max_concurrent_sessions,
+            max_message_chars=config.agent.max_message_chars,
+        )
+        await inbox.recover()
+        for adapter in adapters:
+            await adapter.start(inbox)
+            log.info("channel_started", channel=adapter.name)
+        if self.web_channel is not None:
+            await self._start_web()
+        self.ready_seconds = time.perf_counter() - started
+        log.info(
+            "bruce_ready",
+            seconds=round(self.ready_seconds, 3),
+            web=self.web_url,
+            channels=sorted(self.channels),
+            tools=tools.names(),
+            llm=config.llm.provider,
+            model=config.llm.model,
+        )
+
+    def _lazy_llm(self) -> LLMService:
+        config = self.config.llm
+        lazy = LazyLLM(lambda: create_llm(config), config.model)
+        lazy.preload()
+        return lazy
+
+    async def _start_web(self) -> None:
+        import uvicorn
+
+        from bruce_bot.web.app import WebContext, create_app
+
+        assert self.stores is not None and self.web_channel is not None
+        web = self.config.web
+        app = create_app(
+            WebContext(self.stores, self.web_channel, web.auth_token, self.config.app.name)
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=web.host,
+                port=web.port,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+                server_header=False,
+            )
+        )
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # we own signals
+        self._web_server = server
+        self._web_task = asyncio.create_task(server.serve(), name="web-server")
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if self._web_task.done() or time.monotonic() > deadline:
+                with contextlib.suppress(BaseException):
+                    await self._web_task
+                raise StartupError(
+                    f"the web dashboard could not listen on {web.host}:{web.port} (is the port in "
+                    "use?). Change web.port in config.yml or stop the other program."
+                )
+            await asyncio.sleep(0.01)
+        host, port = server.servers[0].sockets[0].getsockname()[:2]
+        self.web_url = f"http://{host}:{port}"
+
+    async def stop(self) -> None:
+        log.info("bruce_stopping")
+        for adapter in self.channels.values():
+            try:
+                await adapter.stop()
+            except Exception as exc:
+                log.warning("channel_stop_failed", channel=adapter.name, error=repr(exc))
+        if self.inbox is not None:
+            await self.inbox.drain(self.config.agent.shutdown_timeout_seconds)
+        if self._web_server is not None and self._web_task is not None:
+            self._web_server.should_exit = True  # type: ignore[attr-defined]
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._web_task, 5)
+        if self.llm is not None:
+            with contextlib.suppress(Exception):
+                await self.llm.aclose()
+        if self.database is not None:
+            await self.database.dispose()
+        log.info("bruce_stopped")
+
+    async def run_until_signal(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()

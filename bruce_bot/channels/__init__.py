@@ -1,0 +1,1 @@
+"""Channel adapters: each platform behind the `ChannelAdapter` protocol of `base.py`."""

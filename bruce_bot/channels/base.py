@@ -1,0 +1,56 @@
+"""The contract between Bruce's core and a chat platform.
+
+An adapter normalises platform events into `InboundMessage`s, checks its allowlist, and hands
+them to the inbox through `InboxPort.submit`; it sends `OutboundMessage`s back. It never sees an
+LLM or a database. The platform SDK is imported only inside the adapter's own module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from bruce_bot.domain import InboundMessage, OutboundMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What the inbox did with a message: `accepted` means it is durable and will be answered."""
+
+    accepted: bool
+    message_id: int | None = None
+    reason: str = ""  # "duplicate", "empty", "stopping" when not accepted
+
+
+class InboxPort(Protocol):
+    async def submit(self, message: InboundMessage) -> Submission: ...
+
+
+class DeliveryError(Exception):
+    """A send failed. `permanent` failures (chat gone, bot blocked) must not be retried."""
+
+    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None):
+        super().__init__(message)
+        self.permanent = permanent
+        self.retry_after = retry_after
+
+
+class ChannelAdapter(Protocol):
+    name: str
+    max_message_chars: int
+
+    async def start(self, inbox: InboxPort) -> None:
+        """Begin receiving; every message goes to `inbox.submit` before it is acknowledged."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop receiving (intake); sending may still be used while turns finish."""
+        ...
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Deliver one message (already split to `max_message_chars`); raise `DeliveryError`."""
+        ...
+
+    async def typing(self, chat_id: str) -> None:
+        """Show a typing indicator in the chat once (the worker refreshes it)."""
+        ...

@@ -1,0 +1,64 @@
+"""The web chat channel: the dashboard's chat page talks to Bruce through this adapter.
+
+The HTTP routes call `submit` to put a message into the inbox; replies are already stored by the
+outbox, so `send` only wakes the browsers waiting on a long poll for that chat. Access is guarded
+by the web app's auth (`web.auth_token`), not by a user allowlist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from bruce_bot.channels.base import InboxPort, Submission
+from bruce_bot.domain import InboundMessage, OutboundMessage
+
+WEB_CHANNEL = "web"
+
+
+class WebChannel:
+    name = WEB_CHANNEL
+    max_message_chars = 1_000_000  # a browser needs no splitting
+
+    def __init__(self) -> None:
+        self._inbox: InboxPort | None = None
+        self._changed: dict[str, asyncio.Event] = {}
+        self._typing: set[str] = set()
+
+    async def start(self, inbox: InboxPort) -> None:
+        self._inbox = inbox
+
+    async def stop(self) -> None:
+        self._inbox = None
+
+    async def submit(self, chat_id: str, text: str, user_name: str = "web") -> Submission:
+        if self._inbox is None:
+            return Submission(False, reason="stopping")
+        message = InboundMessage(WEB_CHANNEL, chat_id, text, user_id="web", user_name=user_name)
+        submission = await self._inbox.submit(message)
+        if submission.accepted:
+            self._typing.add(chat_id)
+            self._notify(chat_id)
+        return submission
+
+    async def send(self, message: OutboundMessage) -> None:
+        self._typing.discard(message.chat_id)
+        self._notify(message.chat_id)
+
+    async def typing(self, chat_id: str) -> None:
+        self._typing.add(chat_id)
+
+    def is_typing(self, chat_id: str) -> bool:
+        return chat_id in self._typing
+
+    def _notify(self, chat_id: str) -> None:
+        event = self._changed.pop(chat_id, None)
+        if event is not None:
+            event.set()
+
+    async def wait_for_change(self, chat_id: str, within: float) -> None:
+        """Return when something new happens in the chat, or after `within` seconds."""
+        event = self._changed.setdefault(chat_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), within)
+        except TimeoutError:
+            pass

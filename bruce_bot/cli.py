@@ -1,0 +1,121 @@
+"""The `bruce` command: run, chat, db upgrade, check-config (the CLI contract, DESIGN §6b).
+
+Every command loads the configuration first; an invalid one is printed as a list of problems
+(key, bad value, fix) with exit status 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from bruce_bot.config import Config, ConfigError, load_config, resolve_path
+from bruce_bot.logs import configure_logging
+
+EXIT_CONFIG = 2
+EXIT_STARTUP = 3
+
+
+def _load(path: str | None) -> Config:
+    config = load_config(path)
+    configure_logging(config.logging.level, config.logging.json_output, config.secrets())
+    return config
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import structlog
+
+    from bruce_bot.app import Bruce, StartupError
+
+    config = _load(args.config)
+    log = structlog.get_logger("bruce_bot.cli")
+    for warning in config.warnings():
+        log.warning("config_warning", problem=warning)
+    try:
+        asyncio.run(Bruce(config).run_until_signal())
+    except StartupError as exc:
+        print(f"bruce: cannot start: {exc}", file=sys.stderr)
+        return EXIT_STARTUP
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    from bruce_bot.console import run_console
+
+    config = _load(args.config)
+    return asyncio.run(run_console(config))
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from bruce_bot.storage.database import upgrade_schema
+
+    config = _load(args.config)
+    asyncio.run(upgrade_schema(config.database_url))
+    print(f"database is up to date: {config.database_url.split('@')[-1]}")
+    return 0
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    source = resolve_path(args.config)
+    print(f"configuration OK ({source or 'built-in defaults'})")
+    warnings = config.warnings()
+    for warning in warnings:
+        print(f"  warning: {warning}")
+    print(f"  llm: {config.llm.provider} / {config.llm.model}")
+    print(f"  database: {config.database_url.split('@')[-1]}")
+    channels = [name for name in ("telegram", "discord") if getattr(config.channels, name).enabled]
+    if config.web.enabled:
+        channels.append(f"web on {config.web.host}:{config.web.port}")
+    print(f"  channels: {', '.join(channels) or 'none'}")
+    return 1 if not config.llm.is_configured else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bruce", description="Bruce, your self-hosted AI assistant."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument(
+            "--config",
+            metavar="PATH",
+            help="YAML config (default: $BRUCE_CONFIG, ./config.yml, built-in defaults)",
+        )
+        return sub
+
+    with_config(commands.add_parser("run", help="start the daemon")).set_defaults(handler=_cmd_run)
+    with_config(commands.add_parser("chat", help="talk to Bruce in this terminal")).set_defaults(
+        handler=_cmd_chat
+    )
+    db = commands.add_parser("db", help="database maintenance")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    with_config(db_commands.add_parser("upgrade", help="apply pending migrations")).set_defaults(
+        handler=_cmd_db_upgrade
+    )
+    with_config(
+        commands.add_parser("check-config", help="validate the configuration and exit")
+    ).set_defaults(handler=_cmd_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ConfigError as exc:
+        print(exc.render(), file=sys.stderr)
+        print(
+            "Fix the configuration and try again (bruce check-config validates it).",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,456 @@
+"""Load, interpolate and validate Bruce's YAML configuration into typed settings.
+
+The key names are a public contract (DESIGN §5). Loading happens in three steps: read the YAML,
+replace `${VAR}` / `${VAR:-default}` from the environment, then validate with pydantic models that
+forbid unknown keys. Every problem is reported as a `ConfigError` whose lines name the key, the bad
+value and the fix ("did you mean ...?"), so a wrong config never ends in a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+DEFAULT_CONFIG_FILE = "config.yml"
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Bruce, a proactive personal AI assistant. You help your user get things done: you "
+    "search the web, read pages, write reports and keep track of reminders. Be concise, concrete "
+    "and honest: say plainly when you do not know something or could not do it."
+)
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class ConfigError(Exception):
+    """An invalid configuration; `problems` holds one human-readable line per problem."""
+
+    def __init__(self, problems: list[str], source: str = "configuration") -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"Invalid {self.source}:"]
+        lines += [f"  - {problem}" for problem in self.problems]
+        return "\n".join(lines)
+
+
+class _Section(BaseModel):
+    # Numbers are accepted for text keys so `auth_token: 123456` or a numeric `${TOKEN}` work.
+    model_config = ConfigDict(extra="forbid", validate_default=True, coerce_numbers_to_str=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_means_default(cls, value: Any, info: ValidationInfo) -> Any:
+        # `key:` with nothing after it loads as None in YAML; treat it as "use the default".
+        if value is None and info.field_name is not None:
+            return cls.model_fields[info.field_name].get_default(call_default_factory=True)
+        return value
+
+
+def _check_url(value: str | None, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+    if value is None or value == "":
+        return None
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        expected = " or ".join(f"{scheme}://" for scheme in schemes)
+        raise ValueError(
+            f"is not a valid URL here; it must start with {expected} "
+            f"(like {schemes[-1]}://host:port/path)"
+        )
+    return value.rstrip("/")
+
+
+class AppConfig(_Section):
+    name: str = "Bruce"
+    timezone: str = "UTC"
+    data_dir: Path = Path("./data")
+    public_url: str = "http://127.0.0.1:8080"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                "is not a known IANA timezone; use a name like America/Sao_Paulo, "
+                "Europe/Berlin or UTC"
+            ) from None
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        return _check_url(value) or "http://127.0.0.1:8080"
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+class DatabaseConfig(_Section):
+    url: str = ""  # empty: SQLite under app.data_dir
+
+    @field_validator("url")
+    @classmethod
+    def _known_driver(cls, value: str) -> str:
+        if value and not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValueError(
+                "must start with sqlite+aiosqlite:/// (a file) or postgresql+asyncpg:// "
+                "(user:password@host/db)"
+            )
+        return value
+
+
+class LLMConfig(_Section):
+    provider: Literal["anthropic", "openai"] = "anthropic"
+    model: str = "claude-sonnet-4-5"
+    background_model: str = ""  # empty: same as model
+    api_key: str = ""
+    base_url: str | None = None
+    max_tokens: int = Field(default=4096, ge=16)
+    timeout_seconds: float = Field(default=120, gt=0)
+    max_retries: int = Field(default=3, ge=0, le=10)
+
+    _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @property
+    def effective_background_model(self) -> str:
+        return self.background_model or self.model
+
+    @property
+    def is_configured(self) -> bool:
+        # A local OpenAI-compatible server (Ollama, vLLM) usually needs no key.
+        return bool(self.api_key) or (self.provider == "openai" and bool(self.base_url))
+
+
+class AgentConfig(_Section):
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_turns: int = Field(default=5, ge=1, le=50)
+    history_max_messages: int = Field(default=40, ge=2)
+    history_max_chars: int = Field(default=60_000, ge=1000)
+    summary_keep_messages: int = Field(default=10, ge=0)
+    max_concurrent_sessions: int = Field(default=8, ge=1)
+    max_message_chars: int = Field(default=32_000, ge=100)
+    tool_timeout_seconds: float = Field(default=60, gt=0)
+    shutdown_timeout_seconds: float = Field(default=20, ge=0)
+
+
+class TelegramWebhookConfig(_Section):
+    url: str | None = None
+    listen: str = "127.0.0.1"
+    port: int = Field(default=8443, ge=1, le=65535)
+    secret_token: str = ""
+
+    _check_url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+
+
+class TelegramConfig(_Section):
+    enabled: bool = False
+    token: str = ""
+    base_url: str | None = None
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook: TelegramWebhookConfig = Field(default_factory=TelegramWebhookConfig)
+    allowed_user_ids: list[int] = Field(default_factory=list)
+
+    _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+
+
+class DiscordConfig(_Section):
+    enabled: bool = False
+    token: str = ""
+    api_base_url: str | None = None
+    gateway_url: str | None = None
+    allowed_user_ids: list[int] = Field(default_factory=list)
+
+    _check_api = field_validator("api_base_url")(classmethod(lambda cls, v: _check_url(v)))
+    _check_gateway = field_validator("gateway_url")(
+        classmethod(lambda cls, v: _check_url(v, ("ws", "wss")))
+    )
+
+
+class ChannelsConfig(_Section):
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    discord: DiscordConfig = Field(default_factory=DiscordConfig)
+
+
+class WebConfig(_Section):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    auth_token: str = ""
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+
+
+class WebSearchConfig(_Section):
+    enabled: bool = True
+    provider: Literal["duckduckgo", "searxng", "brave", "tavily"] = "duckduckgo"
+    searxng_url: str | None = None
+    brave_api_key: str = ""
+    tavily_api_key: str = ""
+
+    _check_searxng = field_validator("searxng_url")(classmethod(lambda cls, v: _check_url(v)))
+
+
+class WebFetchConfig(_Section):
+    enabled: bool = True
+    allow_private_addresses: bool = False
+    max_chars: int = Field(default=20_000, ge=100)
+
+
+class ArtifactsConfig(_Section):
+    enabled: bool = True
+    max_bytes: int = Field(default=2_000_000, ge=1)
+
+
+class ProactiveConfig(_Section):
+    enabled: bool = True
+
+
+class ToolsConfig(_Section):
+    web_search: WebSearchConfig = Field(default_factory=WebSearchConfig)
+    web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
+    artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
+    proactive: ProactiveConfig = Field(default_factory=ProactiveConfig)
+
+
+class SchedulerConfig(_Section):
+    misfire_grace_seconds: int = Field(default=86_400, ge=0)
+
+
+class SkillsConfig(_Section):
+    dirs: list[Path] = Field(default_factory=list)
+
+
+class LoggingConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    json_output: bool = Field(default=False, alias="json")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Config(_Section):
+    app: AppConfig = Field(default_factory=AppConfig)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @property
+    def database_url(self) -> str:
+        return self.database.url or f"sqlite+aiosqlite:///{self.app.data_dir / 'bruce.db'}"
+
+    def secrets(self) -> list[str]:
+        """Every secret value in this config, so logs can scrub them wherever they appear."""
+        candidates = [
+            self.llm.api_key,
+            self.channels.telegram.token,
+            self.channels.telegram.webhook.secret_token,
+            self.channels.discord.token,
+            self.web.auth_token,
+            self.tools.web_search.brave_api_key,
+            self.tools.web_search.tavily_api_key,
+        ]
+        password = urlparse(self.database_url.replace("+asyncpg", "")).password
+        if password:
+            candidates.append(password)
+        return [secret for secret in candidates if secret and len(secret) >= 4]
+
+    def warnings(self) -> list[str]:
+        """Problems that do not stop Bruce from starting but that the owner should fix."""
+        found: list[str] = []
+        if not self.llm.is_configured:
+            env = "ANTHROPIC_API_KEY" if self.llm.provider == "anthropic" else "OPENAI_API_KEY"
+            found.append(
+                f"llm.api_key is empty for provider '{self.llm.provider}': Bruce will start but "
+                f"cannot answer. Set llm.api_key: ${{{env}}} in config.yml and export {env}."
+            )
+        for name in ("telegram", "discord"):
+            channel = getattr(self.channels, name)
+            if channel.enabled and not channel.allowed_user_ids:
+                found.append(
+                    f"channels.{name}.allowed_user_ids is empty: nobody can talk to Bruce on "
+                    f"{name.title()}. Add your user id to the list."
+                )
+        return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_PLAIN_INT = re.compile(r"-?[1-9][0-9]*|0")
+
+
+def interpolate(value: Any, env: dict[str, str], path: str, missing: list[str]) -> Any:
+    """Replace ${VAR} and ${VAR:-default} in every string of a parsed YAML tree."""
+    if isinstance(value, dict):
+        return {
+            k: interpolate(v, env, f"{path}.{k}" if path else str(k), missing)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [interpolate(v, env, f"{path}[{i}]", missing) for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        missing.append(
+            f"{path}: environment variable {name} is not set; export it, or write "
+            f"${{{name}:-default}} to give a default"
+        )
+        return ""
+
+    replaced = _ENV_PATTERN.sub(replace, value)
+    # A whole-value substitution like `port: ${PORT}` should still become a number or bool. Only
+    # plain forms are converted, so a secret like 0123 or 1_000 is never rewritten (YAML would read
+    # them as octal / 1000); pydantic still turns such strings into numbers where a number is due.
+    if replaced != value and _ENV_PATTERN.fullmatch(value):
+        if replaced in {"true", "false"}:
+            return replaced == "true"
+        if _PLAIN_INT.fullmatch(replaced):
+            return int(replaced)
+    return replaced
+
+
+def _model_for(location: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = Config
+    for part in location[:-1]:
+        if model is None or not isinstance(part, str):
+            return None
+        field = model.model_fields.get(part)
+        annotation = field.annotation if field else None
+        model = (
+            annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            else None
+        )
+    return model
+
+
+def _describe(error: dict[str, Any]) -> str:
+    location = error["loc"]
+    key = ".".join(str(part) for part in location)
+    value = error.get("input")
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        model = _model_for(location)
+        known = sorted(
+            (field.alias or name) for name, field in (model.model_fields.items() if model else [])
+        )
+        guess = difflib.get_close_matches(str(location[-1]), known, n=1)
+        hint = f"did you mean '{guess[0]}'?" if guess else f"known keys here: {', '.join(known)}"
+        return f"{key}: unknown key; {hint}"
+    message = error["msg"].removeprefix("Value error, ")
+    if kind == "literal_error":
+        expected = error.get("ctx", {}).get("expected", "")
+        return f"{key}: {value!r} is not allowed; use one of {expected}"
+    if kind in {"model_type", "dict_type"}:
+        return (
+            f"{key}: {value!r} has the wrong type; expected a section of indented "
+            "`key: value` lines"
+        )
+    if kind in {"int_parsing", "float_parsing", "bool_parsing", "list_type", "string_type"}:
+        return f"{key}: {value!r} has the wrong type; {message.lower()}"
+    return (
+        f"{key}: {value!r} {message}"
+        if kind == "value_error"
+        else f"{key}: {message} (got {value!r})"
+    )
+
+
+def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
+    """Validate an already-interpolated mapping; raises `ConfigError` listing every problem."""
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError([_describe(error) for error in exc.errors()], source) from None
+    problems: list[str] = []
+    if not config.web.is_loopback and config.web.enabled and not config.web.auth_token:
+        problems.append(
+            f"web.host: {config.web.host!r} is reachable beyond this machine but web.auth_token is "
+            "empty; set web.auth_token (e.g. ${BRUCE_WEB_TOKEN}) or bind to 127.0.0.1"
+        )
+    if config.channels.telegram.enabled and not config.channels.telegram.token:
+        problems.append("channels.telegram.token: empty; set it to the token @BotFather gave you")
+    if config.channels.discord.enabled and not config.channels.discord.token:
+        problems.append(
+            "channels.discord.token: empty; set it to your bot token from the Discord "
+            "developer portal"
+        )
+    if problems:
+        raise ConfigError(problems, source)
+    return config
+
+
+def resolve_path(explicit: str | os.PathLike[str] | None) -> Path | None:
+    """`--config PATH`, else $BRUCE_CONFIG, else ./config.yml when present, else None (defaults)."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("BRUCE_CONFIG"):
+        return Path(os.environ["BRUCE_CONFIG"])
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.exists() else None
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
+) -> Config:
+    """Read, interpolate and validate the configuration; built-in defaults when there is no file."""
+    env = dict(os.environ) if env is None else env
+    resolved = resolve_path(path)
+    if resolved is None:
+        return validate({}, "built-in defaults")
+    source = str(resolved)
+    try:
+        text = resolved.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            [f"{resolved}: file not found; copy config.example.yml to start"], source
+        ) from None
+    except OSError as exc:
+        raise ConfigError([f"{resolved}: cannot be read ({exc.strerror})"], source) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"YAML syntax error at {where}: {problem}"], source) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(["the top level must be a mapping of sections (app:, llm:, ...)"], source)
+    missing: list[str] = []
+    interpolated = interpolate(raw, env, "", missing)
+    if missing:
+        raise ConfigError(missing, source)
+    return validate(interpolated, source)

@@ -1,0 +1,156 @@
+"""Plain values that flow between Bruce's parts.
+
+Channel adapters turn platform events into `InboundMessage`s, the agent core speaks to LLM
+providers in `ChatMessage`s, `ToolCall`s and `ToolResult`s, and replies leave as
+`OutboundMessage`s. Nothing here knows a platform SDK or a database: these are the words the
+core uses, so every edge can be swapped without touching the middle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+MessageKind = Literal["chat", "task", "notice", "briefing"]
+
+
+def utcnow() -> datetime:
+    """The current time as an aware UTC datetime (the only clock the core reads directly)."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """Identifies a conversation: one per (channel, chat id); a group chat is one session."""
+
+    channel: str
+    chat_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """A message from a person (or a scheduled task) on its way into the inbox."""
+
+    channel: str
+    chat_id: str
+    text: str
+    user_id: str = ""
+    user_name: str = ""
+    platform_message_id: str | None = None
+    received_at: datetime = field(default_factory=utcnow)
+    kind: MessageKind = "chat"
+    # Free-form facts an adapter wants back when it replies (e.g. the message to reply to).
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def session_key(self) -> SessionKey:
+        return SessionKey(self.channel, self.chat_id)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A reply (or a reminder) on its way out through a channel adapter."""
+
+    channel: str
+    chat_id: str
+    text: str
+    message_id: int | None = None  # the stored `messages` row this delivers
+    kind: MessageKind = "chat"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool the model asked to run. `arguments` is None when the model sent malformed JSON."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    raw_arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool returned (or why it failed), fed back to the model."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One entry of the conversation as the LLM sees it, provider-neutral.
+
+    A user entry carries text and/or tool results; an assistant entry carries text and/or the
+    tool calls it made. Providers translate these into their native shapes.
+    """
+
+    role: Role
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SystemPrompt:
+    """The effective system prompt: `stable` layers are cacheable, `volatile` ones change often."""
+
+    stable: tuple[str, ...]
+    volatile: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(part for part in (*self.stable, *self.volatile) if part)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as offered to the model: name, description and JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    """One answer from the model: text, tool calls, or both."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: str = ""
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LLMCallRecord:
+    """What one LLM call cost and how it ended (stored in `llm_calls`)."""
+
+    purpose: str
+    model: str
+    usage: Usage = field(default_factory=Usage)
+    duration_ms: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecution:
+    """One tool run inside the agent loop (stored in `tool_executions`)."""
+
+    turn: int
+    call: ToolCall
+    result: ToolResult
+    duration_ms: float

@@ -1,0 +1,63 @@
+"""The one protocol every LLM provider implements, and the errors the core understands.
+
+The agent loop, the summarizer and the analytical brain only ever call `LLMService.complete`.
+Providers translate Bruce's neutral `ChatMessage`/`ToolSpec` values into their wire format and
+map their SDK's failures onto `LLMUnavailableError` (the model could not be reached: the user is
+told briefly and nothing is lost) or `LLMRequestError` (the request itself was refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
+
+
+class LLMError(Exception):
+    """Base class of failures a provider reports to the core."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class LLMUnavailableError(LLMError):
+    """The provider could not answer after retries (overloaded, rate limited, down, timed out)."""
+
+
+class LLMRequestError(LLMError):
+    """The provider refused the request (bad key, unknown model, invalid request)."""
+
+
+class LLMNotConfiguredError(LLMError):
+    """No provider is configured (no API key): Bruce runs, but cannot think yet."""
+
+
+@runtime_checkable
+class LLMService(Protocol):
+    """A chat model that can call tools."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def complete(
+        self,
+        system: SystemPrompt,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        force_text: bool = False,
+    ) -> LLMResponse:
+        """Answer the conversation.
+
+        With `force_text` the tools are still declared (Anthropic requires them whenever the
+        history holds tool_use/tool_result blocks) but tool use is switched off
+        (`tool_choice: none`), so the model must answer in text.
+        """
+        ...
+
+    async def aclose(self) -> None: ...

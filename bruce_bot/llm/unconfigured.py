@@ -1,0 +1,50 @@
+"""The stand-in provider when no LLM is configured: Bruce starts, but every call explains the fix.
+
+Channels, the dashboard and the scheduler keep working without an API key; the agent loop gets an
+`LLMNotConfiguredError` whose detail tells the person what to put in `config.yml`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
+from bruce_bot.llm.base import LLMNotConfiguredError
+
+_HOW_TO_FIX = {
+    "anthropic": ("set llm.api_key in config.yml, e.g. ${ANTHROPIC_API_KEY}, and restart"),
+    "openai": (
+        "set llm.api_key in config.yml, e.g. ${OPENAI_API_KEY}, or llm.base_url for a local "
+        "OpenAI-compatible server (Ollama, vLLM), and restart"
+    ),
+}
+
+
+class UnconfiguredLLM:
+    """An `LLMService` whose `complete` always raises `LLMNotConfiguredError`."""
+
+    def __init__(self, provider: str = "anthropic", model: str = "") -> None:
+        self._provider = provider
+        self._model = model
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def how_to_fix(self) -> str:
+        return _HOW_TO_FIX.get(self._provider, _HOW_TO_FIX["anthropic"])
+
+    async def complete(
+        self,
+        system: SystemPrompt,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+    ) -> LLMResponse:
+        raise LLMNotConfiguredError("not configured", self.how_to_fix)
+
+    async def aclose(self) -> None:
+        return None

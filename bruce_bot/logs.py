@@ -1,0 +1,103 @@
+"""Structured logging for the whole process, with secrets scrubbed everywhere.
+
+structlog renders events (a snake_case name plus fields) readably on a console or as JSON lines
+(`logging.json: true`). Standard-library loggers of the libraries (httpx, telegram, discord,
+uvicorn) go through the same processors, so a bot token inside a request URL or an API key in an
+error message is replaced by `***` before anything is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+
+import structlog
+
+SENSITIVE_KEY = re.compile(r"(token|api_key|apikey|secret|password|authorization)", re.IGNORECASE)
+REDACTED = "***"
+# Chatty libraries: their INFO lines repeat request URLs (which may hold tokens) on every poll.
+QUIET_LOGGERS = ("httpx", "httpcore", "telegram", "discord", "apscheduler", "aiosqlite", "asyncio")
+
+
+class SecretScrubber:
+    """A structlog processor that removes known secret values and sensitive fields."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.set_secrets(secrets)
+
+    def set_secrets(self, secrets: Iterable[str]) -> None:
+        unique = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._pattern = re.compile("|".join(re.escape(s) for s in unique)) if unique else None
+
+    def scrub(self, value: Any) -> Any:
+        if isinstance(value, str) and self._pattern is not None:
+            return self._pattern.sub(REDACTED, value)
+        return value
+
+    def __call__(
+        self, _logger: Any, _name: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        for key, value in list(event.items()):
+            if SENSITIVE_KEY.search(key) and value and not isinstance(value, (bool, int, float)):
+                event[key] = REDACTED
+            elif isinstance(value, str):
+                event[key] = self.scrub(value)
+            elif isinstance(value, (list, tuple)):
+                event[key] = [self.scrub(item) for item in value]
+        return event
+
+
+scrubber = SecretScrubber()
+
+
+def _scrub_rendered(_logger: Any, _name: str, event: Any) -> Any:
+    # Last line of defence: the rendered line itself (covers exceptions and positional args).
+    return scrubber.scrub(event)
+
+
+def configure_logging(
+    level: str = "info", json_output: bool = False, secrets: Iterable[str] = ()
+) -> None:
+    scrubber.set_secrets(secrets)
+    numeric_level = getattr(logging, level.upper(), logging.INFO)
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        scrubber,
+    ]
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if json_output
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info if json_output else _identity,
+            renderer,
+            _scrub_rendered,
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric_level)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(numeric_level, logging.WARNING))
+
+
+def _identity(_logger: Any, _name: str, event: Any) -> Any:
+    return event

@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, the database handle and one small store per concern."""

@@ -1,0 +1,54 @@
+"""The audit store: every tool execution (DESIGN §1.4) and every LLM call's token usage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from bruce_bot.domain import LLMCallRecord, utcnow
+from bruce_bot.storage.messages import usage_row
+from bruce_bot.storage.models import LLMCallRow, ToolExecutionRow
+
+
+class AuditStore:
+    def __init__(self, sessions: async_sessionmaker) -> None:
+        self._sessions = sessions
+
+    async def record_tool_execution(
+        self,
+        *,
+        session_id: int | None,
+        turn: int,
+        tool_name: str,
+        tool_input: str,
+        output: str | None,
+        error: str | None,
+        duration_ms: float,
+    ) -> None:
+        async with self._sessions() as db:
+            await db.execute(
+                insert(ToolExecutionRow).values(
+                    session_id=session_id,
+                    turn=turn,
+                    tool_name=tool_name,
+                    input=tool_input,
+                    output=output,
+                    error=error,
+                    duration_ms=duration_ms,
+                    created_at=utcnow(),
+                )
+            )
+            await db.commit()
+
+    async def record_usage(self, session_id: int | None, usage: Sequence[LLMCallRecord]) -> None:
+        if not usage:
+            return
+        now = utcnow()
+        async with self._sessions() as db:
+            await db.execute(
+                insert(LLMCallRow),
+                [usage_row(session_id, record, now) for record in usage],
+            )
+            await db.commit()

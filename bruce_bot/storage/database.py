@@ -1,0 +1,106 @@
+"""The database handle: an async engine, its session factory, and schema upgrades.
+
+SQLite (the default) gets WAL mode, a busy timeout and foreign keys on every connection so that
+concurrent sessions read while one writes. Schema changes only ever happen through alembic
+(`upgrade_schema`), also at start-up, so a user's database follows the code across releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+log = structlog.get_logger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def _sqlite_file(url: str) -> Path | None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def sync_url(url: str) -> str:
+    """The same database for synchronous users (alembic offline, APScheduler's job store)."""
+    parsed = make_url(url)
+    driver = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg"}[parsed.get_backend_name()]
+    return parsed.set(drivername=driver).render_as_string(hide_password=False)
+
+
+class Database:
+    """Owns the async engine; `sessions()` opens a unit of work."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        sqlite_file = _sqlite_file(url)
+        if sqlite_file is not None:
+            sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+        self.is_sqlite = make_url(url).get_backend_name() == "sqlite"
+        self.engine: AsyncEngine = create_async_engine(url, pool_pre_ping=not self.is_sqlite)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _on_sqlite_connect)
+        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    async def ping(self) -> None:
+        async with self.engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _alembic_config(url: str) -> Any:
+    from alembic.config import Config as AlembicConfig
+
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["database_url"] = url
+    return config
+
+
+def _upgrade_blocking(url: str) -> list[str]:
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import create_engine
+
+    config = _alembic_config(url)
+    head = ScriptDirectory.from_config(config).get_current_head()
+    engine = create_engine(sync_url(url)) if not url.startswith("postgresql") else None
+    if engine is not None:
+        # Fast path: skip alembic's machinery entirely when the schema is already current.
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+        engine.dispose()
+        if current == head:
+            return []
+    command.upgrade(config, "head")
+    return [head or ""]
+
+
+async def upgrade_schema(url: str) -> None:
+    """Apply pending alembic migrations (idempotent); runs in a thread, off the event loop."""
+    sqlite_file = _sqlite_file(url)
+    if sqlite_file is not None:
+        sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+    applied = await asyncio.to_thread(_upgrade_blocking, url)
+    if applied:
+        log.info("database_upgraded", head=applied[-1])

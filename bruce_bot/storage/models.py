@@ -1,0 +1,165 @@
+"""SQLAlchemy 2 table definitions (table names are a public contract, DESIGN §4).
+
+Only portable column types are used so the same models run on SQLite and PostgreSQL. Timestamps
+are stored as naive UTC and read back as aware UTC through `UTCDateTime`, because SQLite has no
+time zone type. Alembic migrations in `migrations/` are generated from this metadata.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from bruce_bot.domain import utcnow
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out, on every backend."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column; pass an aware datetime")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None else None
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    # SQLAlchemy reads this class attribute to map annotations to column types.
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[str]: JSON}  # noqa: RUF012
+
+
+class SessionRow(Base):
+    """A conversation: one per (channel, chat id); child sessions belong to a parent."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (UniqueConstraint("channel", "chat_id", name="uq_sessions_channel_chat"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    title: Mapped[str | None] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16), default="parent")
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    nickname: Mapped[str | None] = mapped_column(String(64))
+    active_skills: Mapped[list[str]] = mapped_column(default=list)
+    active_workflow: Mapped[str | None] = mapped_column(String(128))
+    # Messages with an id at or below this are set aside (`/new`): not shown to the model.
+    context_start_message_id: Mapped[int] = mapped_column(Integer, default=0)
+    last_message_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class MessageRow(Base):
+    """A user message (pending → processing → done|failed) or an assistant reply (pending →
+    sent|failed, its delivery status)."""
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        # Telegram message ids are unique per chat, Discord's globally: per session covers both.
+        UniqueConstraint("session_id", "platform_message_id", name="uq_messages_platform_id"),
+        Index("ix_messages_session_id_id", "session_id", "id"),
+        Index("ix_messages_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(16), default="chat")
+    content: Mapped[str] = mapped_column(Text)
+    user_id: Mapped[str | None] = mapped_column(String(64))
+    author: Mapped[str | None] = mapped_column(String(128))
+    platform_message_id: Mapped[str | None] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ToolExecutionRow(Base):
+    """Audit log: one row per tool execution, successful or not."""
+
+    __tablename__ = "tool_executions"
+    __table_args__ = (Index("ix_tool_executions_session_id", "session_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="SET NULL"))
+    turn: Mapped[int] = mapped_column(Integer)
+    tool_name: Mapped[str] = mapped_column(String(64))
+    input: Mapped[str] = mapped_column(Text)
+    output: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SessionSummaryRow(Base):
+    """A rolling summary of a session's older messages (up to `covers_until_message_id`)."""
+
+    __tablename__ = "session_summaries"
+    __table_args__ = (Index("ix_session_summaries_session_id", "session_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    content: Mapped[str] = mapped_column(Text)
+    covers_until_message_id: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SettingRow(Base):
+    """Key/value settings edited at run time (the dashboard); they win over the YAML file."""
+
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LLMCallRow(Base):
+    """Token usage and outcome of every LLM call (agent turns, summaries, the brain)."""
+
+    __tablename__ = "llm_calls"
+    __table_args__ = (Index("ix_llm_calls_created_at", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="SET NULL"))
+    purpose: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(128))
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cache_read_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

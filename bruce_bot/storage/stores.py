@@ -1,0 +1,34 @@
+"""All stores over one database, built together so the rest of Bruce receives a single value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bruce_bot.storage.audit import AuditStore
+from bruce_bot.storage.database import Database
+from bruce_bot.storage.messages import MessageStore
+from bruce_bot.storage.sessions import SessionStore
+from bruce_bot.storage.settings import SettingsStore
+from bruce_bot.storage.summaries import SummaryStore
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    database: Database
+    sessions: SessionStore
+    messages: MessageStore
+    audit: AuditStore
+    summaries: SummaryStore
+    settings: SettingsStore
+
+    @classmethod
+    def open(cls, database: Database) -> Stores:
+        factory = database.sessions
+        return cls(
+            database=database,
+            sessions=SessionStore(factory),
+            messages=MessageStore(factory),
+            audit=AuditStore(factory),
+            summaries=SummaryStore(factory),
+            settings=SettingsStore(factory),
+        )

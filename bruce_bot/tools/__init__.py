@@ -1,0 +1,1 @@
+"""Tools the agent can call: `registry.py` plus one module per tool family."""

@@ -1,0 +1,151 @@
+"""Tools and the registry that offers them to the model and runs them safely.
+
+A tool is a small class: a name, a description, a JSON Schema for its arguments, per-tool limits
+(timeout, output size) and one `execute` method. The registry turns tools into provider-neutral
+`ToolSpec`s and executes calls so that nothing a tool or the model does can break the agent loop:
+an unknown name, malformed or schema-violating arguments, an exception or a timeout all become
+error results the model can read and act on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import structlog
+from jsonschema import Draft202012Validator
+
+from bruce_bot.domain import ToolCall, ToolResult, ToolSpec
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_MAX_OUTPUT_CHARS = 20_000
+
+
+class ToolError(Exception):
+    """A failure a tool reports on purpose: its message is shown to the model as is."""
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a tool may know about the turn it runs in."""
+
+    session_id: int | None = None
+    channel: str = ""
+    chat_id: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool:
+    """Base class of every tool. Subclasses set the class attributes and implement `execute`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    parameters: ClassVar[dict[str, Any]]
+    timeout_seconds: ClassVar[float | None] = None  # None: the registry's default
+    max_output_chars: ClassVar[int] = DEFAULT_MAX_OUTPUT_CHARS
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        raise NotImplementedError
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+
+def truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... truncated: {len(text) - limit} more characters not shown]"
+
+
+def _describe_schema_error(error: Any) -> str:
+    where = ".".join(str(part) for part in error.absolute_path)
+    return f"argument '{where}': {error.message}" if where else error.message
+
+
+class ToolRegistry:
+    """The enabled tools, looked up by name."""
+
+    def __init__(self, tools: Iterable[Tool] = (), default_timeout: float = 60.0) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._validators: dict[str, Draft202012Validator] = {}
+        self.default_timeout = default_timeout
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        Draft202012Validator.check_schema(tool.parameters)
+        self._tools[tool.name] = tool
+        self._validators[tool.name] = Draft202012Validator(tool.parameters)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec for tool in self._tools.values()]
+
+    def without(self, names: Iterable[str]) -> ToolRegistry:
+        """A registry with the same tools minus `names` (e.g. scheduling tools in agent mode)."""
+        excluded = set(names)
+        subset = ToolRegistry(default_timeout=self.default_timeout)
+        for name, tool in self._tools.items():
+            if name not in excluded:
+                subset._tools[name] = tool
+                subset._validators[name] = self._validators[name]
+        return subset
+
+    def check_arguments(self, call: ToolCall) -> tuple[Tool | None, str | None]:
+        """The tool to run, or why the call cannot run (told to the model as an error)."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            available = ", ".join(sorted(self._tools)) or "none"
+            return None, f"unknown tool '{call.name}'. Available tools: {available}."
+        if call.arguments is None:
+            return None, (
+                f"the arguments for '{call.name}' are not valid JSON "
+                f"({call.raw_arguments[:200]!r}); send a JSON object matching the tool's schema."
+            )
+        errors = sorted(self._validators[call.name].iter_errors(call.arguments), key=str)
+        if errors:
+            described = "; ".join(_describe_schema_error(error) for error in errors[:5])
+            return None, f"invalid arguments for '{call.name}': {described}."
+        return tool, None
+
+    async def execute(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        """Run one call; never raises (except cancellation)."""
+        tool, problem = self.check_arguments(call)
+        if tool is None:
+            return ToolResult(call.id, call.name, f"Error: {problem}", is_error=True)
+        assert call.arguments is not None
+        timeout = tool.timeout_seconds or self.default_timeout
+        try:
+            output = await asyncio.wait_for(tool.execute(call.arguments, context), timeout)
+        except TimeoutError:
+            message = f"Error: '{call.name}' did not finish within {timeout:g} seconds."
+            return ToolResult(call.id, call.name, message, is_error=True)
+        except ToolError as exc:
+            return ToolResult(call.id, call.name, f"Error: {exc}", is_error=True)
+        except Exception as exc:  # a tool bug must not end the turn: the model is told instead
+            log.warning(
+                "tool_raised", tool=call.name, error=repr(exc), session_id=context.session_id
+            )
+            message = f"Error: '{call.name}' failed: {type(exc).__name__}: {exc}"
+            return ToolResult(call.id, call.name, message, is_error=True)
+        return ToolResult(call.id, call.name, truncate(str(output), tool.max_output_chars))
+
+
+def arguments_json(arguments: Mapping[str, Any] | None, raw: str) -> str:
+    """The call's arguments as stored in the audit log."""
+    if arguments is None:
+        return raw
+    return json.dumps(arguments, ensure_ascii=False, default=str)

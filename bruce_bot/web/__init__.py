@@ -1,0 +1,1 @@
+"""The web dashboard and JSON API: one ASGI app served by uvicorn in the daemon's event loop."""

@@ -1,0 +1,69 @@
+"""Alembic environment: runs Bruce's migrations on the configured async database URL.
+
+The URL comes from `config.attributes["database_url"]` (set by `bruce db upgrade` and by start-up)
+or from `-x url=...` on the alembic command line. APScheduler's `apscheduler_jobs` table is owned
+by APScheduler and excluded from autogenerate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from alembic import context
+from sqlalchemy import pool
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bruce_bot.storage.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+EXCLUDED_TABLES = {"apscheduler_jobs"}
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    return not (type_ == "table" and name in EXCLUDED_TABLES)
+
+
+def _database_url() -> str:
+    url = config.attributes.get("database_url") or context.get_x_argument(as_dictionary=True).get(
+        "url"
+    )
+    if not url:
+        raise RuntimeError("no database URL: run `bruce db upgrade` or pass -x url=...")
+    return str(url)
+
+
+def _configure(connection: Connection | None = None, **kwargs: Any) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        include_object=include_object,
+        render_as_batch=True,  # SQLite can only ALTER through table copies
+        compare_type=True,
+        **kwargs,
+    )
+
+
+def _run_sync(connection: Connection) -> None:
+    _configure(connection)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async(url: str) -> None:
+    engine = create_async_engine(url, poolclass=pool.NullPool)
+    async with engine.connect() as connection:
+        await connection.run_sync(_run_sync)
+    await engine.dispose()
+
+
+if context.is_offline_mode():
+    _configure(url=_database_url(), literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    asyncio.run(_run_async(_database_url()))

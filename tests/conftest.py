@@ -1,0 +1,75 @@
+"""Shared test helpers: configs on temporary SQLite files, a running Bruce, waiting on conditions.
+
+Tests wait for conditions with a deadline (`wait_until`), never for fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bruce_bot.app import Bruce
+from bruce_bot.config import Config, validate
+from tests.fakes.anthropic_server import FakeAnthropicServer
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def make_config(data_dir: Path, llm_url: str | None = None, **overrides: Any) -> Config:
+    """A config on a fresh SQLite file in `data_dir`, web on a free loopback port."""
+    raw: dict[str, Any] = {
+        "app": {"data_dir": str(data_dir), "timezone": "America/Sao_Paulo"},
+        "database": {"url": f"sqlite+aiosqlite:///{data_dir / 'bruce.db'}"},
+        "web": {"host": "127.0.0.1", "port": 0},
+        "llm": {"provider": "anthropic", "api_key": "test-key", "max_retries": 0, "timeout_seconds": 10},
+        "agent": {"shutdown_timeout_seconds": 5},
+    }
+    if llm_url:
+        raw["llm"]["base_url"] = llm_url
+    return validate(deep_merge(raw, overrides))
+
+
+async def wait_until(
+    predicate: Callable[[], Any | Awaitable[Any]], timeout: float = 10.0, interval: float = 0.01
+) -> Any:
+    """Poll `predicate` (sync or async) until it returns something truthy, or fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def running_bruce(config: Config, **kwargs: Any) -> AsyncIterator[Bruce]:
+    bruce = Bruce(config, **kwargs)
+    await bruce.start()
+    try:
+        yield bruce
+    finally:
+        await bruce.stop()
+
+
+@pytest.fixture
+async def anthropic_fake() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer() as server:
+        yield server

@@ -1,0 +1,299 @@
+"""A local fake of the OpenAI chat completions API (`POST /v1/chat/completions`) for tests and
+benchmarks; it stands for OpenAI, Ollama and vLLM alike.
+
+Point the real SDK at it: `openai.AsyncOpenAI(api_key="x", base_url=server.base_url)` (the
+`base_url` already ends in `/v1`), or set `llm.provider: openai` and `llm.base_url` to it. Each
+request is answered by the next scripted reply, else by the `responder`, else with a 400 that says
+nothing was scripted::
+
+    async with FakeOpenAIServer() as server:
+        server.script("Hello!")                                      # finish_reason "stop"
+        server.script(tool_calls=[("web_search", {"query": "x"})])  # id call_fake0001
+        server.script(tool_calls=[("web_search", '{"query": ')])     # arguments sent verbatim
+        server.script(raw_arguments="{bad json")                     # same, for tool "web_search"
+        server.script(error=429, retry_after=0.01)                   # rate limited once
+        ...
+        assert server.requests[1]["messages"][-1]["role"] == "tool"
+
+    FakeOpenAIServer(responder=lambda body: f"echo: {last_user_text(body)}")
+
+A responder returns an `OpenAIReply` or a string (a text answer); it may be async. Every request
+body is kept in `server.requests` (headers in `server.request_headers`); wait for them with
+`await server.wait_for_requests(n)`. Like the real API, the fake refuses (400) an empty `tools`
+list, `tool` messages that answer no preceding `tool_calls`, and assistant `tool_calls` left
+unanswered; pass `validate=False` to switch that off.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tests.fakes.scripted_server import (
+    HTTPAnswer,
+    Responder,
+    ScriptedJSONServer,
+    estimate_tokens,
+)
+
+# (name, arguments) or (name, arguments, id); arguments as a dict, or a string sent verbatim.
+ScriptedToolCall = tuple[str, Mapping[str, Any] | str] | tuple[str, Mapping[str, Any] | str, str]
+
+# status → (type, code, message), as OpenAI words them
+ERRORS: dict[int, tuple[str, str | None, str]] = {
+    400: ("invalid_request_error", None, "Invalid request."),
+    401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided: {key}."),
+    403: ("invalid_request_error", "unsupported_country_region_territory", "Forbidden."),
+    404: ("invalid_request_error", "model_not_found", "The model `{model}` does not exist."),
+    429: ("requests", "rate_limit_exceeded", "Rate limit reached for requests."),
+    500: ("server_error", None, "The server had an error while processing your request."),
+    503: ("server_error", None, "The engine is currently overloaded, please try again later."),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIReply:
+    """One scripted answer: a message (text and/or tool calls) or, with `error`, an HTTP error."""
+
+    text: str | None = None
+    tool_calls: Sequence[ScriptedToolCall] = ()
+    finish_reason: str | None = None  # default: "tool_calls" with tool calls, else "stop"
+    usage: Mapping[str, Any] | None = None  # overrides the estimated usage fields
+    model: str | None = None  # default: the requested model
+    error: int | None = None  # an HTTP status, e.g. 429, 401, 500
+    error_type: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    retry_after: float | None = None  # sent as the `retry-after` header (seconds)
+    delay_seconds: float | None = None  # default: the server's delay_seconds
+
+
+class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
+    """Speaks `POST /v1/chat/completions`; `base_url` ends in `/v1` as the SDK expects."""
+
+    route = "/v1/chat/completions"
+    path_prefix = "/v1"
+
+    def __init__(
+        self,
+        *,
+        responder: Responder[OpenAIReply] | None = None,
+        delay_seconds: float = 0.0,
+        validate: bool = True,
+    ) -> None:
+        super().__init__(responder=responder, delay_seconds=delay_seconds, validate=validate)
+        self._ids = itertools.count(1)
+
+    def script(
+        self,
+        text: str | None = None,
+        *,
+        tool_calls: Sequence[ScriptedToolCall] = (),
+        raw_arguments: str | None = None,
+        tool_name: str = "web_search",
+        finish_reason: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        error: int | None = None,
+        error_type: str | None = None,
+        error_code: str | None = None,
+        error_message: str | None = None,
+        retry_after: float | None = None,
+        delay_seconds: float | None = None,
+        times: int = 1,
+    ) -> OpenAIReply:
+        """Queue a reply for the next `times` requests; returns it.
+
+        `raw_arguments` adds one call of `tool_name` whose arguments string is sent as is (e.g.
+        malformed JSON, as small local models produce).
+        """
+        calls = list(tool_calls)
+        if raw_arguments is not None:
+            calls.append((tool_name, raw_arguments))
+        reply = OpenAIReply(
+            text=text,
+            tool_calls=tuple(calls),
+            finish_reason=finish_reason,
+            usage=usage,
+            model=model,
+            error=error,
+            error_type=error_type,
+            error_code=error_code,
+            error_message=error_message,
+            retry_after=retry_after,
+            delay_seconds=delay_seconds,
+        )
+        self.enqueue(reply, times=times)
+        return reply
+
+    # ---- answers -----------------------------------------------------------------------------
+
+    def _render(self, reply: OpenAIReply | str, body: dict[str, Any]) -> HTTPAnswer:
+        if isinstance(reply, str):
+            reply = OpenAIReply(text=reply)
+        model = reply.model or str(body.get("model", ""))
+        if reply.error is not None:
+            kind, code, message = ERRORS.get(
+                reply.error,
+                ("server_error" if reply.error >= 500 else "invalid_request_error", None, "Error."),
+            )
+            answer = self._error(
+                reply.error,
+                reply.error_message or message.format(model=model, key="sk-fake***"),
+                reply.error_type or kind,
+                reply.error_code or code,
+            )
+            headers = dict(answer.headers)
+            if reply.retry_after is not None:
+                headers["retry-after"] = _seconds(reply.retry_after)
+            return HTTPAnswer(answer.status, answer.body, headers)
+
+        tool_calls = []
+        for call in reply.tool_calls:
+            name, arguments = call[0], call[1]
+            call_id = call[2] if len(call) > 2 else f"call_fake{next(self._ids):04d}"
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            tool_calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            )
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.text if reply.text is not None or tool_calls else "",
+            "refusal": None,
+        }
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        prompt_tokens = estimate_tokens([body.get("messages"), body.get("tools")])
+        completion_tokens = estimate_tokens([reply.text or "", tool_calls])
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+        if reply.usage:
+            usage.update(reply.usage)
+        completion = {
+            "id": f"chatcmpl-fake{len(self.requests):06d}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": reply.finish_reason
+                    or ("tool_calls" if tool_calls else "stop"),
+                }
+            ],
+            "usage": usage,
+            "system_fingerprint": "fp_fake",
+        }
+        return HTTPAnswer(200, completion, {"x-request-id": f"req_fake{len(self.requests):06d}"})
+
+    def _error(
+        self,
+        status: int,
+        message: str,
+        error_type: str | None = None,
+        code: str | None = None,
+    ) -> HTTPAnswer:
+        body = {
+            "error": {
+                "message": message,
+                "type": error_type or "invalid_request_error",
+                "param": None,
+                "code": code,
+            }
+        }
+        return HTTPAnswer(status, body, {"x-request-id": f"req_fake{len(self.requests):06d}"})
+
+    # ---- the API's rules ---------------------------------------------------------------------
+
+    def _check(self, body: dict[str, Any]) -> HTTPAnswer | None:
+        problem = _problem_with(body)
+        return None if problem is None else self._error(400, problem)
+
+
+def _problem_with(body: dict[str, Any]) -> str | None:
+    if not body.get("model"):
+        return "you must provide a model parameter"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "[] is too short - 'messages'"
+    if "tools" in body and not body["tools"]:
+        return "[] is too short - 'tools'"
+    unanswered: list[str] = []  # tool_call ids of the last assistant message not yet answered
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool"):
+            return f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', " + (
+                "'user', 'tool', 'function' and 'developer'."
+            )
+        if role == "tool":
+            if message.get("tool_call_id") not in unanswered:
+                return (
+                    f"Invalid parameter: messages with role 'tool' must be a response to a "
+                    f"preceeding message with 'tool_calls'. (messages.[{index}].role)"
+                )
+            unanswered.remove(message["tool_call_id"])
+            if not isinstance(message.get("content"), str | list):
+                return f"Invalid type for 'messages[{index}].content'."
+            continue
+        if unanswered:
+            return (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(unanswered)}"
+            )
+        if role == "assistant":
+            calls = message.get("tool_calls") or []
+            if message.get("content") is None and not calls:
+                return f"Invalid value for 'messages[{index}].content': expected a string, got null."
+            for call in calls:
+                function = call.get("function") or {}
+                if call.get("type") != "function" or not call.get("id"):
+                    return f"Missing required parameter: 'messages[{index}].tool_calls[0].id'."
+                if not isinstance(function.get("arguments"), str):
+                    return (
+                        f"Invalid type for 'messages[{index}].tool_calls[0].function.arguments': "
+                        "expected a string."
+                    )
+            unanswered = [call["id"] for call in calls]
+        elif message.get("content") is None:
+            return f"Invalid value for 'messages[{index}].content': expected a string, got null."
+    if unanswered:
+        return (
+            "An assistant message with 'tool_calls' must be followed by tool messages responding "
+            f"to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+            f"{', '.join(unanswered)}"
+        )
+    return None
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of the last user message of a request body (for echo responders)."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        return "\n".join(
+            part.get("text", "") for part in content or [] if part.get("type") == "text"
+        )
+    return ""

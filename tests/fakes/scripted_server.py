@@ -1,0 +1,172 @@
+"""The machinery the fake LLM servers share: an aiohttp server on 127.0.0.1 that answers one JSON
+route from a queue of scripted replies.
+
+A subclass names its route and turns its own reply dataclass into an HTTP answer (`_render`), and
+may check requests the way the real API does (`_check`). This base records every request body and
+its headers, falls back to a `responder` callable when the queue is empty, can delay answers to
+simulate a slow model, and lets tests wait for N requests with a deadline instead of sleeping.
+See `anthropic_server.py` and `openai_server.py` for the scripting API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Self, TypeVar
+
+from aiohttp import web
+
+ReplyT = TypeVar("ReplyT")
+
+# `(request_body) -> reply`, where the reply is the fake's reply dataclass or a plain string (a
+# text answer); it may also be a coroutine function, e.g. one that waits for an event.
+Responder = Callable[[dict[str, Any]], ReplyT | str | Awaitable[ReplyT | str]]
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPAnswer:
+    """What the fake sends back for one request."""
+
+    status: int
+    body: dict[str, Any]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class ScriptedJSONServer(Generic[ReplyT]):
+    """Answers `POST <route>` from `_queue`, else from `responder`, else with a 400 that says so."""
+
+    route: str = "/"
+    path_prefix: str = ""  # appended to the root URL to give `base_url`
+
+    def __init__(
+        self,
+        *,
+        responder: Responder[ReplyT] | None = None,
+        delay_seconds: float = 0.0,
+        validate: bool = True,
+    ) -> None:
+        self.responder = responder
+        self.delay_seconds = delay_seconds
+        self.validate = validate
+        self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
+        self._queue: deque[ReplyT] = deque()
+        self._received = asyncio.Condition()
+        self._stopping = asyncio.Event()  # cuts delays short, so stop() never waits on them
+        self._runner: web.AppRunner | None = None
+        self._root_url = ""
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> str:
+        """Listen on a free port of 127.0.0.1; returns `base_url`."""
+        self._stopping.clear()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post(self.route, self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self._root_url = f"http://127.0.0.1:{port}"
+        return self.base_url
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        if not self._root_url:
+            raise RuntimeError("the fake server is not started")
+        return self._root_url + self.path_prefix
+
+    # ---- scripting ---------------------------------------------------------------------------
+
+    def enqueue(self, reply: ReplyT, *, times: int = 1) -> None:
+        """Answer the next `times` requests with `reply` (after anything queued before)."""
+        self._queue.extend([reply] * times)
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not used yet (a test can assert all were consumed)."""
+        return len(self._queue)
+
+    async def wait_for_requests(self, count: int, timeout: float = 5.0) -> None:
+        """Return once `count` requests have arrived; TimeoutError after `timeout` seconds."""
+        async with asyncio.timeout(timeout), self._received:
+            await self._received.wait_for(lambda: len(self.requests) >= count)
+
+    # ---- subclass hooks ----------------------------------------------------------------------
+
+    def _render(self, reply: ReplyT | str, body: dict[str, Any]) -> HTTPAnswer:
+        raise NotImplementedError
+
+    def _check(self, body: dict[str, Any]) -> HTTPAnswer | None:
+        """An error answer when the real API would refuse `body`, else None."""
+        return None
+
+    def _error(self, status: int, message: str) -> HTTPAnswer:
+        raise NotImplementedError
+
+    def _delay_of(self, reply: ReplyT | str) -> float | None:
+        return getattr(reply, "delay_seconds", None)
+
+    # ---- serving -----------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        async with self._received:
+            self.requests.append(body if isinstance(body, dict) else {})
+            self.request_headers.append(dict(request.headers))
+            self._received.notify_all()
+        answer = await self._answer(body)
+        return web.json_response(answer.body, status=answer.status, headers=dict(answer.headers))
+
+    async def _answer(self, body: Any) -> HTTPAnswer:
+        if not isinstance(body, dict):
+            return self._error(400, "The request body is not a valid JSON object.")
+        if self.validate and (refusal := self._check(body)) is not None:
+            return refusal
+        reply: ReplyT | str
+        if self._queue:
+            reply = self._queue.popleft()
+        elif self.responder is not None:
+            produced = self.responder(body)
+            reply = await produced if inspect.isawaitable(produced) else produced
+        else:
+            return self._error(
+                400,
+                f"fake server: request #{len(self.requests)} arrived with nothing scripted and "
+                "no responder",
+            )
+        delay = self._delay_of(reply)
+        delay = self.delay_seconds if delay is None else delay
+        if delay > 0:
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+        return self._render(reply, body)
+
+
+def estimate_tokens(value: Any) -> int:
+    """A rough token count (4 characters a token) for fake usage figures."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return max(1, len(text) // 4)
