@@ -19,7 +19,7 @@ import structlog
 SENSITIVE_KEY = re.compile(r"(token|api_key|apikey|secret|password|authorization)", re.IGNORECASE)
 REDACTED = "***"
 # Chatty libraries: their INFO lines repeat request URLs (which may hold tokens) on every poll.
-QUIET_LOGGERS = ("httpx", "httpcore", "telegram", "discord", "apscheduler", "aiosqlite", "asyncio")
+QUIET_LOGGERS = ("alembic", "httpx", "httpcore", "telegram", "discord", "apscheduler", "aiosqlite", "asyncio")
 
 
 class SecretScrubber:
@@ -37,16 +37,25 @@ class SecretScrubber:
             return self._pattern.sub(REDACTED, value)
         return value
 
+    def scrub_value(self, key: str, value: Any) -> Any:
+        """A field's value with secrets removed, looking inside nested lists and dicts."""
+        if SENSITIVE_KEY.search(key) and value and not isinstance(value, (bool, int, float)):
+            return REDACTED
+        if isinstance(value, str):
+            return self.scrub(value)
+        if isinstance(value, tuple):  # exc_info tuples stay tuples
+            return tuple(self.scrub_value("", item) for item in value)
+        if isinstance(value, (list, set, frozenset)):
+            return [self.scrub_value("", item) for item in value]
+        if isinstance(value, dict):
+            return {k: self.scrub_value(str(k), v) for k, v in value.items()}
+        return value
+
     def __call__(
         self, _logger: Any, _name: str, event: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
         for key, value in list(event.items()):
-            if SENSITIVE_KEY.search(key) and value and not isinstance(value, (bool, int, float)):
-                event[key] = REDACTED
-            elif isinstance(value, str):
-                event[key] = self.scrub(value)
-            elif isinstance(value, (list, tuple)):
-                event[key] = [self.scrub(item) for item in value]
+            event[key] = self.scrub_value(key, value)
         return event
 
 

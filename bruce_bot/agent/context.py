@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from bruce_bot.domain import ChatMessage, SystemPrompt
-from bruce_bot.storage.messages import StoredMessage
+from bruce_bot.storage.messages import ANSWERS, StoredMessage
 
 SCHEDULING_TOOLS = frozenset({"proactive_create", "proactive_list", "proactive_cancel"})
 
@@ -117,6 +117,26 @@ def build_system_prompt(
         if layer
     )
     return SystemPrompt(stable=stable, volatile=(temporal_context(now, zone, last_message_at),))
+
+
+def in_conversation_order(stored: Sequence[StoredMessage]) -> list[StoredMessage]:
+    """Stored rows (in id order) as the conversation went, starting with a user message.
+
+    Messages that arrive while a turn runs are stored before that turn's reply, but the model
+    must see the reply right after the messages it answered and the late ones after it. A
+    window cut from a long history may also begin with a reply: the Messages API wants the
+    conversation to open with the user, so leading replies are dropped.
+    """
+
+    def position(row: StoredMessage) -> tuple[int, int, int]:
+        answered = (row.extra or {}).get(ANSWERS) if row.role == "assistant" else None
+        if answered:
+            return (max(answered), 1, row.id)
+        return (row.id, 0, row.id)
+
+    ordered = sorted(stored, key=position)
+    start = next((i for i, row in enumerate(ordered) if row.role != "assistant"), len(ordered))
+    return ordered[start:]
 
 
 def to_chat_messages(stored: Sequence[StoredMessage]) -> list[ChatMessage]:

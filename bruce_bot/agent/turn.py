@@ -16,7 +16,12 @@ from datetime import datetime
 
 import structlog
 
-from bruce_bot.agent.context import SCHEDULING_TOOLS, build_system_prompt, to_chat_messages
+from bruce_bot.agent.context import (
+    SCHEDULING_TOOLS,
+    build_system_prompt,
+    in_conversation_order,
+    to_chat_messages,
+)
 from bruce_bot.agent.loop import run_agent_loop
 from bruce_bot.agent.summarizer import Summarizer, over_budget
 from bruce_bot.config import Config
@@ -100,7 +105,7 @@ class TurnRunner:
             session.context_start_message_id, summary.covers_until_message_id if summary else 0
         )
         stored = await self._stores.messages.history(session.id, after, agent.history_max_messages)
-        history = _trim_to_chars(stored, agent.history_max_chars)
+        history = in_conversation_order(_trim_to_chars(stored, agent.history_max_chars))
         is_task = any(item.kind == "task" for item in batch)
         # A scheduled briefing must not schedule more work: no feedback loops.
         tools = self._tools.without(SCHEDULING_TOOLS) if is_task else self._tools

@@ -22,6 +22,7 @@ class WebChannel:
     def __init__(self) -> None:
         self._inbox: InboxPort | None = None
         self._changed: dict[str, asyncio.Event] = {}
+        self._versions: dict[str, int] = {}
         self._typing: set[str] = set()
 
     async def start(self, inbox: InboxPort) -> None:
@@ -50,13 +51,24 @@ class WebChannel:
     def is_typing(self, chat_id: str) -> bool:
         return chat_id in self._typing
 
+    def version(self, chat_id: str) -> int:
+        """A counter of changes in the chat; pass it to `wait_for_change` as `since`."""
+        return self._versions.get(chat_id, 0)
+
     def _notify(self, chat_id: str) -> None:
+        self._versions[chat_id] = self._versions.get(chat_id, 0) + 1
         event = self._changed.pop(chat_id, None)
         if event is not None:
             event.set()
 
-    async def wait_for_change(self, chat_id: str, within: float) -> None:
-        """Return when something new happens in the chat, or after `within` seconds."""
+    async def wait_for_change(self, chat_id: str, within: float, since: int | None = None) -> None:
+        """Return when something new happens in the chat, or after `within` seconds.
+
+        With `since` (a `version` read before looking at the messages), a change that happened
+        in between returns at once instead of being missed.
+        """
+        if since is not None and self.version(chat_id) != since:
+            return
         event = self._changed.setdefault(chat_id, asyncio.Event())
         try:
             await asyncio.wait_for(event.wait(), within)

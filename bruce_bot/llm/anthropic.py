@@ -51,6 +51,7 @@ class AnthropicLLM:
         *,
         model: str | None = None,
         max_tokens: int | None = None,
+        force_text: bool = False,
     ) -> LLMResponse:
         model_name = model or self._config.model
         params: dict[str, Any] = {
@@ -62,7 +63,10 @@ class AnthropicLLM:
         if system_blocks:
             params["system"] = system_blocks
         if tools:
+            # Declared even when forcing text: the history may hold tool_use blocks.
             params["tools"] = to_anthropic_tools(tools)
+            if force_text:
+                params["tool_choice"] = {"type": "none"}
 
         started = time.monotonic()
         try:
@@ -212,7 +216,7 @@ def map_anthropic_error(exc: anthropic.APIError, *, secret: str = "") -> LLMErro
         detail = _scrub(_api_message(exc), secret)
         if isinstance(exc, anthropic.RateLimitError):
             return LLMUnavailableError("rate limited", detail)
-        if False:
+        if status == 529 or isinstance(exc, anthropic.OverloadedError):
             return LLMUnavailableError("overloaded", detail)
         if isinstance(exc, anthropic.InternalServerError) or status >= 500:
             return LLMUnavailableError("server error", f"HTTP {status}: {detail}")

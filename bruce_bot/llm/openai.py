@@ -59,6 +59,7 @@ class OpenAICompatibleLLM:
         *,
         model: str | None = None,
         max_tokens: int | None = None,
+        force_text: bool = False,
     ) -> LLMResponse:
         model_name = model or self._config.model
         params: dict[str, Any] = {
@@ -68,6 +69,8 @@ class OpenAICompatibleLLM:
         }
         if tools:
             params["tools"] = to_openai_tools(tools)
+            if force_text:
+                params["tool_choice"] = "none"
 
         started = time.monotonic()
         try:

@@ -43,6 +43,7 @@ class UnconfiguredLLM:
         *,
         model: str | None = None,
         max_tokens: int | None = None,
+        force_text: bool = False,
     ) -> LLMResponse:
         raise LLMNotConfiguredError("not configured", self.how_to_fix)
 

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +46,7 @@ def sync_url(url: str) -> str:
 
 
 class Database:
-    """Owns the async engine; `sessions()` opens a unit of work."""
+    """Owns the async engine that every store shares."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -57,7 +57,6 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(url, pool_pre_ping=not self.is_sqlite)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _on_sqlite_connect)
-        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
     async def ping(self) -> None:
         async with self.engine.connect() as connection:

@@ -1,8 +1,9 @@
 """The messages store: the durable inbox, the conversation history and delivery status.
 
-Every per-message query of the hot path lives here and uses plain Core statements, so a message
-costs a handful of short transactions: insert it, mark its batch processing, read the history,
-and finish the turn (reply + statuses + usage) in one commit.
+Every per-message query of the hot path lives here. They are prepared Core statements with bound
+parameters (compiled once, no ORM unit of work), so a message costs a handful of short
+transactions: insert it, mark its batch processing, read the history, finish the turn (reply,
+statuses and usage in one commit), and record the delivery.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import InboundMessage, LLMCallRecord, MessageKind, utcnow
 from bruce_bot.storage.models import LLMCallRow, MessageRow, SessionRow
@@ -33,6 +34,9 @@ class StoredMessage:
     extra: dict[str, Any] | None = None
 
 
+ANSWERS = "answers"  # key of a reply's `extra`: the ids of the user messages it answers
+
+
 def usage_row(session_id: int | None, record: LLMCallRecord, at: datetime) -> dict[str, Any]:
     return {
         "session_id": session_id,
@@ -48,16 +52,56 @@ def usage_row(session_id: int | None, record: LLMCallRecord, at: datetime) -> di
     }
 
 
+_messages = MessageRow.__table__
+_sessions = SessionRow.__table__
 _COLUMNS = (
-    MessageRow.id,
-    MessageRow.session_id,
-    MessageRow.role,
-    MessageRow.kind,
-    MessageRow.content,
-    MessageRow.author,
-    MessageRow.status,
-    MessageRow.created_at,
-    MessageRow.extra,
+    _messages.c.id,
+    _messages.c.session_id,
+    _messages.c.role,
+    _messages.c.kind,
+    _messages.c.content,
+    _messages.c.author,
+    _messages.c.status,
+    _messages.c.created_at,
+    _messages.c.extra,
+)
+INSERT_MESSAGE = _messages.insert()
+INSERT_LLM_CALLS = LLMCallRow.__table__.insert()
+SET_STATUS = (
+    _messages.update()
+    .where(_messages.c.id.in_(bindparam("ids", expanding=True)))
+    .values(status=bindparam("new_status"))
+)
+TOUCH_SESSION = (
+    _sessions.update()
+    .where(_sessions.c.id == bindparam("sid"))
+    .values(last_message_at=bindparam("at"))
+)
+HISTORY = (
+    select(*_COLUMNS)
+    .where(
+        _messages.c.session_id == bindparam("sid"),
+        _messages.c.id > bindparam("after"),
+        _messages.c.kind != "notice",
+    )
+    .order_by(_messages.c.id.desc())
+    .limit(bindparam("limit"))
+)
+RECENT = (
+    select(*_COLUMNS)
+    .where(_messages.c.session_id == bindparam("sid"), _messages.c.id > bindparam("after"))
+    .order_by(_messages.c.id)
+    .limit(bindparam("limit"))
+)
+UNFINISHED_INBOUND = (
+    select(*_COLUMNS)
+    .where(_messages.c.role == "user", _messages.c.status.in_(("pending", "processing")))
+    .order_by(_messages.c.id)
+)
+UNDELIVERED = (
+    select(*_COLUMNS)
+    .where(_messages.c.role == "assistant", _messages.c.status == "pending")
+    .order_by(_messages.c.id)
 )
 
 
@@ -66,8 +110,8 @@ def _stored(row: Any) -> StoredMessage:
 
 
 class MessageStore:
-    def __init__(self, sessions: async_sessionmaker) -> None:
-        self._sessions = sessions
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
 
     async def add_inbound(self, session_id: int, message: InboundMessage, text: str) -> int | None:
         """Persist a user message as `pending`; None when its platform id was already stored."""
@@ -83,48 +127,37 @@ class MessageStore:
             "extra": message.metadata or None,
             "created_at": message.received_at,
         }
-        async with self._sessions() as db:
-            try:
-                result = await db.execute(insert(MessageRow).values(**values))
-                await db.commit()
-            except IntegrityError:
-                await db.rollback()
-                return None
+        try:
+            async with self._engine.begin() as connection:
+                result = await connection.execute(INSERT_MESSAGE, values)
+        except IntegrityError:
+            return None
         return int(result.inserted_primary_key[0])
 
     async def set_status(self, message_ids: Sequence[int], status: str) -> None:
         if not message_ids:
             return
-        async with self._sessions() as db:
-            await db.execute(
-                update(MessageRow).where(MessageRow.id.in_(message_ids)).values(status=status)
-            )
-            await db.commit()
+        async with self._engine.begin() as connection:
+            await connection.execute(SET_STATUS, {"ids": list(message_ids), "new_status": status})
+
+    async def _select(
+        self, statement: Any, params: dict[str, Any] | None = None
+    ) -> list[StoredMessage]:
+        async with self._engine.connect() as connection:
+            result = await connection.execute(statement, params or {})
+            return [_stored(row) for row in result]
 
     async def unfinished_inbound(self) -> list[StoredMessage]:
         """User messages a previous run accepted but never finished, oldest first."""
-        query = (
-            select(*_COLUMNS)
-            .where(MessageRow.role == "user", MessageRow.status.in_(("pending", "processing")))
-            .order_by(MessageRow.id)
-        )
-        async with self._sessions() as db:
-            return [_stored(row) for row in await db.execute(query)]
+        return await self._select(UNFINISHED_INBOUND)
+
+    async def undelivered(self) -> list[StoredMessage]:
+        """Replies stored but never confirmed delivered (a crash between store and send)."""
+        return await self._select(UNDELIVERED)
 
     async def history(self, session_id: int, after_id: int, limit: int) -> list[StoredMessage]:
         """The newest `limit` messages after `after_id`, oldest first (notices excluded)."""
-        query = (
-            select(*_COLUMNS)
-            .where(
-                MessageRow.session_id == session_id,
-                MessageRow.id > after_id,
-                MessageRow.kind != "notice",
-            )
-            .order_by(MessageRow.id.desc())
-            .limit(limit)
-        )
-        async with self._sessions() as db:
-            rows = [_stored(row) for row in await db.execute(query)]
+        rows = await self._select(HISTORY, {"sid": session_id, "after": after_id, "limit": limit})
         rows.reverse()
         return rows
 
@@ -132,14 +165,7 @@ class MessageStore:
         self, session_id: int, after_id: int = 0, limit: int = 200
     ) -> list[StoredMessage]:
         """Messages of a session for display (notices included), oldest first."""
-        query = (
-            select(*_COLUMNS)
-            .where(MessageRow.session_id == session_id, MessageRow.id > after_id)
-            .order_by(MessageRow.id)
-            .limit(limit)
-        )
-        async with self._sessions() as db:
-            return [_stored(row) for row in await db.execute(query)]
+        return await self._select(RECENT, {"sid": session_id, "after": after_id, "limit": limit})
 
     async def finish_turn(
         self,
@@ -150,61 +176,47 @@ class MessageStore:
         reply_kind: MessageKind,
         usage: Sequence[LLMCallRecord] = (),
     ) -> tuple[int, datetime]:
-        """Store the reply, settle the inbound messages and record usage, in one commit."""
+        """Store the reply, settle the inbound messages and record usage, in one commit.
+
+        The reply remembers the messages it answers (`extra["answers"]`): messages that arrived
+        during the turn have lower ids than the reply, yet come after it in the conversation.
+        """
         now = utcnow()
-        async with self._sessions() as db:
-            result = await db.execute(
-                insert(MessageRow).values(
-                    session_id=session_id,
-                    role="assistant",
-                    kind=reply_kind,
-                    content=reply,
-                    status="pending",
-                    created_at=now,
-                )
-            )
+        reply_row = {
+            "session_id": session_id,
+            "role": "assistant",
+            "kind": reply_kind,
+            "content": reply,
+            "status": "pending",
+            "extra": {ANSWERS: list(inbound_ids)} if inbound_ids else None,
+            "created_at": now,
+        }
+        async with self._engine.begin() as connection:
+            result = await connection.execute(INSERT_MESSAGE, reply_row)
             if inbound_ids:
-                await db.execute(
-                    update(MessageRow)
-                    .where(MessageRow.id.in_(inbound_ids))
-                    .values(status=inbound_status)
+                await connection.execute(
+                    SET_STATUS, {"ids": list(inbound_ids), "new_status": inbound_status}
                 )
-            await db.execute(
-                update(SessionRow).where(SessionRow.id == session_id).values(last_message_at=now)
-            )
+            await connection.execute(TOUCH_SESSION, {"sid": session_id, "at": now})
             if usage:
-                await db.execute(
-                    insert(LLMCallRow),
-                    [usage_row(session_id, record, now) for record in usage],
+                await connection.execute(
+                    INSERT_LLM_CALLS, [usage_row(session_id, record, now) for record in usage]
                 )
-            await db.commit()
         return int(result.inserted_primary_key[0]), now
 
     async def add_outbound(
         self, session_id: int, text: str, kind: MessageKind, extra: dict[str, Any] | None = None
     ) -> int:
         """Store a message Bruce sends on its own (reminders): pending until delivered."""
-        async with self._sessions() as db:
-            result = await db.execute(
-                insert(MessageRow).values(
-                    session_id=session_id,
-                    role="assistant",
-                    kind=kind,
-                    content=text,
-                    status="pending",
-                    extra=extra,
-                    created_at=utcnow(),
-                )
-            )
-            await db.commit()
+        row = {
+            "session_id": session_id,
+            "role": "assistant",
+            "kind": kind,
+            "content": text,
+            "status": "pending",
+            "extra": extra,
+            "created_at": utcnow(),
+        }
+        async with self._engine.begin() as connection:
+            result = await connection.execute(INSERT_MESSAGE, row)
         return int(result.inserted_primary_key[0])
-
-    async def undelivered(self) -> list[StoredMessage]:
-        """Replies stored but never confirmed delivered (a crash between store and send)."""
-        query = (
-            select(*_COLUMNS)
-            .where(MessageRow.role == "assistant", MessageRow.status == "pending")
-            .order_by(MessageRow.id)
-        )
-        async with self._sessions() as db:
-            return [_stored(row) for row in await db.execute(query)]

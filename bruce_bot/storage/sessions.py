@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import SessionKey, utcnow
 from bruce_bot.storage.models import SessionRow
@@ -28,21 +28,22 @@ class SessionRecord:
     title: str | None = None
 
 
-def _record(row: SessionRow) -> SessionRecord:
-    return SessionRecord(
-        id=row.id,
-        channel=row.channel,
-        chat_id=row.chat_id,
-        kind=row.kind,
-        last_message_at=row.last_message_at,
-        context_start_message_id=row.context_start_message_id,
-        title=row.title,
-    )
+_table = SessionRow.__table__
+# In the order of SessionRecord's fields.
+_COLUMNS = (
+    _table.c.id,
+    _table.c.channel,
+    _table.c.chat_id,
+    _table.c.kind,
+    _table.c.last_message_at,
+    _table.c.context_start_message_id,
+    _table.c.title,
+)
 
 
 class SessionStore:
-    def __init__(self, sessions: async_sessionmaker) -> None:
-        self._sessions = sessions
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
         self._by_key: dict[SessionKey, SessionRecord] = {}
         self._by_id: dict[int, SessionRecord] = {}
 
@@ -55,35 +56,38 @@ class SessionStore:
         cached = self._by_key.get(key)
         if cached is not None:
             return cached
-        query = select(SessionRow).where(
-            SessionRow.channel == key.channel, SessionRow.chat_id == key.chat_id
+        query = select(*_COLUMNS).where(
+            _table.c.channel == key.channel, _table.c.chat_id == key.chat_id
         )
-        async with self._sessions() as db:
-            row = (await db.execute(query)).scalar_one_or_none()
-            if row is None:
-                values = {
-                    "channel": key.channel,
-                    "chat_id": key.chat_id,
-                    "kind": "parent",
-                    "active_skills": [],
-                    "context_start_message_id": 0,
-                    "created_at": utcnow(),
-                }
-                try:
-                    await db.execute(insert(SessionRow).values(**values))
-                    await db.commit()
-                except IntegrityError:  # created concurrently (another process): read it back
-                    await db.rollback()
-                row = (await db.execute(query)).scalar_one()
-            return self._remember(_record(row))
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(query)).first()
+        if row is None:
+            values = {
+                "channel": key.channel,
+                "chat_id": key.chat_id,
+                "kind": "parent",
+                "active_skills": [],
+                "context_start_message_id": 0,
+                "created_at": utcnow(),
+            }
+            try:
+                async with self._engine.begin() as connection:
+                    await connection.execute(_table.insert(), values)
+            except IntegrityError:  # created concurrently: read it back below
+                pass
+            async with self._engine.connect() as connection:
+                row = (await connection.execute(query)).one()
+        return self._remember(SessionRecord(*row))
 
     async def get(self, session_id: int) -> SessionRecord | None:
         cached = self._by_id.get(session_id)
         if cached is not None:
             return cached
-        async with self._sessions() as db:
-            row = await db.get(SessionRow, session_id)
-        return self._remember(_record(row)) if row is not None else None
+        async with self._engine.connect() as connection:
+            row = (
+                await connection.execute(select(*_COLUMNS).where(_table.c.id == session_id))
+            ).first()
+        return self._remember(SessionRecord(*row)) if row is not None else None
 
     def touch(self, session_id: int, at: datetime) -> None:
         """Record in the cache that the session had a message at `at` (persisted by the turn)."""
@@ -92,13 +96,12 @@ class SessionStore:
             record.last_message_at = at
 
     async def set_context_start(self, session_id: int, message_id: int) -> None:
-        async with self._sessions() as db:
-            await db.execute(
-                update(SessionRow)
-                .where(SessionRow.id == session_id)
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                update(_table)
+                .where(_table.c.id == session_id)
                 .values(context_start_message_id=message_id)
             )
-            await db.commit()
         record = self._by_id.get(session_id)
         if record is not None:
             record.context_start_message_id = message_id
@@ -106,9 +109,9 @@ class SessionStore:
     async def list_recent(self, limit: int = 100) -> list[SessionRecord]:
         """Sessions with the most recent activity first (for the dashboard and the API)."""
         query = (
-            select(SessionRow)
-            .order_by(SessionRow.last_message_at.desc().nulls_last(), SessionRow.id.desc())
+            select(*_COLUMNS)
+            .order_by(_table.c.last_message_at.desc().nulls_last(), _table.c.id.desc())
             .limit(limit)
         )
-        async with self._sessions() as db:
-            return [_record(row) for row in (await db.execute(query)).scalars()]
+        async with self._engine.connect() as connection:
+            return [SessionRecord(*row) for row in await connection.execute(query)]

@@ -23,12 +23,12 @@ class Stores:
 
     @classmethod
     def open(cls, database: Database) -> Stores:
-        factory = database.sessions
+        engine = database.engine
         return cls(
             database=database,
-            sessions=SessionStore(factory),
-            messages=MessageStore(factory),
-            audit=AuditStore(factory),
-            summaries=SummaryStore(factory),
-            settings=SettingsStore(factory),
+            sessions=SessionStore(engine),
+            messages=MessageStore(engine),
+            audit=AuditStore(engine),
+            summaries=SummaryStore(engine),
+            settings=SettingsStore(engine),
         )

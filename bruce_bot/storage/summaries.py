@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import insert, select
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.models import SessionSummaryRow
@@ -22,8 +22,8 @@ class Summary:
 
 
 class SummaryStore:
-    def __init__(self, sessions: async_sessionmaker) -> None:
-        self._sessions = sessions
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
         self._latest: dict[int, Summary | None] = {}
 
     async def latest(self, session_id: int) -> Summary | None:
@@ -35,23 +35,21 @@ class SummaryStore:
             .order_by(SessionSummaryRow.id.desc())
             .limit(1)
         )
-        async with self._sessions() as db:
-            row = (await db.execute(query)).first()
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(query)).first()
         summary = Summary(row[0], row[1]) if row else None
         self._latest[session_id] = summary
         return summary
 
     async def save(self, session_id: int, content: str, covers_until_message_id: int) -> Summary:
-        async with self._sessions() as db:
-            await db.execute(
-                insert(SessionSummaryRow).values(
-                    session_id=session_id,
-                    content=content,
-                    covers_until_message_id=covers_until_message_id,
-                    created_at=utcnow(),
-                )
-            )
-            await db.commit()
+        row = {
+            "session_id": session_id,
+            "content": content,
+            "covers_until_message_id": covers_until_message_id,
+            "created_at": utcnow(),
+        }
+        async with self._engine.begin() as connection:
+            await connection.execute(SessionSummaryRow.__table__.insert(), row)
         summary = Summary(content, covers_until_message_id)
         self._latest[session_id] = summary
         return summary

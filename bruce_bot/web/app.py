@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -27,6 +28,8 @@ from bruce_bot.web.auth import COOKIE_NAME, cookie_value, is_authorised, token_m
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 1_000_000
+MAX_LOGIN_BYTES = 4096
+MAX_MESSAGE_ID = 2**63 - 1
 MAX_WAIT_SECONDS = 30.0
 DEFAULT_CHAT_ID = "dashboard"
 OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/")
@@ -68,9 +71,11 @@ async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         return _error(413, f"request body too large; the limit is {MAX_BODY_BYTES} bytes")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        return _error(413, f"request body too large; the limit is {MAX_BODY_BYTES} bytes")
+    body = b""
+    async for chunk in request.stream():  # counted as it arrives: a chunked body has no length
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            return _error(413, f"request body too large; the limit is {MAX_BODY_BYTES} bytes")
     try:
         data = json.loads(body or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -78,6 +83,26 @@ async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
     if not isinstance(data, dict):
         return _error(400, 'body must be a JSON object, e.g. {"text": "hello"}')
     return data
+
+
+async def _login_token(request: Request) -> str:
+    """The `token` field of the login form (urlencoded, as a browser posts it); "" if absent.
+
+    Parsed here rather than with `request.form()`, which needs the python-multipart package.
+    """
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_LOGIN_BYTES:
+        return ""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_LOGIN_BYTES:
+            return ""
+    try:
+        fields = parse_qs(body.decode("utf-8", errors="replace"), max_num_fields=20)
+    except ValueError:  # too many fields
+        return ""
+    return fields.get("token", [""])[0]
 
 
 def create_app(context: WebContext) -> Starlette:
@@ -95,8 +120,7 @@ def create_app(context: WebContext) -> Starlette:
         return FileResponse(STATIC_DIR / "login.html", media_type="text/html")
 
     async def login(request: Request) -> Response:
-        form = await request.form()
-        candidate = str(form.get("token", ""))
+        candidate = await _login_token(request)
         if not token_matches(candidate, token):
             return RedirectResponse("/login?error=1", status_code=303)
         target = str(request.query_params.get("next", "/chat"))
@@ -157,14 +181,17 @@ def create_app(context: WebContext) -> Starlette:
         try:
             after = int(request.query_params.get("after", "0"))
             wait = min(float(request.query_params.get("wait", "0")), MAX_WAIT_SECONDS)
+            if not 0 <= after <= MAX_MESSAGE_ID:  # beyond SQL's 64-bit integers
+                raise ValueError(after)
         except ValueError:
             return _error(
                 400, "'after' must be an integer message id and 'wait' a number of seconds"
             )
+        version = channel.version(chat_id)  # read first: a reply stored meanwhile is not missed
         session = await stores.sessions.get_or_create(SessionKey(WEB_CHANNEL, chat_id))
         rows = await stores.messages.recent(session.id, after)
         if not rows and wait > 0:
-            await channel.wait_for_change(chat_id, wait)
+            await channel.wait_for_change(chat_id, wait, since=version)
             rows = await stores.messages.recent(session.id, after)
         return JSONResponse(
             {

@@ -22,11 +22,12 @@ def is_authorised(request: Request, token: str) -> bool:
     if not token:
         return True
     header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer ") and hmac.compare_digest(header[7:].strip(), token):
+    if header.lower().startswith("bearer ") and token_matches(header[7:].strip(), token):
         return True
     cookie = request.cookies.get(COOKIE_NAME, "")
-    return bool(cookie) and hmac.compare_digest(cookie, cookie_value(token))
+    return bool(cookie) and token_matches(cookie, cookie_value(token))
 
 
 def token_matches(candidate: str, token: str) -> bool:
+    # Compare bytes: compare_digest refuses non-ASCII str, and a header may hold anything.
     return bool(token) and hmac.compare_digest(candidate.encode(), token.encode())

@@ -1,1 +1,1 @@
-"""Local fakes that speak the real wire protocols of the services Bruce talks to (see TESTING.md)."""
+"""Local fakes that speak the wire protocols of the services Bruce talks to (TESTING.md)."""

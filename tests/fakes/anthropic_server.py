@@ -19,7 +19,9 @@ A responder returns an `AnthropicReply` or a string (a text answer); it may be a
 request body is kept in `server.requests` (headers in `server.request_headers`); wait for them with
 `await server.wait_for_requests(n)`. Like the real API, the fake refuses (400) requests that break
 its rules (empty text blocks, `tool_use` without a matching `tool_result` next, `tool_result` not
-first, more than 4 `cache_control` blocks...); pass `validate=False` to switch that off. It also
+first, more than 4 `cache_control` blocks, tool blocks without `tools`...); pass `validate=False`
+to switch that off. With `tool_choice: {"type": "none"}` scripted tool calls are dropped (the
+model answers in text, `NO_TOOLS_TEXT` if the reply had none). It also
 simulates prompt caching: a prefix up to a `cache_control` breakpoint that an earlier request
 wrote is reported as `cache_read_input_tokens` (4 characters a token, no minimum length).
 """
@@ -61,6 +63,8 @@ ERROR_MESSAGES: dict[int, str] = {
     500: "Internal server error",
     529: "Overloaded",
 }
+# The answer when a reply scripted with tool calls only meets `tool_choice: none`.
+NO_TOOLS_TEXT = "(fake) Tools are switched off, so here is my answer in words."
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _MAX_CACHE_BREAKPOINTS = 4
 _CACHE_LOOKBACK_BLOCKS = 20
@@ -146,10 +150,16 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
                 headers["retry-after"] = _seconds(reply.retry_after)
             return HTTPAnswer(answer.status, answer.body, headers)
 
+        tool_calls = reply.tool_calls
+        text = reply.text
+        if _tools_switched_off(body):
+            # With tool_choice none the model cannot call tools: it answers in words.
+            tool_calls = ()
+            text = text or NO_TOOLS_TEXT
         content: list[dict[str, Any]] = []
-        if reply.text:
-            content.append({"type": "text", "text": reply.text})
-        for call in reply.tool_calls:
+        if text:
+            content.append({"type": "text", "text": text})
+        for call in tool_calls:
             name, arguments = call[0], call[1]
             call_id = call[2] if len(call) > 2 else f"toolu_fake{next(self._ids):04d}"
             content.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
@@ -162,7 +172,7 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
             "role": "assistant",
             "model": reply.model or body.get("model", ""),
             "content": content,
-            "stop_reason": reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn"),
+            "stop_reason": reply.stop_reason or ("tool_use" if tool_calls else "end_turn"),
             "stop_sequence": None,
             "usage": usage,
         }
@@ -225,6 +235,15 @@ def _problem_with(body: dict[str, Any]) -> str | None:
         return problem
     if (problem := _tools_problem(body.get("tools"))) is not None:
         return problem
+    if (problem := _tool_choice_problem(body)) is not None:
+        return problem
+    if not body.get("tools") and any(
+        isinstance(block, dict) and block.get("type") in ("tool_use", "tool_result")
+        for message in messages
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for block in message["content"]
+    ):
+        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
     pending_ids: list[str] = []  # tool_use ids of the previous assistant turn
     for index, message in enumerate(messages):
         if message.get("role") not in ("user", "assistant"):
@@ -299,10 +318,23 @@ def _tools_problem(tools: Any) -> str | None:
         return "tools: Input should be a valid list"
     for index, tool in enumerate(tools):
         if not isinstance(tool, dict) or not _TOOL_NAME.match(str(tool.get("name", ""))):
-            return f"tools.{index}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+            return (
+                f"tools.{index}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+            )
         schema = tool.get("input_schema")
         if not isinstance(schema, dict) or schema.get("type") != "object":
             return f"tools.{index}.custom.input_schema.type: Input should be 'object'"
+    return None
+
+
+def _tool_choice_problem(body: dict[str, Any]) -> str | None:
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
+        return "tool_choice: Input tag does not match any of 'auto', 'any', 'tool', 'none'"
+    if not body.get("tools"):
+        return "tool_choice may only be specified while providing tools."
     return None
 
 
@@ -317,8 +349,10 @@ def _blocks_problem(where: str, content: list[Any]) -> str | None:
             if not str(block["text"]).strip():
                 return "messages: text content blocks must contain non-whitespace text"
         elif kind == "tool_use":
-            if not block.get("id") or not block.get("name") or not isinstance(
-                block.get("input"), dict
+            if (
+                not block.get("id")
+                or not block.get("name")
+                or not isinstance(block.get("input"), dict)
             ):
                 return f"{where}.content.{index}.tool_use: id, name and input are required"
         elif kind == "tool_result":
@@ -364,6 +398,11 @@ def _prefix_digests(segments: list[Any]) -> list[str]:
         running.update(json.dumps(segment, sort_keys=True).encode())
         digests.append(running.hexdigest())
     return digests
+
+
+def _tools_switched_off(body: dict[str, Any]) -> bool:
+    choice = body.get("tool_choice")
+    return isinstance(choice, dict) and choice.get("type") == "none"
 
 
 def _seconds(value: float) -> str:

@@ -20,8 +20,10 @@ nothing was scripted::
 A responder returns an `OpenAIReply` or a string (a text answer); it may be async. Every request
 body is kept in `server.requests` (headers in `server.request_headers`); wait for them with
 `await server.wait_for_requests(n)`. Like the real API, the fake refuses (400) an empty `tools`
-list, `tool` messages that answer no preceding `tool_calls`, and assistant `tool_calls` left
-unanswered; pass `validate=False` to switch that off.
+list, `tool_choice` without tools, `tool` messages that answer no preceding `tool_calls`, and
+assistant `tool_calls` left unanswered; pass `validate=False` to switch that off. With
+`tool_choice: "none"` scripted tool calls are dropped (the model answers in text, `NO_TOOLS_TEXT`
+if the reply had none).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ from tests.fakes.scripted_server import (
 
 # (name, arguments) or (name, arguments, id); arguments as a dict, or a string sent verbatim.
 ScriptedToolCall = tuple[str, Mapping[str, Any] | str] | tuple[str, Mapping[str, Any] | str, str]
+
+# The answer when a reply scripted with tool calls only meets `tool_choice: "none"`.
+NO_TOOLS_TEXT = "(fake) Tools are switched off, so here is my answer in words."
 
 # status → (type, code, message), as OpenAI words them
 ERRORS: dict[int, tuple[str, str | None, str]] = {
@@ -152,8 +157,14 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
                 headers["retry-after"] = _seconds(reply.retry_after)
             return HTTPAnswer(answer.status, answer.body, headers)
 
+        scripted_calls = reply.tool_calls
+        text = reply.text
+        if body.get("tool_choice") == "none":
+            # With tool_choice "none" the model cannot call tools: it answers in words.
+            scripted_calls = ()
+            text = text or NO_TOOLS_TEXT
         tool_calls = []
-        for call in reply.tool_calls:
+        for call in scripted_calls:
             name, arguments = call[0], call[1]
             call_id = call[2] if len(call) > 2 else f"call_fake{next(self._ids):04d}"
             if not isinstance(arguments, str):
@@ -167,13 +178,13 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
             )
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": reply.text if reply.text is not None or tool_calls else "",
+            "content": text if text is not None or tool_calls else "",
             "refusal": None,
         }
         if tool_calls:
             message["tool_calls"] = tool_calls
         prompt_tokens = estimate_tokens([body.get("messages"), body.get("tools")])
-        completion_tokens = estimate_tokens([reply.text or "", tool_calls])
+        completion_tokens = estimate_tokens([text or "", tool_calls])
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -233,6 +244,11 @@ def _problem_with(body: dict[str, Any]) -> str | None:
         return "[] is too short - 'messages'"
     if "tools" in body and not body["tools"]:
         return "[] is too short - 'tools'"
+    if "tool_choice" in body and not body.get("tools"):
+        return (
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+            "specified."
+        )
     unanswered: list[str] = []  # tool_call ids of the last assistant message not yet answered
     for index, message in enumerate(messages):
         role = message.get("role")
@@ -259,7 +275,9 @@ def _problem_with(body: dict[str, Any]) -> str | None:
         if role == "assistant":
             calls = message.get("tool_calls") or []
             if message.get("content") is None and not calls:
-                return f"Invalid value for 'messages[{index}].content': expected a string, got null."
+                return (
+                    f"Invalid value for 'messages[{index}].content': expected a string, got null."
+                )
             for call in calls:
                 function = call.get("function") or {}
                 if call.get("type") != "function" or not call.get("id"):

@@ -105,9 +105,9 @@ class ScriptedJSONServer(Generic[ReplyT]):
         """Scripted replies not used yet (a test can assert all were consumed)."""
         return len(self._queue)
 
-    async def wait_for_requests(self, count: int, timeout: float = 5.0) -> None:
-        """Return once `count` requests have arrived; TimeoutError after `timeout` seconds."""
-        async with asyncio.timeout(timeout), self._received:
+    async def wait_for_requests(self, count: int, within_seconds: float = 5.0) -> None:
+        """Return once `count` requests have arrived; TimeoutError after `within_seconds`."""
+        async with asyncio.timeout(within_seconds), self._received:
             await self._received.wait_for(lambda: len(self.requests) >= count)
 
     # ---- subclass hooks ----------------------------------------------------------------------

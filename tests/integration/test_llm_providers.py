@@ -265,10 +265,7 @@ async def test_anthropic_merges_consecutive_turns_and_caches_the_last_block(
         "cache_control": {"type": "ephemeral"},
     }
     cached = [
-        block
-        for message in messages
-        for block in message["content"]
-        if "cache_control" in block
+        block for message in messages for block in message["content"] if "cache_control" in block
     ]
     assert len(cached) == 1
 
@@ -309,6 +306,30 @@ async def test_anthropic_sends_tools_only_when_there_are_some(
         }
     ]
     assert "tools" not in anthropic_server.requests[1]
+
+
+async def test_anthropic_forced_text_keeps_the_tools_but_switches_tool_use_off(
+    claude: AnthropicLLM, anthropic_server: FakeAnthropicServer
+) -> None:
+    anthropic_server.script("Here is what I found.")
+    anthropic_server.script("Plain answer.")
+    call = ToolCall(id="toolu_7", name="web_search", arguments={"query": "q"})
+    history = [
+        *HELLO,
+        ChatMessage(role="assistant", tool_calls=(call,)),
+        ChatMessage(role="user", tool_results=(ToolResult("toolu_7", "web_search", "found"),)),
+    ]
+
+    # The fake, like the API, refuses tool_use/tool_result history without declared tools.
+    response = await claude.complete(SYSTEM, history, [WEB_SEARCH], force_text=True)
+    await claude.complete(SYSTEM, HELLO, [], force_text=True)
+
+    assert response.text == "Here is what I found."
+    forced, no_tools = anthropic_server.requests
+    assert forced["tool_choice"] == {"type": "none"}
+    assert [tool["name"] for tool in forced["tools"]] == ["web_search"]
+    assert "tool_choice" not in no_tools
+    assert "tools" not in no_tools
 
 
 async def test_anthropic_cache_breakpoints_let_the_next_loop_call_reuse_the_prefix(
@@ -587,6 +608,23 @@ async def test_openai_empty_and_non_object_arguments(
     assert no_arguments.arguments == {}
     assert a_list.arguments is None
     assert a_list.raw_arguments == "[1, 2]"
+
+
+async def test_openai_forced_text_keeps_the_tools_but_switches_tool_use_off(
+    gpt: OpenAICompatibleLLM, openai_server: FakeOpenAIServer
+) -> None:
+    openai_server.script("Plain answer.")
+    openai_server.script("No tools at all.")
+
+    response = await gpt.complete(SYSTEM, HELLO, [WEB_SEARCH], force_text=True)
+    await gpt.complete(SYSTEM, HELLO, [], force_text=True)
+
+    assert response.text == "Plain answer."
+    forced, no_tools = openai_server.requests
+    assert forced["tool_choice"] == "none"
+    assert forced["tools"][0]["function"]["name"] == "web_search"
+    assert "tool_choice" not in no_tools
+    assert "tools" not in no_tools
 
 
 async def test_openai_platform_gets_max_completion_tokens() -> None:

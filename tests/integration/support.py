@@ -1,0 +1,192 @@
+"""Helpers shared by the end-to-end tests of the message path: small test tools, reading the
+SQLite file Bruce writes, and picking apart the request bodies the fake LLM servers received."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from bruce_bot.config import Config
+from bruce_bot.tools.registry import Tool, ToolContext
+from tests.conftest import make_config
+
+REPLY_TIMEOUT = 10.0
+
+
+# ---- configs -------------------------------------------------------------------------------
+
+
+def config_for(tmp_path: Path, llm_url: str | None, **overrides: Any) -> Config:
+    """`make_config` without the web server (these tests talk through the console channel)."""
+    return make_config(tmp_path, llm_url=llm_url, **{"web": {"enabled": False}, **overrides})
+
+
+async def next_reply(replies: asyncio.Queue[str], timeout: float = REPLY_TIMEOUT) -> str:
+    """The next text a channel delivered to the user (fails at the deadline)."""
+    return await asyncio.wait_for(replies.get(), timeout)
+
+
+# ---- the database file ---------------------------------------------------------------------
+
+
+def db_rows(data_dir: Path, sql: str, *params: Any) -> list[sqlite3.Row]:
+    """Rows of a query on the SQLite file Bruce writes in `data_dir` (read-only, synchronous)."""
+    connection = sqlite3.connect(f"file:{data_dir / 'bruce.db'}?mode=ro", uri=True, timeout=10)
+    connection.row_factory = sqlite3.Row
+    try:
+        return connection.execute(sql, params).fetchall()
+    finally:
+        connection.close()
+
+
+def messages_of(data_dir: Path, role: str | None = None) -> list[sqlite3.Row]:
+    sql = "SELECT * FROM messages"
+    if role is not None:
+        return db_rows(data_dir, sql + " WHERE role = ? ORDER BY id", role)
+    return db_rows(data_dir, sql + " ORDER BY id")
+
+
+# ---- request bodies (Anthropic's wire format) -----------------------------------------------
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content or [])
+
+
+def block_text(block: dict[str, Any]) -> str:
+    """The text of a text block, or of a tool_result's content (string or text blocks)."""
+    if block.get("type") == "text":
+        return str(block.get("text", ""))
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def user_texts(body: dict[str, Any]) -> list[str]:
+    """Every text block of every user turn of a request, in order."""
+    return [
+        block_text(block)
+        for message in body.get("messages", [])
+        if message.get("role") == "user"
+        for block in _blocks(message)
+        if block.get("type") == "text"
+    ]
+
+
+def all_text(body: dict[str, Any]) -> str:
+    """Everything the model was shown in the conversation (not the system prompt), joined."""
+    return "\n".join(
+        block_text(block)
+        for message in body.get("messages", [])
+        for block in _blocks(message)
+        if block.get("type") in ("text", "tool_result")
+    )
+
+
+def last_tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool_result blocks of the last user turn."""
+    last = body["messages"][-1]
+    assert last["role"] == "user", last
+    return [block for block in _blocks(last) if block.get("type") == "tool_result"]
+
+
+def tool_uses(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every tool_use block the assistant turns of a request carry, in order."""
+    return [
+        block
+        for message in body.get("messages", [])
+        if message.get("role") == "assistant"
+        for block in _blocks(message)
+        if block.get("type") == "tool_use"
+    ]
+
+
+def system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    system = body.get("system")
+    if isinstance(system, str):
+        return [{"type": "text", "text": system}]
+    return list(system or [])
+
+
+def system_text(body: dict[str, Any]) -> str:
+    return "\n\n".join(block.get("text", "") for block in system_blocks(body))
+
+
+# ---- test tools ----------------------------------------------------------------------------
+
+
+class AddTool(Tool):
+    name = "add"
+    description = "Add two numbers and return the sum."
+    parameters = {  # noqa: RUF012
+        "type": "object",
+        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        self.calls.append(arguments)
+        total = arguments["a"] + arguments["b"]
+        return str(int(total) if float(total).is_integer() else total)
+
+
+class PriceTool(Tool):
+    name = "price_of"
+    description = "Look up the price of an item, in euros."
+    parameters = {  # noqa: RUF012
+        "type": "object",
+        "properties": {"item": {"type": "string"}},
+        "required": ["item"],
+    }
+    PRICES: dict[str, int] = {"apple": 42, "pear": 17}  # noqa: RUF012
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        return str(self.PRICES[arguments["item"]])
+
+
+class BoomTool(Tool):
+    name = "boom"
+    description = "A tool with a bug: it always raises."
+    parameters = {"type": "object", "properties": {}}  # noqa: RUF012
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        raise RuntimeError("the flux capacitor is on fire")
+
+
+class RendezvousTool(Tool):
+    """Two calls (`who` = "a" and "b") that can only both succeed when they run at the same time:
+    each announces itself, then waits for the other. Run one after the other, the first gives up
+    after `patience` seconds and answers "alone"."""
+
+    name = "rendezvous"
+    description = "Meet the other caller."
+    parameters = {  # noqa: RUF012
+        "type": "object",
+        "properties": {"who": {"enum": ["a", "b"]}},
+        "required": ["who"],
+    }
+    timeout_seconds = 10.0
+
+    def __init__(self, patience: float = 3.0) -> None:
+        self.patience = patience
+        self.arrived = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        me = arguments["who"]
+        other = "b" if me == "a" else "a"
+        self.arrived[me].set()
+        try:
+            await asyncio.wait_for(self.arrived[other].wait(), self.patience)
+        except TimeoutError:
+            return f"{me}: alone"
+        return f"{me}: met {other}"

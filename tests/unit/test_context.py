@@ -1,0 +1,97 @@
+"""The effective system prompt: four layers in a cache-friendly order, with a correct clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from bruce_bot.agent.context import build_system_prompt, humanize_gap, temporal_context, to_chat_messages
+from bruce_bot.storage.messages import StoredMessage
+
+NOW = datetime(2026, 9, 27, 22, 15, 0, tzinfo=UTC)  # Sunday 19:15 in São Paulo
+SAO_PAULO = ZoneInfo("America/Sao_Paulo")
+
+
+def test_temporal_context_gives_local_time_zone_offset_and_idle_gap() -> None:
+    text = temporal_context(NOW, SAO_PAULO, NOW - timedelta(hours=4, minutes=20))
+    assert "Current date and time: Sunday, 2026-09-27 19:15:00 -0300" in text
+    assert "Timezone: America/Sao_Paulo (UTC-03:00)" in text
+    assert "Idle gap: 4 hours since last message" in text
+    assert text.startswith("<temporal_context>") and text.endswith("</temporal_context>")
+
+
+def test_temporal_context_first_message_has_no_gap() -> None:
+    assert "first message of the conversation" in temporal_context(NOW, SAO_PAULO, None)
+
+
+def test_temporal_context_follows_daylight_saving() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    summer = temporal_context(datetime(2026, 7, 1, 12, tzinfo=UTC), berlin, None)
+    winter = temporal_context(datetime(2026, 12, 1, 12, tzinfo=UTC), berlin, None)
+    assert "14:00:00 +0200" in summer and "Wednesday" in summer
+    assert "13:00:00 +0100" in winter and "Tuesday" in winter
+
+
+def test_idle_gap_is_humanised() -> None:
+    assert humanize_gap(timedelta(seconds=20)) == "less than a minute"
+    assert humanize_gap(timedelta(minutes=1)) == "1 minute"
+    assert humanize_gap(timedelta(minutes=59)) == "59 minutes"
+    assert humanize_gap(timedelta(hours=1, minutes=59)) == "1 hour"
+    assert humanize_gap(timedelta(days=3, hours=5)) == "3 days"
+
+
+def _prompt(summary: str | None, tools: list[str]):
+    return build_system_prompt(
+        base_prompt="You are Bruce.",
+        summary=summary,
+        tool_names=tools,
+        now=NOW,
+        zone=SAO_PAULO,
+        last_message_at=None,
+    )
+
+
+def test_layers_come_in_order_with_the_temporal_layer_last() -> None:
+    prompt = _prompt("User likes short answers.", ["artifact_save", "proactive_create"])
+    text = prompt.text
+    positions = [
+        text.index("You are Bruce."),
+        text.index("<conversation_context>"),
+        text.index("<tool_execution_guidelines>"),
+        text.index("<temporal_context>"),
+    ]
+    assert positions == sorted(positions)
+    # Only the temporal layer is volatile: the rest is one cacheable prefix.
+    assert len(prompt.volatile) == 1 and prompt.volatile[0].startswith("<temporal_context>")
+    assert all("<temporal_context>" not in layer for layer in prompt.stable)
+
+
+def test_without_a_summary_there_is_no_conversation_layer() -> None:
+    assert "<conversation_context>" not in _prompt(None, []).text
+
+
+def test_guidelines_mention_only_enabled_tools() -> None:
+    with_artifacts = _prompt(None, ["artifact_save", "web_search"]).text
+    assert "artifact_save" in with_artifacts
+    assert "proactive_create" not in with_artifacts
+    no_tools = _prompt(None, []).text
+    assert "artifact_save" not in no_tools and "proactive_create" not in no_tools
+    assert "never claim" in no_tools
+
+
+def _row(id_: int, role: str, content: str, **extra) -> StoredMessage:
+    return StoredMessage(id_, 1, role, extra.pop("kind", "chat"), content, extra.pop("author", None),
+                         "done", NOW, extra or None)
+
+
+def test_history_names_group_speakers_and_marks_scheduled_tasks() -> None:
+    messages = to_chat_messages([
+        _row(1, "user", "hi all", author="Alice", group=True),
+        _row(2, "assistant", "hello Alice"),
+        _row(3, "user", "send me the news", kind="task"),
+        _row(4, "user", "private hello", author="Bob"),
+    ])
+    assert messages[0].text == "Alice: hi all"
+    assert messages[1].role == "assistant" and messages[1].text == "hello Alice"
+    assert messages[2].text.startswith("[Scheduled task") and "send me the news" in messages[2].text
+    assert messages[3].text == "private hello"
