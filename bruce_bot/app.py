@@ -112,6 +112,8 @@ class Bruce:
         if self.web_channel is not None:
             await self._start_web()
         self.ready_seconds = time.perf_counter() - started
+        if isinstance(llm, LazyLLM):
+            llm.preload()  # after ready: the SDK import must not compete with start-up
         log.info(
             "bruce_ready",
             seconds=round(self.ready_seconds, 3),
@@ -124,9 +126,7 @@ class Bruce:
 
     def _lazy_llm(self) -> LLMService:
         config = self.config.llm
-        lazy = LazyLLM(lambda: create_llm(config), config.model)
-        lazy.preload()
-        return lazy
+        return LazyLLM(lambda: create_llm(config), config.model)
 
     async def _start_web(self) -> None:
         import uvicorn

@@ -123,7 +123,6 @@ class Inbox:
                         continue
                     ids = [item.id for item in batch]
                     self._in_flight[session_id] = ids
-                    await self._stores.messages.set_status(ids, "processing")
                     try:
                         await self._process_turn(self._sessions[session_id], batch)
                     except Exception:  # the turn runner handles its own errors; this is a bug

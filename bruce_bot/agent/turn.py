@@ -104,7 +104,9 @@ class TurnRunner:
         after = max(
             session.context_start_message_id, summary.covers_until_message_id if summary else 0
         )
-        stored = await self._stores.messages.history(session.id, after, agent.history_max_messages)
+        stored = await self._stores.messages.start_turn(
+            session.id, [item.id for item in batch], after, agent.history_max_messages
+        )
         history = in_conversation_order(_trim_to_chars(stored, agent.history_max_chars))
         is_task = any(item.kind == "task" for item in batch)
         # A scheduled briefing must not schedule more work: no feedback loops.

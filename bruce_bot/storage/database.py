@@ -19,6 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 log = structlog.get_logger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+# The newest migration's revision id. Kept here so that start-up can see that a SQLite database
+# is current without importing alembic (a test checks it matches migrations/).
+SCHEMA_HEAD = "0001"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
@@ -54,7 +57,16 @@ class Database:
         if sqlite_file is not None:
             sqlite_file.parent.mkdir(parents=True, exist_ok=True)
         self.is_sqlite = make_url(url).get_backend_name() == "sqlite"
-        self.engine: AsyncEngine = create_async_engine(url, pool_pre_ping=not self.is_sqlite)
+        if self.is_sqlite:
+            # SQLite has one writer at a time; several connections only fight over the lock (and
+            # its busy handler sleeps). One connection serialises statements without contention.
+            # Every store either commits or only reads, so the pool's rollback-on-return (one more
+            # round trip to the driver thread per query) is skipped.
+            self.engine: AsyncEngine = create_async_engine(
+                url, pool_size=1, max_overflow=0, pool_reset_on_return=None
+            )
+        else:
+            self.engine = create_async_engine(url, pool_pre_ping=True, pool_size=10)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _on_sqlite_connect)
 
@@ -75,24 +87,29 @@ def _alembic_config(url: str) -> Any:
     return config
 
 
-def _upgrade_blocking(url: str) -> list[str]:
-    from alembic import command
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-    from sqlalchemy import create_engine
+def _sqlite_revision(path: Path) -> str | None:
+    import sqlite3
 
-    config = _alembic_config(url)
-    head = ScriptDirectory.from_config(config).get_current_head()
-    engine = create_engine(sync_url(url)) if not url.startswith("postgresql") else None
-    if engine is not None:
-        # Fast path: skip alembic's machinery entirely when the schema is already current.
-        with engine.connect() as connection:
-            current = MigrationContext.configure(connection).get_current_revision()
-        engine.dispose()
-        if current == head:
-            return []
-    command.upgrade(config, "head")
-    return [head or ""]
+    if not path.exists():
+        return None
+    connection = sqlite3.connect(path)
+    try:
+        row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        connection.close()
+    return row[0] if row else None
+
+
+def _upgrade_blocking(url: str) -> bool:
+    sqlite_file = _sqlite_file(url)
+    if sqlite_file is not None and _sqlite_revision(sqlite_file) == SCHEMA_HEAD:
+        return False  # fast path: current schema, no need to load alembic at all
+    from alembic import command
+
+    command.upgrade(_alembic_config(url), "head")
+    return True
 
 
 async def upgrade_schema(url: str) -> None:
@@ -100,6 +117,5 @@ async def upgrade_schema(url: str) -> None:
     sqlite_file = _sqlite_file(url)
     if sqlite_file is not None:
         sqlite_file.parent.mkdir(parents=True, exist_ok=True)
-    applied = await asyncio.to_thread(_upgrade_blocking, url)
-    if applied:
-        log.info("database_upgraded", head=applied[-1])
+    if await asyncio.to_thread(_upgrade_blocking, url):
+        log.info("database_upgraded", head=SCHEMA_HEAD)

@@ -155,6 +155,17 @@ class MessageStore:
         """Replies stored but never confirmed delivered (a crash between store and send)."""
         return await self._select(UNDELIVERED)
 
+    async def start_turn(
+        self, session_id: int, batch_ids: Sequence[int], after_id: int, limit: int
+    ) -> list[StoredMessage]:
+        """Mark the batch `processing` and read the history it will be answered with, at once."""
+        params = {"sid": session_id, "after": after_id, "limit": limit}
+        async with self._engine.begin() as connection:
+            await connection.execute(SET_STATUS, {"ids": list(batch_ids), "new_status": "processing"})
+            rows = [_stored(row) for row in await connection.execute(HISTORY, params)]
+        rows.reverse()
+        return rows
+
     async def history(self, session_id: int, after_id: int, limit: int) -> list[StoredMessage]:
         """The newest `limit` messages after `after_id`, oldest first (notices excluded)."""
         rows = await self._select(HISTORY, {"sid": session_id, "after": after_id, "limit": limit})

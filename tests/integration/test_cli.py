@@ -289,7 +289,11 @@ async def test_chat_prints_the_reply_of_the_llm_and_exits_on_quit(tmp_path: Path
         assert "Hi! I am the fake Claude." in result.out
         assert fake.requests, "the LLM was never called"
         assert "hello" in str(fake.requests[0]["messages"])
-        assert fake.request_headers[0].get("x-api-key") == "sk-test-cli-key"
+        headers = {name.lower(): value for name, value in fake.request_headers[0].items()}
+        sent_key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix(
+            "Bearer "
+        )
+        assert sent_key == "sk-test-cli-key"
 
 
 async def test_chat_ends_at_end_of_input(tmp_path: Path) -> None:

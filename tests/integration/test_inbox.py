@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.console import ConsoleChannel
-from bruce_bot.domain import InboundMessage
+from bruce_bot.channels.console import CONSOLE_CHANNEL, ConsoleChannel
+from bruce_bot.domain import InboundMessage, OutboundMessage
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
@@ -66,6 +66,27 @@ class RecordingModel:
     def release_all(self) -> None:
         for event in self.holds.values():
             event.set()
+
+
+class ChatsConsole(ConsoleChannel):
+    """The console channel, speaking in several chats: one queue of delivered replies per chat.
+    (Bruce keys channels by name, so two console channels cannot run side by side.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chats: dict[str, asyncio.Queue[str]] = {}
+
+    def replies_in(self, chat_id: str) -> asyncio.Queue[str]:
+        return self.chats.setdefault(chat_id, asyncio.Queue())
+
+    async def say_in(self, chat_id: str, text: str) -> bool:
+        assert self._inbox is not None
+        message = InboundMessage(CONSOLE_CHANNEL, chat_id, text, user_id=chat_id)
+        return (await self._inbox.submit(message)).accepted
+
+    async def send(self, message: OutboundMessage) -> None:
+        await super().send(message)
+        self.replies_in(message.chat_id).put_nowait(message.text)
 
 
 def assert_no_overlap(calls: list[ModelCall]) -> None:
@@ -121,19 +142,20 @@ async def test_messages_sent_during_a_turn_are_answered_together_in_the_next_tur
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: RecordingModel
 ) -> None:
     model.holds["a1"] = asyncio.Event()
-    alice, bob = ConsoleChannel("alice"), ConsoleChannel("bob")
-    async with run(tmp_path, anthropic_fake, alice, bob):
-        assert await alice.say("a1: book a table")
+    console = ChatsConsole()
+    alice, bob = console.replies_in("alice"), console.replies_in("bob")
+    async with run(tmp_path, anthropic_fake, console):
+        assert await console.say_in("alice", "a1: book a table")
         await eventually(lambda: model.calls_with("a1"))
-        assert await alice.say("a2: for four people")
-        assert await alice.say("a3: at eight")
+        assert await console.say_in("alice", "a2: for four people")
+        assert await console.say_in("alice", "a3: at eight")
         # Another chat is answered meanwhile; by then a wrongly started turn for a2 would show.
-        assert await bob.say("b1: hello")
-        assert await next_reply(bob.replies) == "answer to b1: hello"
+        assert await console.say_in("bob", "b1: hello")
+        assert await next_reply(bob) == "answer to b1: hello"
         assert len(model.calls_with("a")) == 1
         model.holds["a1"].set()
-        first = await next_reply(alice.replies)
-        second = await next_reply(alice.replies)
+        first = await next_reply(alice)
+        second = await next_reply(alice)
 
     assert first == "answer to a1: book a table"
     assert second == "answer to a3: at eight"
@@ -152,34 +174,36 @@ async def test_a_slow_session_does_not_keep_another_waiting(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: RecordingModel
 ) -> None:
     model.holds["slow"] = asyncio.Event()
-    slow, fast = ConsoleChannel("slow-chat"), ConsoleChannel("fast-chat")
-    async with run(tmp_path, anthropic_fake, slow, fast):
-        assert await slow.say("slow: write me a novel")
+    console = ChatsConsole()
+    slow, fast = console.replies_in("slow-chat"), console.replies_in("fast-chat")
+    async with run(tmp_path, anthropic_fake, console):
+        assert await console.say_in("slow-chat", "slow: write me a novel")
         await eventually(lambda: model.calls_with("slow"))
-        assert await fast.say("fast: what time is it?")
-        assert await next_reply(fast.replies) == "answer to fast: what time is it?"
+        assert await console.say_in("fast-chat", "fast: what time is it?")
+        assert await next_reply(fast) == "answer to fast: what time is it?"
         (slow_call,) = model.calls_with("slow")
-        assert slow_call.ended is None and slow.replies.empty()  # still thinking
+        assert slow_call.ended is None and slow.empty()  # still thinking
         model.holds["slow"].set()
-        assert await next_reply(slow.replies) == "answer to slow: write me a novel"
+        assert await next_reply(slow) == "answer to slow: write me a novel"
 
 
 async def test_the_global_cap_runs_one_session_at_a_time(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: RecordingModel
 ) -> None:
     model.holds["slow"] = asyncio.Event()
-    slow, fast = ConsoleChannel("slow-chat"), ConsoleChannel("fast-chat")
-    async with run(tmp_path, anthropic_fake, slow, fast, agent={"max_concurrent_sessions": 1}):
-        assert await slow.say("slow: write me a novel")
+    console = ChatsConsole()
+    slow, fast = console.replies_in("slow-chat"), console.replies_in("fast-chat")
+    async with run(tmp_path, anthropic_fake, console, agent={"max_concurrent_sessions": 1}):
+        assert await console.say_in("slow-chat", "slow: write me a novel")
         await anthropic_fake.wait_for_requests(1)
-        assert await fast.say("fast: what time is it?")
+        assert await console.say_in("fast-chat", "fast: what time is it?")
         # Nothing may reach the model for the second session while the first holds the only slot.
         with pytest.raises(TimeoutError):
             await anthropic_fake.wait_for_requests(2, 0.5)
         assert [m["status"] for m in messages_of(tmp_path, "user")] == ["processing", "pending"]
         model.holds["slow"].set()
-        assert await next_reply(slow.replies) == "answer to slow: write me a novel"
-        assert await next_reply(fast.replies) == "answer to fast: what time is it?"
+        assert await next_reply(slow) == "answer to slow: write me a novel"
+        assert await next_reply(fast) == "answer to fast: what time is it?"
 
     assert [c.last_turn for c in model.calls] == [
         ["slow: write me a novel"],
