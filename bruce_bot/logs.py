@@ -19,7 +19,16 @@ import structlog
 SENSITIVE_KEY = re.compile(r"(token|api_key|apikey|secret|password|authorization)", re.IGNORECASE)
 REDACTED = "***"
 # Chatty libraries: their INFO lines repeat request URLs (which may hold tokens) on every poll.
-QUIET_LOGGERS = ("alembic", "httpx", "httpcore", "telegram", "discord", "apscheduler", "aiosqlite", "asyncio")
+QUIET_LOGGERS = (
+    "alembic",
+    "httpx",
+    "httpcore",
+    "telegram",
+    "discord",
+    "apscheduler",
+    "aiosqlite",
+    "asyncio",
+)
 
 
 class SecretScrubber:

@@ -161,7 +161,9 @@ class MessageStore:
         """Mark the batch `processing` and read the history it will be answered with, at once."""
         params = {"sid": session_id, "after": after_id, "limit": limit}
         async with self._engine.begin() as connection:
-            await connection.execute(SET_STATUS, {"ids": list(batch_ids), "new_status": "processing"})
+            await connection.execute(
+                SET_STATUS, {"ids": list(batch_ids), "new_status": "processing"}
+            )
             rows = [_stored(row) for row in await connection.execute(HISTORY, params)]
         rows.reverse()
         return rows
