@@ -22,7 +22,8 @@ from bruce_bot.agent.turn import TurnRunner
 from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
-from bruce_bot.domain import utcnow
+from bruce_bot.domain import OutboundMessage, utcnow
+from bruce_bot.gateway import Gateway
 from bruce_bot.inbox import Inbox
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
@@ -43,6 +44,14 @@ class StartupError(Exception):
 def build_channels(config: Config) -> list[ChannelAdapter]:
     """The enabled platform channels; each SDK is imported only when its channel is enabled."""
     channels: list[ChannelAdapter] = []
+    if config.channels.telegram.enabled:
+        from bruce_bot.channels.telegram import TelegramChannel
+
+        channels.append(TelegramChannel(config.channels.telegram))
+    if config.channels.discord.enabled:
+        from bruce_bot.channels.discord import DiscordChannel
+
+        channels.append(DiscordChannel(config.channels.discord))
     return channels
 
 
@@ -105,10 +114,12 @@ class Bruce:
             max_concurrent_sessions=config.agent.max_concurrent_sessions,
             max_message_chars=config.agent.max_message_chars,
         )
+        gateway = Gateway(inbox, stores)
         await inbox.recover()
         for adapter in adapters:
-            await adapter.start(inbox)
+            await adapter.start(gateway)
             log.info("channel_started", channel=adapter.name)
+        await self._redeliver(outbox)
         if self.web_channel is not None:
             await self._start_web()
         self.ready_seconds = time.perf_counter() - started
@@ -123,6 +134,18 @@ class Bruce:
             llm=config.llm.provider,
             model=config.llm.model,
         )
+
+    async def _redeliver(self, outbox: Outbox) -> None:
+        """Send replies that were stored but not delivered before the last stop or crash."""
+        assert self.stores is not None
+        for row in await self.stores.messages.undelivered():
+            session = await self.stores.sessions.get(row.session_id)
+            if session is None:
+                continue
+            log.info("redelivering", message_id=row.id, channel=session.channel)
+            await outbox.deliver(
+                OutboundMessage(session.channel, session.chat_id, row.content, row.id, row.kind)  # type: ignore[arg-type]
+            )
 
     def _lazy_llm(self) -> LLMService:
         config = self.config.llm

@@ -18,9 +18,11 @@ EXIT_CONFIG = 2
 EXIT_STARTUP = 3
 
 
-def _load(path: str | None) -> Config:
+def _load(path: str | None, quiet: bool = False) -> Config:
     config = load_config(path)
-    configure_logging(config.logging.level, config.logging.json_output, config.secrets())
+    # In the console chat, routine log lines would drown the conversation.
+    level = "warning" if quiet and config.logging.level in ("debug", "info") else config.logging.level
+    configure_logging(level, config.logging.json_output, config.secrets())
     return config
 
 
@@ -46,7 +48,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_chat(args: argparse.Namespace) -> int:
     from bruce_bot.console import run_console
 
-    config = _load(args.config)
+    config = _load(args.config, quiet=True)
     return asyncio.run(run_console(config))
 
 

@@ -75,6 +75,8 @@ class Summarizer:
     async def fold(self, session_id: int, context_start: int) -> bool:
         """Fold everything but the newest messages into the summary; False when nothing to do."""
         previous = await self._summaries.latest(session_id)
+        if previous is not None and previous.covers_until_message_id <= context_start:
+            previous = None  # a summary from before `/new` is not carried into the new context
         after = max(context_start, previous.covers_until_message_id if previous else 0)
         # Read a bounded window: a huge backlog is folded over several turns, never all at once.
         window = await self._messages.history(

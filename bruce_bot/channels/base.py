@@ -23,7 +23,19 @@ class Submission:
 
 
 class InboxPort(Protocol):
-    async def submit(self, message: InboundMessage) -> Submission: ...
+    """What a channel may ask of Bruce's core."""
+
+    async def submit(self, message: InboundMessage) -> Submission:
+        """Store a message durably; it will be answered through the channel's `send`."""
+        ...
+
+    async def new_conversation(self, channel: str, chat_id: str) -> str:
+        """`/new`: set the history and summary aside (the session stays); returns the reply."""
+        ...
+
+    async def describe_reminders(self, channel: str, chat_id: str) -> str:
+        """`/reminders`: the chat's active scheduled tasks as text."""
+        ...
 
 
 class DeliveryError(Exception):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -179,6 +179,18 @@ class MessageStore:
     ) -> list[StoredMessage]:
         """Messages of a session for display (notices included), oldest first."""
         return await self._select(RECENT, {"sid": session_id, "after": after_id, "limit": limit})
+
+    async def last_settled_id(self, session_id: int) -> int:
+        """The newest message id of the session that is not waiting for or in a turn.
+
+        `/new` starts the context after it: messages still queued stay in the new context.
+        """
+        query = select(func.max(_messages.c.id)).where(
+            _messages.c.session_id == session_id,
+            _messages.c.status.not_in(("pending", "processing")) | (_messages.c.role != "user"),
+        )
+        async with self._engine.connect() as connection:
+            return int((await connection.execute(query)).scalar() or 0)
 
     async def finish_turn(
         self,
