@@ -21,7 +21,9 @@ EXIT_STARTUP = 3
 def _load(path: str | None, quiet: bool = False) -> Config:
     config = load_config(path)
     # In the console chat, routine log lines would drown the conversation.
-    level = "warning" if quiet and config.logging.level in ("debug", "info") else config.logging.level
+    level = config.logging.level
+    if quiet and level in ("debug", "info"):
+        level = "warning"
     configure_logging(level, config.logging.json_output, config.secrets())
     return config
 
