@@ -163,3 +163,39 @@ class LLMCallRow(Base):
     duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DeliveryRow(Base):
+    """One attempt to deliver one part of a stored outgoing message, and how it ended."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (Index("ix_deliveries_message_id", "message_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    part: Mapped[int] = mapped_column(Integer, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str] = mapped_column(String(16))  # sent | failed | retrying
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ArtifactRow(Base):
+    """A file the agent saved (artifact_save), served at /artifacts/<uuid>/<filename>."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (
+        UniqueConstraint("uuid", name="uq_artifacts_uuid"),
+        Index("ix_artifacts_session_id", "session_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    session_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="SET NULL"))
+    title: Mapped[str] = mapped_column(String(300))
+    filename: Mapped[str] = mapped_column(String(200))
+    content_type: Mapped[str] = mapped_column(String(100))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
