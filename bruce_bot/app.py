@@ -22,13 +22,13 @@ from bruce_bot.agent.turn import TurnRunner
 from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
-from bruce_bot.domain import OutboundMessage, utcnow
+from bruce_bot.domain import utcnow
 from bruce_bot.gateway import Gateway
 from bruce_bot.inbox import Inbox
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
-from bruce_bot.outbox import Outbox
+from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
 from bruce_bot.storage.database import Database, upgrade_schema
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.catalog import build_tools
@@ -82,6 +82,8 @@ class Bruce:
         self._web_server: object | None = None
         self._web_task: asyncio.Task[None] | None = None
         self.ready_seconds: float | None = None
+        self.outbox: Outbox | None = None
+        self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         started = time.perf_counter()
@@ -98,7 +100,9 @@ class Bruce:
         )
         adapters = ([self.web_channel] if self.web_channel else []) + platform
         self.channels = {adapter.name: adapter for adapter in adapters}
-        outbox = Outbox(stores.messages, self.channels)
+        self.outbox = outbox = Outbox(
+            stores.messages, stores.deliveries, stores.sessions, self.channels
+        )
         summarizer = Summarizer(
             llm,
             config.llm.effective_background_model,
@@ -119,7 +123,10 @@ class Bruce:
         for adapter in adapters:
             await adapter.start(gateway)
             log.info("channel_started", channel=adapter.name)
-        await self._redeliver(outbox)
+        await outbox.redeliver(include_pending=True)
+        self._background.append(
+            asyncio.create_task(self._redeliver_periodically(outbox), name="redelivery")
+        )
         if self.web_channel is not None:
             await self._start_web()
         self.ready_seconds = time.perf_counter() - started
@@ -135,17 +142,13 @@ class Bruce:
             model=config.llm.model,
         )
 
-    async def _redeliver(self, outbox: Outbox) -> None:
-        """Send replies that were stored but not delivered before the last stop or crash."""
-        assert self.stores is not None
-        for row in await self.stores.messages.undelivered():
-            session = await self.stores.sessions.get(row.session_id)
-            if session is None:
-                continue
-            log.info("redelivering", message_id=row.id, channel=session.channel)
-            await outbox.deliver(
-                OutboundMessage(session.channel, session.chat_id, row.content, row.id, row.kind)  # type: ignore[arg-type]
-            )
+    async def _redeliver_periodically(self, outbox: Outbox) -> None:
+        while True:
+            await asyncio.sleep(REDELIVERY_INTERVAL_SECONDS)
+            try:
+                await outbox.redeliver()
+            except Exception as exc:  # keep retrying next round; never kill the daemon
+                log.warning("redelivery_failed", error=repr(exc))
 
     def _lazy_llm(self) -> LLMService:
         config = self.config.llm
@@ -197,6 +200,9 @@ class Bruce:
                 log.warning("channel_stop_failed", channel=adapter.name, error=repr(exc))
         if self.inbox is not None:
             await self.inbox.drain(self.config.agent.shutdown_timeout_seconds)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self._web_server is not None and self._web_task is not None:
             self._web_server.should_exit = True  # type: ignore[attr-defined]
             with contextlib.suppress(BaseException):

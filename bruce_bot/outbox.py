@@ -3,24 +3,33 @@
 A reply's row (status `pending`) exists before any send is attempted, so a crash between the two
 is repaired at start-up by `redeliver_pending`. Long texts are split at the channel's limit on
 paragraph, line and word boundaries without breaking code fences. Failed sends are retried with
-backoff (honouring a platform's retry-after); the final status, `sent` or `failed`, is recorded.
+backoff (honouring a platform's retry-after). Every attempt is recorded in `deliveries` with the
+final status of the message: `sent`, `failed` (permanent) or `undelivered` — the latter are
+tried again by `redeliver`, at start-up and then every minute, skipping parts already sent.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
+from dataclasses import replace
+from datetime import timedelta
 
 import structlog
 
 from bruce_bot.channels.base import ChannelAdapter, DeliveryError
-from bruce_bot.domain import OutboundMessage
+from bruce_bot.domain import OutboundMessage, utcnow
+from bruce_bot.storage.deliveries import DeliveryAttempt, DeliveryStore
 from bruce_bot.storage.messages import MessageStore
+from bruce_bot.storage.sessions import SessionStore
 
 log = structlog.get_logger(__name__)
 
 MAX_ATTEMPTS = 4
 BASE_BACKOFF_SECONDS = 0.5
+# Replies older than this are not redelivered: a day-old answer would only confuse.
+REDELIVERY_WINDOW = timedelta(hours=24)
+REDELIVERY_INTERVAL_SECONDS = 60.0
 
 
 def split_text(text: str, limit: int) -> list[str]:
@@ -69,51 +78,85 @@ def _open_fence(text: str) -> str | None:
 
 
 class Outbox:
-    def __init__(self, messages: MessageStore, channels: Mapping[str, ChannelAdapter]) -> None:
+    def __init__(
+        self,
+        messages: MessageStore,
+        deliveries: DeliveryStore,
+        sessions: SessionStore,
+        channels: Mapping[str, ChannelAdapter],
+    ) -> None:
         self._messages = messages
+        self._deliveries = deliveries
+        self._sessions = sessions
         self._channels = channels
 
-    async def deliver(self, message: OutboundMessage) -> bool:
-        """Send a stored message; True when every part was delivered."""
+    async def deliver(self, message: OutboundMessage, skip_parts: Set[int] = frozenset()) -> bool:
+        """Send a stored message part by part; True when every part was delivered.
+
+        The outcome is recorded with every attempt: `sent`, `failed` (permanent: the chat is gone
+        or refuses the bot) or `undelivered` (still failing after retries: tried again later).
+        """
         channel = self._channels.get(message.channel)
         if channel is None:
             log.warning(
                 "delivery_no_channel", channel=message.channel, message_id=message.message_id
             )
-            await self._settle(message, "failed")
-            return False
-        for index, part in enumerate(split_text(message.text, channel.max_message_chars)):
-            piece = OutboundMessage(
+            attempt = DeliveryAttempt(
                 message.channel,
                 message.chat_id,
-                part,
-                message.message_id,
-                message.kind,
-                {**message.metadata, "part": index},
+                0,
+                1,
+                "failed",
+                f"channel '{message.channel}' is not enabled",
             )
-            if not await self._send_with_retry(channel, piece):
-                await self._settle(message, "failed")
-                return False
-        await self._settle(message, "sent")
-        return True
+            await self._deliveries.settle(message.message_id, "failed", [attempt])
+            return False
+        attempts: list[DeliveryAttempt] = []
+        status = "sent"
+        for index, part in enumerate(split_text(message.text, channel.max_message_chars)):
+            if index in skip_parts:
+                continue
+            piece = replace(message, text=part, metadata={**message.metadata, "part": index})
+            outcome = await self._send_with_retry(channel, piece, index, attempts)
+            if outcome != "sent":
+                status = outcome
+                break
+        await self._deliveries.settle(message.message_id, status, attempts)
+        return status == "sent"
 
-    async def _send_with_retry(self, channel: ChannelAdapter, message: OutboundMessage) -> bool:
+    async def _send_with_retry(
+        self,
+        channel: ChannelAdapter,
+        message: OutboundMessage,
+        part: int,
+        attempts: list[DeliveryAttempt],
+    ) -> str:
+        def note(attempt: int, status: str, error: str | None = None) -> None:
+            attempts.append(
+                DeliveryAttempt(message.channel, message.chat_id, part, attempt, status, error)
+            )
+
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 await channel.send(message)
-                return True
             except DeliveryError as exc:
                 log.warning(
                     "delivery_failed",
                     channel=message.channel,
                     chat_id=message.chat_id,
                     message_id=message.message_id,
+                    part=part,
                     attempt=attempt,
                     permanent=exc.permanent,
                     error=str(exc),
                 )
-                if exc.permanent or attempt == MAX_ATTEMPTS:
-                    return False
+                if exc.permanent:
+                    note(attempt, "failed", str(exc))
+                    return "failed"
+                if attempt == MAX_ATTEMPTS:
+                    note(attempt, "failed", str(exc))
+                    return "undelivered"
+                note(attempt, "retrying", str(exc))
                 await asyncio.sleep(exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (attempt - 1))
             except Exception as exc:  # an adapter bug must not kill the worker
                 log.exception(
@@ -122,12 +165,37 @@ class Outbox:
                     message_id=message.message_id,
                     error=repr(exc),
                 )
-                return False
-        return False
+                note(attempt, "failed", repr(exc))
+                return "undelivered"
+            else:
+                note(attempt, "sent")
+                return "sent"
+        return "undelivered"
 
-    async def _settle(self, message: OutboundMessage, status: str) -> None:
-        if message.message_id is not None:
-            await self._messages.set_status([message.message_id], status)
+    async def redeliver(
+        self, *, include_pending: bool = False, max_age: timedelta = REDELIVERY_WINDOW
+    ) -> int:
+        """Deliver stored replies that never went out (a channel that was down; with
+        `include_pending`, at start-up only, also replies a crash left unsent — while running,
+        `pending` replies are still in a worker's hands). Parts already sent are skipped."""
+        statuses = ("pending", "undelivered") if include_pending else ("undelivered",)
+        rows = await self._messages.undelivered(utcnow() - max_age, statuses)
+        delivered = 0
+        for row in rows:
+            session = await self._sessions.get(row.session_id)
+            if session is None:
+                continue
+            log.info("redelivering", message_id=row.id, channel=session.channel)
+            skip = await self._deliveries.sent_parts(row.id)
+            message = OutboundMessage(
+                session.channel,
+                session.chat_id,
+                row.content,
+                row.id,
+                row.kind,  # type: ignore[arg-type]
+            )
+            delivered += await self.deliver(message, skip_parts=skip)
+        return delivered
 
     async def show_typing(self, channel_name: str, chat_id: str) -> None:
         """A best-effort typing indicator; failures are logged at debug and ignored."""

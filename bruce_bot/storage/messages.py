@@ -100,7 +100,11 @@ UNFINISHED_INBOUND = (
 )
 UNDELIVERED = (
     select(*_COLUMNS)
-    .where(_messages.c.role == "assistant", _messages.c.status == "pending")
+    .where(
+        _messages.c.role == "assistant",
+        _messages.c.status.in_(bindparam("statuses", expanding=True)),
+        _messages.c.created_at >= bindparam("since"),
+    )
     .order_by(_messages.c.id)
 )
 
@@ -151,9 +155,12 @@ class MessageStore:
         """User messages a previous run accepted but never finished, oldest first."""
         return await self._select(UNFINISHED_INBOUND)
 
-    async def undelivered(self) -> list[StoredMessage]:
-        """Replies stored but never confirmed delivered (a crash between store and send)."""
-        return await self._select(UNDELIVERED)
+    async def undelivered(
+        self, since: datetime, statuses: Sequence[str] = ("pending", "undelivered")
+    ) -> list[StoredMessage]:
+        """Replies stored since `since` and not delivered yet: a crash between store and send
+        (`pending`) or a channel that stayed unreachable through every retry (`undelivered`)."""
+        return await self._select(UNDELIVERED, {"since": since, "statuses": list(statuses)})
 
     async def start_turn(
         self, session_id: int, batch_ids: Sequence[int], after_id: int, limit: int

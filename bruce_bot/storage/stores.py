@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from bruce_bot.storage.audit import AuditStore
 from bruce_bot.storage.database import Database
+from bruce_bot.storage.deliveries import DeliveryStore
 from bruce_bot.storage.messages import MessageStore
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
@@ -20,6 +21,7 @@ class Stores:
     audit: AuditStore
     summaries: SummaryStore
     settings: SettingsStore
+    deliveries: DeliveryStore
 
     @classmethod
     def open(cls, database: Database) -> Stores:
@@ -31,4 +33,5 @@ class Stores:
             audit=AuditStore(engine),
             summaries=SummaryStore(engine),
             settings=SettingsStore(engine),
+            deliveries=DeliveryStore(engine),
         )
