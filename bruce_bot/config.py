@@ -119,7 +119,7 @@ class DatabaseConfig(_Section):
 
 class LLMConfig(_Section):
     provider: Literal["anthropic", "openai"] = "anthropic"
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-4-6"
     background_model: str = ""  # empty: same as model
     api_key: str = ""
     base_url: str | None = None
@@ -406,9 +406,34 @@ def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
             "channels.discord.token: empty; set it to your bot token from the Discord "
             "developer portal"
         )
+    problems += _web_search_problems(config.tools.web_search)
     if problems:
         raise ConfigError(problems, source)
     return config
+
+
+def _web_search_problems(search: WebSearchConfig) -> list[str]:
+    """The chosen search provider's URL or key must be set (only when web search is enabled)."""
+    if not search.enabled:
+        return []
+    prefix = "tools.web_search"
+    if search.provider == "searxng" and not search.searxng_url:
+        return [
+            f"{prefix}.searxng_url: empty but {prefix}.provider is searxng; set it to your SearXNG "
+            "instance (e.g. http://127.0.0.1:8888, with the JSON format enabled in its "
+            "settings.yml), or use provider: duckduckgo"
+        ]
+    if search.provider == "brave" and not search.brave_api_key:
+        return [
+            f"{prefix}.brave_api_key: empty but {prefix}.provider is brave; set it (e.g. "
+            "${BRAVE_API_KEY}) to a Brave Search API key, or use provider: duckduckgo"
+        ]
+    if search.provider == "tavily" and not search.tavily_api_key:
+        return [
+            f"{prefix}.tavily_api_key: empty but {prefix}.provider is tavily; set it (e.g. "
+            "${TAVILY_API_KEY}) to a Tavily API key, or use provider: duckduckgo"
+        ]
+    return []
 
 
 def resolve_path(explicit: str | os.PathLike[str] | None) -> Path | None:

@@ -22,10 +22,19 @@ from bruce_bot.agent.context import (
     in_conversation_order,
     to_chat_messages,
 )
-from bruce_bot.agent.loop import run_agent_loop
+from bruce_bot.agent.guard import correction_request, find_unbacked_claim
+from bruce_bot.agent.loop import AgentRun, run_agent_loop
 from bruce_bot.agent.summarizer import Summarizer, over_budget
 from bruce_bot.config import Config
-from bruce_bot.domain import LLMCallRecord, MessageKind, OutboundMessage, ToolExecution, utcnow
+from bruce_bot.domain import (
+    ChatMessage,
+    LLMCallRecord,
+    MessageKind,
+    OutboundMessage,
+    SystemPrompt,
+    ToolExecution,
+    utcnow,
+)
 from bruce_bot.inbox import QueuedMessage
 from bruce_bot.llm.base import (
     LLMNotConfiguredError,
@@ -43,6 +52,11 @@ log = structlog.get_logger(__name__)
 
 TYPING_REFRESH_SECONDS = 4.0
 SYSTEM_PROMPT_SETTING = "agent.system_prompt"
+# Appended when the model keeps claiming an action no tool performed: the user must not be misled.
+UNCONFIRMED_NOTE = {
+    "artifact": "\n\n(Note: I could not confirm that any file was actually saved.)",
+    "schedule": "\n\n(Note: I could not confirm that anything was actually scheduled.)",
+}
 
 
 class _TurnRecorder:
@@ -137,6 +151,7 @@ class TurnRunner:
                     context=context,
                     observer=recorder,
                 )
+                run = await self._check_claims(run, tools, system_prompt, context, recorder)
             reply = run.text.strip() or "I don't have an answer to that; could you rephrase it?"
             if is_task:
                 title = next(
@@ -165,6 +180,49 @@ class TurnRunner:
         )
         if inbound_status == "done" and over_budget(stored, agent):
             await self._summarizer.fold(session.id, session.context_start_message_id)
+
+    async def _check_claims(
+        self,
+        run: AgentRun,
+        tools: ToolRegistry,
+        system_prompt: SystemPrompt,
+        context: ToolContext,
+        recorder: _TurnRecorder,
+    ) -> AgentRun:
+        """Ask the model once to back or correct a claim no tool supports (seed §5)."""
+        claim = find_unbacked_claim(run.text, run.executions)
+        if claim is None:
+            return run
+        log.warning(
+            "unbacked_claim",
+            session_id=context.session_id,
+            kind=claim.kind,
+            evidence=claim.evidence[:200],
+        )
+        transcript = [
+            *run.transcript,
+            ChatMessage("user", correction_request(claim, tools.names())),
+        ]
+        retry = await run_agent_loop(
+            self._llm,
+            tools,
+            system_prompt,
+            transcript,
+            self._config.agent.max_turns,
+            context=context,
+            observer=recorder,
+        )
+        retry.executions[:0] = run.executions
+        still = find_unbacked_claim(retry.text, retry.executions)
+        if still is not None:
+            log.warning(
+                "unbacked_claim_persists",
+                session_id=context.session_id,
+                kind=still.kind,
+                evidence=still.evidence[:200],
+            )
+            retry.text += UNCONFIRMED_NOTE[still.kind]
+        return retry
 
     def _failure_reply(
         self, exc: Exception, session: SessionRecord, batch: Sequence[QueuedMessage]

@@ -526,3 +526,65 @@ def test_openai_compatible_server_without_key_counts_as_configured() -> None:
 def test_background_model_defaults_to_the_main_model() -> None:
     assert LLMConfig(model="llama3.1").effective_background_model == "llama3.1"
     assert LLMConfig(background_model="small").effective_background_model == "small"
+
+
+# ---------------------------------------------------------------------------------------------
+# tools.web_search: the chosen provider's URL or key
+
+
+@pytest.mark.parametrize(
+    ("provider", "key", "hint"),
+    [
+        ("searxng", "tools.web_search.searxng_url", "http://127.0.0.1:8888"),
+        ("brave", "tools.web_search.brave_api_key", "${BRAVE_API_KEY}"),
+        ("tavily", "tools.web_search.tavily_api_key", "${TAVILY_API_KEY}"),
+    ],
+)
+def test_search_provider_without_its_url_or_key_names_the_key_and_the_fix(
+    tmp_path: Path, provider: str, key: str, hint: str
+) -> None:
+    message = error_of(tmp_path, f"tools:\n  web_search:\n    provider: {provider}\n")
+
+    assert message.startswith(f"{key}: empty but tools.web_search.provider is {provider}")
+    assert hint in message
+    assert "provider: duckduckgo" in message
+
+
+@pytest.mark.parametrize(
+    ("provider", "setting"),
+    [
+        ("searxng", "searxng_url: http://127.0.0.1:8888/"),
+        ("brave", "brave_api_key: ${BRAVE_API_KEY}"),
+        ("tavily", "tavily_api_key: ${TAVILY_API_KEY}"),
+    ],
+)
+def test_search_provider_with_its_url_or_key_is_accepted(
+    tmp_path: Path, provider: str, setting: str
+) -> None:
+    text = f"tools:\n  web_search:\n    provider: {provider}\n    {setting}\n"
+    env = {"BRAVE_API_KEY": "brave-secret", "TAVILY_API_KEY": "tvly-secret"}
+
+    config = load_text(tmp_path, text, env)
+
+    assert config.tools.web_search.provider == provider
+
+
+def test_disabled_web_search_needs_no_provider_key(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "tools:\n  web_search:\n    enabled: false\n    provider: brave\n")
+
+    assert not config.tools.web_search.enabled
+
+
+def test_duckduckgo_search_needs_no_key(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "tools:\n  web_search:\n    provider: duckduckgo\n")
+
+    assert config.tools.web_search.provider == "duckduckgo"
+
+
+def test_search_provider_problem_is_reported_with_the_other_problems(tmp_path: Path) -> None:
+    text = "channels:\n  discord:\n    enabled: true\ntools:\n  web_search:\n    provider: tavily\n"
+
+    message = error_of(tmp_path, text)
+
+    assert "channels.discord.token" in message
+    assert "tools.web_search.tavily_api_key" in message
