@@ -29,9 +29,11 @@ from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
-from bruce_bot.storage.database import Database, upgrade_schema
+from bruce_bot.scheduler.service import TaskService, create_scheduler
+from bruce_bot.storage.database import Database, sync_url, upgrade_schema
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.catalog import build_tools
+from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
 
 log = structlog.get_logger(__name__)
@@ -83,6 +85,7 @@ class Bruce:
         self._web_task: asyncio.Task[None] | None = None
         self.ready_seconds: float | None = None
         self.outbox: Outbox | None = None
+        self.tasks: TaskService | None = None
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -92,7 +95,11 @@ class Bruce:
         self.database = Database(config.database_url)
         self.stores = stores = Stores.open(self.database)
         self.llm = llm = self._llm_override or self._lazy_llm()
-        tools = self._tools_override if self._tools_override is not None else build_tools(config)
+        tools = (
+            self._tools_override
+            if self._tools_override is not None
+            else build_tools(config, stores)
+        )
         platform = (
             list(self._channels_override)
             if self._channels_override is not None
@@ -111,14 +118,39 @@ class Bruce:
             stores.summaries,
             stores.audit,
         )
-        turns = TurnRunner(config, stores, llm, tools, outbox, summarizer, clock=self._clock)
+        turns = TurnRunner(
+            config,
+            stores,
+            llm,
+            tools,
+            outbox,
+            summarizer,
+            clock=self._clock,
+            briefing_finished=self._briefing_finished,
+        )
         self.inbox = inbox = Inbox(
             stores,
             turns.run,
             max_concurrent_sessions=config.agent.max_concurrent_sessions,
             max_message_chars=config.agent.max_message_chars,
         )
-        gateway = Gateway(inbox, stores)
+        self.tasks = tasks = TaskService(
+            stores,
+            inbox,
+            outbox,
+            create_scheduler(
+                sync_url(config.database_url),
+                config.app.zone,
+                config.scheduler.misfire_grace_seconds,
+            ),
+            app_zone=config.app.zone,
+            grace_seconds=config.scheduler.misfire_grace_seconds,
+            clock=self._clock,
+        )
+        if self._tools_override is None and config.tools.proactive.enabled:
+            for tool in proactive_tools(tasks):
+                tools.add(tool)
+        gateway = Gateway(inbox, stores, reminders=tasks.describe_session)
         await inbox.recover()
         for adapter in adapters:
             await adapter.start(gateway)
@@ -127,6 +159,7 @@ class Bruce:
         self._background.append(
             asyncio.create_task(self._redeliver_periodically(outbox), name="redelivery")
         )
+        await tasks.start()
         if self.web_channel is not None:
             await self._start_web()
         self.ready_seconds = time.perf_counter() - started
@@ -141,6 +174,10 @@ class Bruce:
             llm=config.llm.provider,
             model=config.llm.model,
         )
+
+    async def _briefing_finished(self, run_id: int, delivered: bool, error: str | None) -> None:
+        if self.tasks is not None:
+            await self.tasks.briefing_finished(run_id, delivered, error)
 
     async def _redeliver_periodically(self, outbox: Outbox) -> None:
         while True:
@@ -162,7 +199,13 @@ class Bruce:
         assert self.stores is not None and self.web_channel is not None
         web = self.config.web
         app = create_app(
-            WebContext(self.stores, self.web_channel, web.auth_token, self.config.app.name)
+            WebContext(
+                self.stores,
+                self.web_channel,
+                web.auth_token,
+                self.config.app.name,
+                data_dir=self.config.app.data_dir,
+            )
         )
         server = uvicorn.Server(
             uvicorn.Config(
@@ -198,6 +241,8 @@ class Bruce:
                 await adapter.stop()
             except Exception as exc:
                 log.warning("channel_stop_failed", channel=adapter.name, error=repr(exc))
+        if self.tasks is not None:
+            await self.tasks.stop()
         if self.inbox is not None:
             await self.inbox.drain(self.config.agent.shutdown_timeout_seconds)
         for task in self._background:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Role = Literal["user", "assistant"]
-MessageKind = Literal["chat", "task", "notice", "briefing"]
+MessageKind = Literal["chat", "task", "notice", "briefing", "reminder"]
 
 
 def utcnow() -> datetime:

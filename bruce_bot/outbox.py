@@ -90,8 +90,9 @@ class Outbox:
         self._sessions = sessions
         self._channels = channels
 
-    async def deliver(self, message: OutboundMessage, skip_parts: Set[int] = frozenset()) -> bool:
-        """Send a stored message part by part; True when every part was delivered.
+    async def deliver(self, message: OutboundMessage, skip_parts: Set[int] = frozenset()) -> str:
+        """Send a stored message part by part; returns its delivery status (`sent` when every
+        part was delivered).
 
         The outcome is recorded with every attempt: `sent`, `failed` (permanent: the chat is gone
         or refuses the bot) or `undelivered` (still failing after retries: tried again later).
@@ -110,7 +111,7 @@ class Outbox:
                 f"channel '{message.channel}' is not enabled",
             )
             await self._deliveries.settle(message.message_id, "failed", [attempt])
-            return False
+            return "failed"
         attempts: list[DeliveryAttempt] = []
         status = "sent"
         for index, part in enumerate(split_text(message.text, channel.max_message_chars)):
@@ -122,7 +123,7 @@ class Outbox:
                 status = outcome
                 break
         await self._deliveries.settle(message.message_id, status, attempts)
-        return status == "sent"
+        return status
 
     async def _send_with_retry(
         self,
@@ -194,7 +195,7 @@ class Outbox:
                 row.id,
                 row.kind,  # type: ignore[arg-type]
             )
-            delivered += await self.deliver(message, skip_parts=skip)
+            delivered += await self.deliver(message, skip_parts=skip) == "sent"
         return delivered
 
     async def show_typing(self, channel_name: str, chat_id: str) -> None:

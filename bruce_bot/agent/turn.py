@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 
 import structlog
@@ -51,6 +51,8 @@ from bruce_bot.tools.registry import ToolContext, ToolRegistry, arguments_json
 log = structlog.get_logger(__name__)
 
 TYPING_REFRESH_SECONDS = 4.0
+# Told when a scheduled briefing's turn is over: (task run id, delivered?, error).
+BriefingHook = Callable[[int, bool, str | None], Awaitable[None]]
 SYSTEM_PROMPT_SETTING = "agent.system_prompt"
 # Appended when the model keeps claiming an action no tool performed: the user must not be misled.
 UNCONFIRMED_NOTE = {
@@ -103,7 +105,9 @@ class TurnRunner:
         outbox: Outbox,
         summarizer: Summarizer,
         clock: Callable[[], datetime] = utcnow,
+        briefing_finished: BriefingHook | None = None,
     ) -> None:
+        self._briefing_finished = briefing_finished
         self._config = config
         self._stores = stores
         self._llm = llm
@@ -115,6 +119,11 @@ class TurnRunner:
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
         agent = self._config.agent
         summary = await self._stores.summaries.latest(session.id)
+        if (
+            summary is not None
+            and summary.covers_until_message_id <= session.context_start_message_id
+        ):
+            summary = None  # set aside by `/new` together with the messages it covers
         after = max(
             session.context_start_message_id, summary.covers_until_message_id if summary else 0
         )
@@ -159,11 +168,10 @@ class TurnRunner:
                 )
                 reply = f"📋 {title}\n\n{reply}" if title else reply
         except Exception as exc:
-            reply, reply_kind, inbound_status = (
-                self._failure_reply(exc, session, batch),
-                "notice",
-                "failed",
-            )
+            reason = self._failure_reply(exc, session, batch)
+            reply_kind, inbound_status = "notice", "failed"
+            title = next((i.metadata.get("title") for i in batch if i.metadata.get("title")), "")
+            reply = f"⚠️ Couldn't run {title}: {reason}" if is_task and title else reason
         message_id, at = await self._stores.messages.finish_turn(
             session.id,
             [item.id for item in batch],
@@ -173,11 +181,18 @@ class TurnRunner:
             recorder.llm_calls,
         )
         self._stores.sessions.touch(session.id, at)
-        await self._outbox.deliver(
+        delivery = await self._outbox.deliver(
             OutboundMessage(
                 session.channel, session.chat_id, reply, message_id, reply_kind, batch[-1].metadata
             )
         )
+        if self._briefing_finished is not None:
+            for item in batch:
+                if run_id := item.metadata.get("task_run_id"):
+                    error = reply if inbound_status == "failed" else None
+                    if delivery != "sent":
+                        error = f"{error or ''} (delivery {delivery})".strip()
+                    await self._briefing_finished(run_id, error is None, error)
         if inbound_status == "done" and over_budget(stored, agent):
             await self._summarizer.fold(session.id, session.context_start_message_id)
 

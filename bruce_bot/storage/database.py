@@ -21,7 +21,7 @@ log = structlog.get_logger(__name__)
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
 # The newest migration's revision id. Kept here so that start-up can see that a SQLite database
 # is current without importing alembic (a test checks it matches migrations/).
-SCHEMA_HEAD = "0002"
+SCHEMA_HEAD = "0003"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 

@@ -199,3 +199,45 @@ class ArtifactRow(Base):
     content_type: Mapped[str] = mapped_column(String(100))
     size_bytes: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ProactiveTaskRow(Base):
+    """A reminder or briefing: the source of truth; APScheduler's job only says when to fire."""
+
+    __tablename__ = "proactive_tasks"
+    __table_args__ = (
+        Index("ix_proactive_tasks_session_id", "session_id"),
+        Index("ix_proactive_tasks_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    title: Mapped[str] = mapped_column(String(200))
+    mode: Mapped[str] = mapped_column(String(16))  # message | agent
+    content: Mapped[str] = mapped_column(Text)
+    run_at: Mapped[datetime | None]  # one-shot
+    cron: Mapped[str | None] = mapped_column(String(120))  # recurring, 5 fields
+    timezone: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="active")
+    next_run_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TaskRunRow(Base):
+    """One firing of a task. Unique per (task, scheduled time): a firing happens at most once."""
+
+    __tablename__ = "task_runs"
+    __table_args__ = (
+        UniqueConstraint("task_id", "scheduled_for", name="uq_task_runs_task_scheduled"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("proactive_tasks.id", ondelete="CASCADE"))
+    scheduled_for: Mapped[datetime]
+    status: Mapped[str] = mapped_column(String(16))  # running | delivered | failed | missed
+    late_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    delivered_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

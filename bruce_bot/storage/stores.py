@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bruce_bot.storage.artifacts import ArtifactStore
 from bruce_bot.storage.audit import AuditStore
 from bruce_bot.storage.database import Database
 from bruce_bot.storage.deliveries import DeliveryStore
@@ -11,6 +12,7 @@ from bruce_bot.storage.messages import MessageStore
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
 from bruce_bot.storage.summaries import SummaryStore
+from bruce_bot.storage.tasks import TaskStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +23,9 @@ class Stores:
     audit: AuditStore
     summaries: SummaryStore
     settings: SettingsStore
+    artifacts: ArtifactStore
     deliveries: DeliveryStore
+    tasks: TaskStore
 
     @classmethod
     def open(cls, database: Database) -> Stores:
@@ -33,5 +37,7 @@ class Stores:
             audit=AuditStore(engine),
             summaries=SummaryStore(engine),
             settings=SettingsStore(engine),
+            artifacts=ArtifactStore(engine),
             deliveries=DeliveryStore(engine),
+            tasks=TaskStore(engine),
         )

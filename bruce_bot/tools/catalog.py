@@ -7,10 +7,28 @@ model nor mentioned in the guidelines layer (which is built from the registry's 
 from __future__ import annotations
 
 from bruce_bot.config import Config
+from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.artifacts import ArtifactSaveTool
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.tools.web_fetch import WebFetchTool
+from bruce_bot.tools.web_search import WebSearchTool, provider_for
 
 
-def build_tools(config: Config) -> ToolRegistry:
+def build_tools(config: Config, stores: Stores) -> ToolRegistry:
     registry = ToolRegistry(default_timeout=config.agent.tool_timeout_seconds)
-    # Tool families (web search, web fetch, artifacts, proactive tasks) register here as they land.
+    tools = config.tools
+    if tools.web_search.enabled:
+        registry.add(WebSearchTool(provider_for(tools.web_search)))
+    if tools.web_fetch.enabled:
+        registry.add(WebFetchTool(tools.web_fetch))
+    if tools.artifacts.enabled:
+        registry.add(
+            ArtifactSaveTool(
+                stores.artifacts,
+                config.app.data_dir / "artifacts",
+                config.app.public_url,
+                tools.artifacts.max_bytes,
+            )
+        )
+    # Proactive-task tools need the scheduler, so the app adds them once it is built.
     return registry

@@ -68,7 +68,8 @@ def _results(items: Any, snippet_key: str, max_results: int) -> list[SearchResul
         url = item.get("url") or item.get("href")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             continue
-        found.append(SearchResult(plain(item.get("title")) or url, url, plain(item.get(snippet_key))))
+        title = plain(item.get("title")) or url
+        found.append(SearchResult(title, url, plain(item.get(snippet_key))))
         if len(found) >= max_results:
             break
     return found

@@ -24,6 +24,7 @@ from starlette.routing import Route
 from bruce_bot.channels.web import WEB_CHANNEL, WebChannel
 from bruce_bot.domain import SessionKey
 from bruce_bot.storage.stores import Stores
+from bruce_bot.web.artifacts import artifact_routes
 from bruce_bot.web.auth import COOKIE_NAME, cookie_value, is_authorised, token_matches
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -41,6 +42,7 @@ class WebContext:
     web_channel: WebChannel
     auth_token: str
     app_name: str = "Bruce"
+    data_dir: Path = Path("data")  # artifacts are served from <data_dir>/artifacts
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -239,5 +241,6 @@ def create_app(context: WebContext) -> Starlette:
         Route("/api/chat/messages", post_message, methods=["POST"]),
         Route("/api/chat/messages", get_messages, methods=["GET"]),
         Route("/api/sessions", list_sessions),
+        *artifact_routes(stores.artifacts, context.data_dir / "artifacts"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(_AuthMiddleware, token=token)])

@@ -1,0 +1,129 @@
+"""Telegram's side of formatting: the model's Markdown as Telegram HTML, in pieces that fit.
+
+The conversion itself is chatgpt-md-converter's `telegram_format` (bold, italic, code blocks,
+links, quotes, escaping of `<`, `>` and `&`). This module adds what a bot needs around it: an
+HTML check with Telegram's rules (its tag subset, proper nesting), so a conversion that went
+wrong is sent as plain text at once instead of being refused; and the 4096 limit, which Telegram
+counts in UTF-16 code units: a part whose HTML grew past it is split again (and, when even a
+small piece does not fit, sent as plain text). No python-telegram-bot import here: the adapter
+(`telegram.py`) is the only module that talks to Telegram.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import structlog
+from chatgpt_md_converter import telegram_format
+
+from bruce_bot.outbox import split_text
+
+log = structlog.get_logger(__name__)
+
+TELEGRAM_TEXT_LIMIT = 4096  # per message, in UTF-16 code units
+
+# Telegram's HTML subset: tag -> attributes it accepts.
+_TAGS: dict[str, frozenset[str]] = {
+    "b": frozenset(),
+    "strong": frozenset(),
+    "i": frozenset(),
+    "em": frozenset(),
+    "u": frozenset(),
+    "ins": frozenset(),
+    "s": frozenset(),
+    "strike": frozenset(),
+    "del": frozenset(),
+    "span": frozenset({"class"}),
+    "tg-spoiler": frozenset(),
+    "a": frozenset({"href"}),
+    "tg-emoji": frozenset({"emoji-id"}),
+    "code": frozenset({"class"}),
+    "pre": frozenset(),
+    "blockquote": frozenset({"expandable"}),
+}
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)([^<>]*)>")
+_ATTRIBUTES = re.compile(r'(?:\s+([a-zA-Z-]+)(?:="[^"<>]*")?)*\s*')
+_ATTRIBUTE_NAME = re.compile(r'\s+([a-zA-Z-]+)(?:="[^"<>]*")?')
+_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#[0-9]{1,7}|#x[0-9a-fA-F]{1,6});")
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One Telegram message: `html` to send with parse_mode HTML, or None to send `source` as
+    plain text. `source` (the Markdown it came from) is also the fallback when Telegram refuses
+    the markup."""
+
+    source: str
+    html: str | None
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def to_telegram_html(markdown: str) -> str | None:
+    """`markdown` as Telegram HTML, or None when the conversion is not something Telegram takes."""
+    try:
+        converted = telegram_format(markdown)
+    except Exception as exc:  # a converter bug must not cost the user their answer
+        log.warning("telegram_markup_conversion_failed", error=repr(exc))
+        return None
+    return converted if is_telegram_html(converted) and converted.strip() else None
+
+
+def is_telegram_html(text: str) -> bool:
+    """True when `text` uses only Telegram's tags and attributes, properly nested, and every
+    `&` starts an entity Telegram knows."""
+    open_tags: list[str] = []
+    position = 0
+    for match in _TAG.finditer(text):
+        if not _plain_text_ok(text[position : match.start()]):
+            return False
+        position = match.end()
+        closing, name, attributes = match.group(1), match.group(2).lower(), match.group(3)
+        if name not in _TAGS:
+            return False
+        if closing:
+            if attributes.strip() or not open_tags or open_tags.pop() != name:
+                return False
+            continue
+        if not _ATTRIBUTES.fullmatch(attributes):
+            return False
+        if any(attr.lower() not in _TAGS[name] for attr in _ATTRIBUTE_NAME.findall(attributes)):
+            return False
+        open_tags.append(name)
+    return not open_tags and _plain_text_ok(text[position:])
+
+
+def _plain_text_ok(text: str) -> bool:
+    if "<" in text or ">" in text:
+        return False
+    return all(_ENTITY.match(text, i) for i, char in enumerate(text) if char == "&")
+
+
+def render_pieces(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[Piece]:
+    """`markdown` as Telegram messages of at most `limit` UTF-16 units each, in order.
+
+    Escaping and tags make HTML longer than its Markdown; a part that no longer fits is split
+    again on natural boundaries, and a piece that does not fit even then goes out as plain text.
+    """
+    html = to_telegram_html(markdown)
+    if html is not None and utf16_len(html) <= limit:
+        return [Piece(markdown, html)]
+    if html is not None and len(markdown) > limit // 2:
+        pieces: list[Piece] = []
+        for half in split_text(markdown, len(markdown) // 2):
+            pieces.extend(render_pieces(half, limit))
+        return pieces
+    return [Piece(chunk, None) for chunk in fit_plain(markdown, limit)]
+
+
+def fit_plain(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
+    """`text` in chunks of at most `limit` UTF-16 units (emoji count twice), on natural breaks."""
+    if utf16_len(text) <= limit:
+        return [text] if text.strip() else []
+    chunks: list[str] = []
+    for chunk in split_text(text, max(len(text) // 2, 16)):
+        chunks.extend(fit_plain(chunk, limit))
+    return chunks

@@ -1,0 +1,1 @@
+"""Proactive tasks: reminders (message mode) and briefings (agent mode) fired by APScheduler."""

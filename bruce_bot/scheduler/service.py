@@ -1,0 +1,344 @@
+"""The task service: create, list and cancel proactive tasks, and fire them when due.
+
+`proactive_tasks` rows are the source of truth; APScheduler (an `AsyncIOScheduler` with a
+`SQLAlchemyJobStore` on the same database) only decides when `jobs.fire_task(task_id)` runs.
+Firing claims a row in the `task_runs` ledger first, so a firing is delivered at most once.
+Message mode sends the stored text through the outbox (no LLM); agent mode puts the instruction
+into the session's inbox as a task, so it never overlaps a live turn. At start-up `reconcile`
+recreates missing jobs, removes orphans, delivers what came due while Bruce was down (late, within
+`scheduler.misfire_grace_seconds`) and tells the user once about what is older than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import structlog
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.date import DateTrigger
+
+from bruce_bot.domain import InboundMessage, OutboundMessage, utcnow
+from bruce_bot.scheduler import jobs
+from bruce_bot.scheduler.timing import (
+    ScheduleError,
+    cron_trigger,
+    describe_time,
+    next_cron_time,
+    parse_run_at,
+    zone_of,
+)
+from bruce_bot.storage.tasks import TaskRecord
+
+log = structlog.get_logger(__name__)
+
+LATE_AFTER_SECONDS = 60.0  # a firing later than this says so ("late: was due at 09:00")
+JOBSTORE_TABLE = "apscheduler_jobs"
+
+
+def job_id(task_id: int) -> str:
+    return f"task-{task_id}"
+
+
+def create_scheduler(
+    sync_database_url: str, zone: ZoneInfo, grace_seconds: int
+) -> AsyncIOScheduler:
+    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+
+    return AsyncIOScheduler(
+        jobstores={"default": SQLAlchemyJobStore(url=sync_database_url, tablename=JOBSTORE_TABLE)},
+        timezone=zone,
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": grace_seconds},
+    )
+
+
+class TaskService:
+    def __init__(
+        self,
+        stores: Any,
+        inbox: Any,
+        outbox: Any,
+        scheduler: AsyncIOScheduler,
+        *,
+        app_zone: ZoneInfo,
+        grace_seconds: int,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._stores = stores
+        self._inbox = inbox
+        self._outbox = outbox
+        self._scheduler = scheduler
+        self._zone = app_zone
+        self._grace = timedelta(seconds=grace_seconds)
+        self._clock = clock
+        self._firing: set[asyncio.Task[None]] = set()
+
+    # ---- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        jobs.bind(self)
+        self._scheduler.start(paused=True)
+        await self.reconcile()
+        self._scheduler.resume()
+
+    async def stop(self, grace_seconds: float = 10.0) -> None:
+        """Stop firing; deliveries already under way get `grace_seconds` to finish."""
+        if self._scheduler.running:
+            self._scheduler.pause()
+        if self._firing:
+            await asyncio.wait(set(self._firing), timeout=grace_seconds)
+            await asyncio.sleep(0)  # let the executor see its jobs finish before shutdown
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        jobs.bind(None)
+
+    # ---- the tools' side ------------------------------------------------------------------
+
+    async def create(
+        self,
+        *,
+        session_id: int,
+        channel: str,
+        chat_id: str,
+        title: str,
+        mode: str,
+        content: str,
+        run_at: str | None,
+        cron: str | None,
+        timezone: str | None,
+    ) -> TaskRecord:
+        if bool(run_at) == bool(cron):
+            raise ScheduleError(
+                "give exactly one of run_at (a one-shot time) or cron (a recurring schedule)"
+            )
+        zone = zone_of(timezone) if timezone else self._zone
+        now = self._clock()
+        if run_at:
+            first = parse_run_at(run_at, zone, now)
+        else:
+            assert cron is not None
+            first = next_cron_time(cron, zone, now)
+            if first is None:
+                raise ScheduleError(f"cron '{cron}' never fires")
+        task = await self._stores.tasks.create(
+            session_id=session_id,
+            channel=channel,
+            chat_id=chat_id,
+            title=title.strip()[:200],
+            mode=mode,
+            content=content,
+            run_at=first if run_at else None,
+            cron=cron,
+            timezone=zone.key,
+            next_run_at=first,
+        )
+        self._schedule(task, first)
+        log.info("task_created", task_id=task.id, mode=mode, next_run_at=first.isoformat())
+        return task
+
+    async def list_active(self, session_id: int) -> list[TaskRecord]:
+        return await self._stores.tasks.active(session_id)
+
+    async def cancel(self, task_id: int, session_id: int) -> TaskRecord:
+        task = await self._stores.tasks.get(task_id)
+        if task is None or task.session_id != session_id or task.status not in ("active", "paused"):
+            raise ScheduleError(
+                f"there is no active task {task_id} in this conversation; "
+                "call proactive_list to see the task ids"
+            )
+        await self._stores.tasks.update(task_id, status="cancelled", next_run_at=None)
+        self._unschedule(task_id)
+        log.info("task_cancelled", task_id=task_id)
+        return task
+
+    def describe(self, task: TaskRecord) -> str:
+        zone = zone_of(task.timezone)
+        when = describe_time(task.next_run_at, zone) if task.next_run_at else "not scheduled"
+        schedule = f"cron '{task.cron}'" if task.cron else "once"
+        return f"#{task.id} {task.title} — {task.mode} mode, {schedule}, next run {when}"
+
+    async def describe_session(self, session_id: int) -> str:
+        tasks = await self.list_active(session_id)
+        if not tasks:
+            return "You have no active reminders or scheduled briefings."
+        return "Your active tasks:\n" + "\n".join(f"• {self.describe(t)}" for t in tasks)
+
+    # ---- APScheduler jobs ----------------------------------------------------------------------
+
+    def _trigger(self, task: TaskRecord, first: datetime) -> BaseTrigger:
+        zone = zone_of(task.timezone)
+        if task.cron:
+            return cron_trigger(task.cron, zone)
+        return DateTrigger(run_date=first, timezone=zone)
+
+    def _schedule(self, task: TaskRecord, next_run: datetime) -> None:
+        self._scheduler.add_job(
+            jobs.fire_task,
+            trigger=self._trigger(task, next_run),
+            args=[task.id],
+            id=job_id(task.id),
+            name=task.title,
+            replace_existing=True,
+            next_run_time=next_run,
+        )
+
+    def _unschedule(self, task_id: int) -> None:
+        try:
+            self._scheduler.remove_job(job_id(task_id))
+        except JobLookupError:
+            pass
+
+    # ---- firing -------------------------------------------------------------------------------
+
+    async def fire(self, task_id: int) -> None:
+        """Fire a task now (APScheduler's jobs call this). The work runs in a task of our own,
+        shielded, so that shutting the scheduler down cannot cut a delivery in half."""
+        await asyncio.shield(self._fire_soon(task_id))
+
+    async def _fire(self, task_id: int) -> None:
+        """Deliver one due firing of a task, at most once per (task, scheduled time)."""
+        task = await self._stores.tasks.get(task_id)
+        if task is None or task.status != "active" or task.next_run_at is None:
+            log.info("task_fire_skipped", task_id=task_id, status=task.status if task else None)
+            return
+        scheduled_for = task.next_run_at
+        now = self._clock()
+        late = max(0.0, (now - scheduled_for).total_seconds())
+        run_id = await self._stores.tasks.start_run(task.id, scheduled_for, late)
+        if run_id is None:
+            log.info(
+                "task_fire_duplicate", task_id=task.id, scheduled_for=scheduled_for.isoformat()
+            )
+            return
+        await self._advance(task, after=max(now, scheduled_for))
+        zone = zone_of(task.timezone)
+        late_note = (
+            f" (late: was due at {scheduled_for.astimezone(zone):%H:%M})"
+            if late > LATE_AFTER_SECONDS
+            else ""
+        )
+        log.info("task_fired", task_id=task.id, mode=task.mode, late_seconds=round(late, 3))
+        if task.mode == "message":
+            await self._send_reminder(task, run_id, f"⏰ {task.content}{late_note}")
+        else:
+            await self._submit_briefing(task, run_id, scheduled_for, late_note)
+
+    async def _advance(self, task: TaskRecord, after: datetime) -> None:
+        if task.cron:
+            following = next_cron_time(task.cron, zone_of(task.timezone), after)
+            await self._stores.tasks.update(task.id, next_run_at=following)
+        else:
+            await self._stores.tasks.update(task.id, status="done", next_run_at=None)
+
+    async def _send_reminder(self, task: TaskRecord, run_id: int, text: str) -> None:
+        message_id = await self._stores.messages.add_outbound(task.session_id, text, "reminder")
+        status = await self._outbox.deliver(
+            OutboundMessage(task.channel, task.chat_id, text, message_id, "reminder")
+        )
+        if status == "sent":
+            await self._stores.tasks.finish_run(run_id, "delivered")
+            return
+        error = f"delivery {status}"
+        await self._stores.tasks.finish_run(run_id, "failed", error)
+        if status == "failed":  # permanent: the chat is gone or blocks the bot
+            await self._pause(task, "the chat refused the message (deleted, or the bot is blocked)")
+
+    async def _pause(self, task: TaskRecord, reason: str) -> None:
+        await self._stores.tasks.update(task.id, status="paused")
+        self._unschedule(task.id)
+        log.warning(
+            "task_paused",
+            task_id=task.id,
+            channel=task.channel,
+            chat_id=task.chat_id,
+            reason=reason,
+        )
+
+    async def _submit_briefing(
+        self, task: TaskRecord, run_id: int, scheduled_for: datetime, late_note: str
+    ) -> None:
+        message = InboundMessage(
+            task.channel,
+            task.chat_id,
+            task.content,
+            user_id="scheduler",
+            user_name="scheduler",
+            platform_message_id=f"task:{task.id}:{scheduled_for.isoformat()}",
+            kind="task",
+            metadata={"title": task.title + late_note, "task_run_id": run_id},
+        )
+        submission = await self._inbox.submit(message)
+        if not submission.accepted:
+            await self._stores.tasks.finish_run(
+                run_id, "failed", f"inbox refused: {submission.reason}"
+            )
+
+    async def briefing_finished(self, run_id: int, delivered: bool, error: str | None) -> None:
+        """Called by the turn runner when an agent-mode task's turn is over."""
+        await self._stores.tasks.finish_run(run_id, "delivered" if delivered else "failed", error)
+
+    # ---- start-up reconciliation ------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        now = self._clock()
+        tasks = await self._stores.tasks.active()
+        wanted = {job_id(task.id) for task in tasks}
+        for job in self._scheduler.get_jobs():
+            if job.id not in wanted:
+                log.info("orphan_job_removed", job_id=job.id)
+                job.remove()
+        for task in tasks:
+            due = task.next_run_at
+            if due is None:
+                continue
+            if due > now:
+                self._schedule(task, due)
+            elif now - due <= self._grace:
+                self._unschedule(task.id)  # fired below, once, not also by APScheduler
+                self._fire_soon(task.id)
+            else:
+                await self._missed(task, now)
+
+    def _fire_soon(self, task_id: int) -> asyncio.Task[None]:
+        firing = asyncio.create_task(self._fire(task_id), name=f"fire-task-{task_id}")
+        self._firing.add(firing)
+        firing.add_done_callback(self._firing.discard)
+        return firing
+
+    async def _missed(self, task: TaskRecord, now: datetime) -> None:
+        """A firing older than the grace period: recorded as missed, the user told once."""
+        assert task.next_run_at is not None
+        scheduled_for = task.next_run_at
+        run_id = await self._stores.tasks.start_run(
+            task.id, scheduled_for, (now - scheduled_for).total_seconds()
+        )
+        if run_id is not None:
+            await self._stores.tasks.finish_run(run_id, "missed", "Bruce was not running")
+        zone = zone_of(task.timezone)
+        when = f"{scheduled_for.astimezone(zone):%Y-%m-%d %H:%M}"
+        if task.cron:
+            following = next_cron_time(task.cron, zone, now)
+            await self._stores.tasks.update(task.id, next_run_at=following)
+            if following is not None:
+                self._schedule(await self._refreshed(task), following)
+            log.warning("task_run_missed", task_id=task.id, scheduled_for=scheduled_for.isoformat())
+            return
+        await self._stores.tasks.update(task.id, status="missed", next_run_at=None)
+        if run_id is not None:  # tell the user once
+            text = (
+                f'⏰ I missed a reminder while I was offline: "{task.title}" was due at {when} '
+                f"({task.timezone}). {task.content}"
+            )
+            message_id = await self._stores.messages.add_outbound(task.session_id, text, "reminder")
+            await self._outbox.deliver(
+                OutboundMessage(task.channel, task.chat_id, text, message_id, "reminder")
+            )
+        log.warning("task_missed", task_id=task.id, scheduled_for=scheduled_for.isoformat())
+
+    async def _refreshed(self, task: TaskRecord) -> TaskRecord:
+        return await self._stores.tasks.get(task.id) or task

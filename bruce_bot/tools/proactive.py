@@ -1,0 +1,119 @@
+"""Scheduling tools: `proactive_create`, `proactive_list`, `proactive_cancel` (DESIGN §3).
+
+They are thin: validation of times lives in scheduler/timing.py and the work in the task service.
+A schedule the model got wrong (a time in the past, a bad cron, both or neither of run_at and
+cron, an unknown timezone) comes back as an error result that says how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+from bruce_bot.scheduler.timing import ScheduleError, describe_time, zone_of
+from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.tools.registry import Tool, ToolContext, ToolError
+
+
+class TaskPort(Protocol):
+    async def create(self, **fields: Any) -> TaskRecord: ...
+    async def list_active(self, session_id: int) -> list[TaskRecord]: ...
+    async def cancel(self, task_id: int, session_id: int) -> TaskRecord: ...
+    def describe(self, task: TaskRecord) -> str: ...
+
+
+def _session(context: ToolContext) -> int:
+    if context.session_id is None:
+        raise ToolError("scheduling needs a conversation; this call has none")
+    return context.session_id
+
+
+class ProactiveCreate(Tool):
+    name = "proactive_create"
+    description = (
+        "Schedule something for later in this chat. execution_mode 'message' sends `content` as "
+        "written when due (a plain reminder, no AI). execution_mode 'agent' runs `content` as an "
+        "instruction for you when due (e.g. 'search today's tech news and summarise the top 3') "
+        "and sends your answer. Give exactly one of run_at (once: ISO-8601 like "
+        "2026-12-01T09:00, read in the user's timezone, or relative like +90s, +2m, +1h30m) or "
+        "cron (recurring, 5 fields, e.g. '0 8 * * mon-fri')."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": 200},
+            "execution_mode": {"type": "string", "enum": ["message", "agent"]},
+            "content": {"type": "string", "minLength": 1, "maxLength": 8000},
+            "run_at": {"type": "string", "minLength": 1},
+            "cron": {"type": "string", "minLength": 1},
+            "timezone": {"type": "string", "description": "IANA name; default: the user's"},
+        },
+        "required": ["title", "execution_mode", "content"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, tasks: TaskPort) -> None:
+        self._tasks = tasks
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        try:
+            task = await self._tasks.create(
+                session_id=_session(context),
+                channel=context.channel,
+                chat_id=context.chat_id,
+                title=arguments["title"],
+                mode=arguments["execution_mode"],
+                content=arguments["content"],
+                run_at=arguments.get("run_at"),
+                cron=arguments.get("cron"),
+                timezone=arguments.get("timezone"),
+            )
+        except ScheduleError as exc:
+            raise ToolError(str(exc)) from None
+        assert task.next_run_at is not None
+        when = describe_time(task.next_run_at, zone_of(task.timezone))
+        repeat = f", then on cron '{task.cron}'" if task.cron else ""
+        return f"Task {task.id} scheduled ({task.mode} mode): next run {when}{repeat}."
+
+
+class ProactiveList(Tool):
+    name = "proactive_list"
+    description = "List this chat's active reminders and scheduled briefings with their next run."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+
+    def __init__(self, tasks: TaskPort) -> None:
+        self._tasks = tasks
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        tasks = await self._tasks.list_active(_session(context))
+        if not tasks:
+            return "No active tasks in this chat."
+        return "\n".join(self._tasks.describe(task) for task in tasks)
+
+
+class ProactiveCancel(Tool):
+    name = "proactive_cancel"
+    description = "Cancel an active task of this chat by its id (see proactive_list)."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"task_id": {"type": "integer", "minimum": 1}},
+        "required": ["task_id"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, tasks: TaskPort) -> None:
+        self._tasks = tasks
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        try:
+            task = await self._tasks.cancel(arguments["task_id"], _session(context))
+        except ScheduleError as exc:
+            raise ToolError(str(exc)) from None
+        return f"Task {task.id} ('{task.title}') cancelled."
+
+
+def proactive_tools(tasks: TaskPort) -> list[Tool]:
+    return [ProactiveCreate(tasks), ProactiveList(tasks), ProactiveCancel(tasks)]
