@@ -23,9 +23,9 @@ def config_for(tmp_path: Path, llm_url: str | None, **overrides: Any) -> Config:
     return make_config(tmp_path, llm_url=llm_url, **{"web": {"enabled": False}, **overrides})
 
 
-async def next_reply(replies: asyncio.Queue[str], timeout: float = REPLY_TIMEOUT) -> str:
+async def next_reply(replies: asyncio.Queue[str], within: float = REPLY_TIMEOUT) -> str:
     """The next text a channel delivered to the user (fails at the deadline)."""
-    return await asyncio.wait_for(replies.get(), timeout)
+    return await asyncio.wait_for(replies.get(), within)
 
 
 # ---- the database file ---------------------------------------------------------------------

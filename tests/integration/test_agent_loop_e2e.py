@@ -12,7 +12,7 @@ from typing import Any
 from bruce_bot.agent.loop import FORCE_FINAL_NOTE
 from bruce_bot.channels.console import ConsoleChannel
 from bruce_bot.tools.registry import ToolRegistry
-from tests.conftest import running_bruce, wait_until
+from tests.conftest import running_bruce
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.integration.support import (
@@ -226,7 +226,9 @@ async def test_malformed_json_arguments_from_an_openai_compatible_model_are_told
         fake.script(raw_arguments='{"a": 1, "b": ', tool_name="add")
         fake.script("Sorry, my arguments were cut off.")
         config = config_for(
-            tmp_path, None, llm={"provider": "openai", "model": "gpt-test", "base_url": fake.base_url}
+            tmp_path,
+            None,
+            llm={"provider": "openai", "model": "gpt-test", "base_url": fake.base_url},
         )
         console = ConsoleChannel()
         async with running_bruce(config, tools=ToolRegistry([add]), channels=[console]):

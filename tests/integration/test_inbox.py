@@ -1,10 +1,12 @@
-"""The inbox end to end: messages typed into real channels, held or answered by the fake Messages
-API through Bruce's real Anthropic provider, with the SQLite file on disk. Order within a session,
-folding of waiting messages, concurrency across sessions, duplicates, limits and the drain on stop."""
+"""The inbox end to end: messages typed into a real channel, held or answered by the fake Messages
+API through Bruce's real Anthropic provider, with the SQLite file on disk. Order within a
+session, folding of waiting messages, concurrency across sessions, duplicates, limits and the
+drain on stop."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -90,7 +92,7 @@ class ChatsConsole(ConsoleChannel):
 
 
 def assert_no_overlap(calls: list[ModelCall]) -> None:
-    for earlier, later in zip(calls, calls[1:], strict=False):
+    for earlier, later in itertools.pairwise(calls):
         assert earlier.ended is not None and earlier.ended <= later.started, (earlier, later)
 
 

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 import pytest
@@ -68,10 +68,8 @@ class Daemon:
         self.runs += 1
         env = {k: v for k, v in os.environ.items() if k != "BRUCE_CONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
-        with (
-            open(self.tmp_path / f"run{self.runs}.out", "wb") as out,
-            open(self.tmp_path / f"run{self.runs}.err", "wb") as err,
-        ):
+        out, err = self._output_files()
+        with out, err:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
@@ -85,6 +83,12 @@ class Daemon:
                 stderr=err,
             )
         await wait_until(self._healthy, timeout=START_TIMEOUT, interval=0.05)
+
+    def _output_files(self) -> tuple[BinaryIO, BinaryIO]:
+        return (
+            (self.tmp_path / f"run{self.runs}.out").open("wb"),
+            (self.tmp_path / f"run{self.runs}.err").open("wb"),
+        )
 
     async def _healthy(self) -> bool:
         assert self.process is not None
@@ -102,9 +106,9 @@ class Daemon:
     def stderr(self) -> str:
         return (self.tmp_path / f"run{self.runs}.err").read_text(errors="replace")[-4000:]
 
-    async def wait(self, timeout: float) -> int:
+    async def exit_code(self, within: float) -> int:
         assert self.process is not None
-        return await asyncio.wait_for(self.process.wait(), timeout)
+        return await asyncio.wait_for(self.process.wait(), within)
 
     async def kill(self) -> None:
         if self.process is not None and self.process.returncode is None:
@@ -113,9 +117,7 @@ class Daemon:
 
 
 @pytest.fixture
-async def daemon(
-    tmp_path: Path, anthropic_fake: FakeAnthropicServer
-) -> AsyncIterator[Daemon]:
+async def daemon(tmp_path: Path, anthropic_fake: FakeAnthropicServer) -> AsyncIterator[Daemon]:
     bruce = Daemon(tmp_path, anthropic_fake.base_url)
     try:
         yield bruce
@@ -169,7 +171,7 @@ async def test_a_message_in_flight_when_the_process_is_killed_is_answered_once_a
         # Stop the second process cleanly, then read what it left on disk.
         assert daemon.process is not None
         daemon.process.send_signal(signal.SIGTERM)
-        assert await daemon.wait(timeout=SHUTDOWN_TIMEOUT + 10) == 0
+        assert await daemon.exit_code(within=SHUTDOWN_TIMEOUT + 10) == 0
     finally:
         answering.set()
 
@@ -198,7 +200,7 @@ async def test_sigterm_stops_the_daemon_within_the_shutdown_timeout_and_keeps_th
         assert daemon.process is not None
         started = time.monotonic()
         daemon.process.send_signal(signal.SIGTERM)
-        assert await daemon.wait(timeout=SHUTDOWN_TIMEOUT + 10) == 0
+        assert await daemon.exit_code(within=SHUTDOWN_TIMEOUT + 10) == 0
         # The turn is given the shutdown timeout, then stopped: the process does not hang on it.
         assert time.monotonic() - started < SHUTDOWN_TIMEOUT + 5
     finally:

@@ -105,7 +105,9 @@ async def test_a_long_conversation_is_folded_into_a_summary_by_the_background_mo
     assert "Summary 1: Ana is planning a trip to Lisbon." in "\n".join(
         user_texts(summary_requests(anthropic_fake)[1])
     )
-    calls = db_rows(tmp_path, "SELECT purpose, model, error FROM llm_calls WHERE purpose = 'summary'")
+    calls = db_rows(
+        tmp_path, "SELECT purpose, model, error FROM llm_calls WHERE purpose = 'summary'"
+    )
     assert calls and all((c["model"], c["error"]) == (BACKGROUND_MODEL, None) for c in calls)
 
 
