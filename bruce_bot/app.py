@@ -25,6 +25,7 @@ from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.gateway import Gateway
 from bruce_bot.inbox import Inbox
+from bruce_bot.instance_lock import AlreadyRunningError, InstanceLock
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
@@ -87,10 +88,15 @@ class Bruce:
         self.outbox: Outbox | None = None
         self.tasks: TaskService | None = None
         self._background: list[asyncio.Task[None]] = []
+        self._lock = InstanceLock(config.app.data_dir)
 
     async def start(self) -> None:
         started = time.perf_counter()
         config = self.config
+        try:
+            self._lock.acquire()
+        except AlreadyRunningError as exc:
+            raise StartupError(str(exc)) from None
         await upgrade_schema(config.database_url)
         self.database = Database(config.database_url)
         self.stores = stores = Stores.open(self.database)
@@ -245,6 +251,15 @@ class Bruce:
             await self.tasks.stop()
         if self.inbox is not None:
             await self.inbox.drain(self.config.agent.shutdown_timeout_seconds)
+        for adapter in self.channels.values():
+            # Adapters that keep sending after `stop` (for the turns drained above) release
+            # their connections here.
+            close = getattr(adapter, "close", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception as exc:
+                    log.warning("channel_close_failed", channel=adapter.name, error=repr(exc))
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -257,6 +272,7 @@ class Bruce:
                 await self.llm.aclose()
         if self.database is not None:
             await self.database.dispose()
+        self._lock.release()
         log.info("bruce_stopped")
 
     async def run_until_signal(self) -> None:

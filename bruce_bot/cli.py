@@ -48,10 +48,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
+    from bruce_bot.app import StartupError
     from bruce_bot.console import run_console
 
     config = _load(args.config, quiet=True)
-    return asyncio.run(run_console(config))
+    try:
+        return asyncio.run(run_console(config))
+    except StartupError as exc:
+        print(f"bruce: cannot start: {exc}", file=sys.stderr)
+        return EXIT_STARTUP
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
