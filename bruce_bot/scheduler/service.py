@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -24,6 +23,8 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.date import DateTrigger
 
 from bruce_bot.domain import InboundMessage, OutboundMessage, utcnow
+from bruce_bot.inbox import Inbox
+from bruce_bot.outbox import Outbox
 from bruce_bot.scheduler import jobs
 from bruce_bot.scheduler.timing import (
     ScheduleError,
@@ -33,6 +34,7 @@ from bruce_bot.scheduler.timing import (
     parse_run_at,
     zone_of,
 )
+from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.tasks import TaskRecord
 
 log = structlog.get_logger(__name__)
@@ -60,9 +62,9 @@ def create_scheduler(
 class TaskService:
     def __init__(
         self,
-        stores: Any,
-        inbox: Any,
-        outbox: Any,
+        stores: Stores,
+        inbox: Inbox,
+        outbox: Outbox,
         scheduler: AsyncIOScheduler,
         *,
         app_zone: ZoneInfo,
