@@ -159,7 +159,10 @@ class Bruce:
         gateway = Gateway(inbox, stores, reminders=tasks.describe_session)
         await inbox.recover()
         for adapter in adapters:
-            await adapter.start(gateway)
+            try:
+                await adapter.start(gateway)
+            except Exception as exc:  # a wrong token or setting: the adapter's message says which
+                raise StartupError(f"the {adapter.name} channel could not start: {exc}") from exc
             log.info("channel_started", channel=adapter.name)
         await outbox.redeliver(include_pending=True)
         self._background.append(

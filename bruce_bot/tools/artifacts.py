@@ -53,19 +53,24 @@ def _visible(text: str) -> str:
     return "".join(ch for ch in decomposed if unicodedata.category(ch)[0] not in "CM")
 
 
+def _printable(text: str) -> str:
+    """`text` on one line, without control or format characters (accents are kept)."""
+    text = " ".join(unicodedata.normalize("NFC", text).split())
+    return "".join(ch for ch in text if unicodedata.category(ch)[0] != "C")
+
+
 def sanitise_filename(raw: str) -> str:
     """A safe basename for `raw`, always ending in an extension of `CONTENT_TYPES`."""
     name = re.split(r"[/\\]", _visible(raw))[-1]  # the basename only, whatever the separator
-    name = _UNSAFE.sub("-", name)
-    name = _DOTS.sub(".", name)  # no ".." anywhere
-    name = _DASHES.sub("-", name).strip(".-_")  # no leading dot (hidden files, ".htaccess")
+    name = _DASHES.sub("-", _DOTS.sub(".", _UNSAFE.sub("-", name)))  # no ".." anywhere
     stem, dot, extension = name.rpartition(".")
-    if not dot:
-        stem, extension = name, ""
+    stem = stem.strip(".-_")  # no leading dot: no hidden files
+    if not dot or (not stem and f".{extension.lower()}" not in CONTENT_TYPES):
+        stem, extension = name.strip(".-_"), ""  # no extension (".htaccess" is a name)
     extension = f".{extension.lower()}"
     if extension not in CONTENT_TYPES:
         extension = DEFAULT_EXTENSION
-    stem = stem.strip(".-_")[: MAX_FILENAME_CHARS - len(extension)].rstrip(".-_")
+    stem = stem[: MAX_FILENAME_CHARS - len(extension)].rstrip(".-_")
     return f"{stem or DEFAULT_STEM}{extension}"
 
 
@@ -147,7 +152,7 @@ class ArtifactSaveTool(Tool):
                 "less inline styling, and save it again"
             )
         filename = sanitise_filename(arguments["filename"])
-        title = " ".join(_visible(arguments["title"]).split())[:MAX_TITLE_CHARS] or filename
+        title = _printable(arguments["title"])[:MAX_TITLE_CHARS] or filename
         artifact_uuid = str(uuid.uuid4())
         path = artifact_file(self.root, artifact_uuid, filename)
         assert path is not None  # sanitised name and fresh uuid: always inside the root

@@ -201,9 +201,9 @@ class _CoreStream(httpx.AsyncByteStream):
 class PinnedTransport(httpx.AsyncBaseTransport):
     """An httpx transport over an httpcore pool whose only way out is a `PinnedBackend`."""
 
-    def __init__(self, backend: PinnedBackend) -> None:
+    def __init__(self, backend: PinnedBackend, ssl_context: ssl.SSLContext | None = None) -> None:
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl.create_default_context(cafile=certifi.where()),
+            ssl_context=ssl_context or ssl.create_default_context(cafile=certifi.where()),
             network_backend=backend,
             max_connections=4,
             keepalive_expiry=5.0,
@@ -266,8 +266,9 @@ def _check_url(url: httpx.URL, original: str) -> str:
 
 
 class PageFetcher:
-    """Fetches one URL under the SSRF policy. The resolver and the network backend below the
-    pinning are injectable, so tests can play DNS and route "public" addresses to local fakes."""
+    """Fetches one URL under the SSRF policy. The resolver, the network backend below the pinning
+    and the TLS trust store are injectable, so tests can play DNS and route "public" addresses to
+    local fakes."""
 
     def __init__(
         self,
@@ -278,8 +279,10 @@ class PageFetcher:
         max_bytes: int = MAX_BODY_BYTES,
         max_redirects: int = MAX_REDIRECTS,
         timeout: float = FETCH_TIMEOUT_SECONDS,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.allow_private = allow_private
+        self.ssl_context = ssl_context
         self.resolver = resolver
         self.network_backend = network_backend
         self.max_bytes = max_bytes
@@ -300,7 +303,11 @@ class PageFetcher:
         host = _check_url(url, str(url))
         port = url.port or (443 if url.scheme == "https" else 80)
         try:
-            addresses = await self.resolver(host, port)
+            addresses = [str(ipaddress.ip_address(host))]  # an address literal: no DNS
+        except ValueError:
+            addresses = []
+        try:
+            addresses = addresses or await self.resolver(host, port)
         except (OSError, UnicodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ToolError(
@@ -319,9 +326,8 @@ class PageFetcher:
                     if problem.startswith("a cloud metadata")
                     else "web_fetch only reads public internet addresses"
                 )
-                raise FetchRefused(
-                    f"refused to fetch {url}: {host} resolves to {text}, {problem}; {policy}"
-                )
+                where = f"{host} is" if host == text else f"{host} resolves to {text},"
+                raise FetchRefused(f"refused to fetch {url}: {where} {problem}; {policy}")
         backend.pins[host] = addresses
 
     async def _fetch(self, url: str) -> FetchedPage:
@@ -336,7 +342,7 @@ class PageFetcher:
         redirects: list[str] = []
         headers = {"User-Agent": USER_AGENT, "Accept": ACCEPT}
         async with httpx.AsyncClient(
-            transport=PinnedTransport(backend),
+            transport=PinnedTransport(backend, self.ssl_context),
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: it would dial unchecked hosts
             timeout=httpx.Timeout(10.0, connect=5.0),

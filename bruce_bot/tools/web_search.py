@@ -85,7 +85,7 @@ class _JSONProvider:
 
     async def _call(self, request: httpx.Request) -> Any:
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, trust_env=False) as client:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
                 response = await client.send(request)
         except httpx.TimeoutException:
             raise SearchFailed(f"{self.name} did not answer within {self.timeout:g} s") from None

@@ -1,0 +1,190 @@
+"""The safety rules of the tools that touch the outside world: which addresses web_fetch may
+reach, which file names artifact_save may write, and how a page becomes text."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bruce_bot.tools.artifacts import CONTENT_TYPES, artifact_file, sanitise_filename
+from bruce_bot.tools.web_fetch import (
+    address_problem,
+    decode,
+    extract_readable,
+    html_to_text,
+    parse_address,
+)
+
+# ---- addresses -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("127.8.9.10", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("10.1.2.3", "a private address"),
+        ("172.16.0.1", "a private address"),
+        ("192.168.1.1", "a private address"),
+        ("fc00::1", "a private address"),
+        ("169.254.1.1", "a link-local address"),
+        ("fe80::1%eth0", "a link-local address"),
+        ("100.64.0.1", "a shared (CGNAT) address"),
+        ("100.127.255.254", "a shared (CGNAT) address"),
+        ("224.0.0.1", "a multicast address"),
+        ("ff02::1", "a multicast address"),
+        ("0.0.0.0", "an unspecified address"),
+        ("::", "an unspecified address"),
+        ("240.0.0.1", "a private address"),  # reserved, and listed as private by Python
+        ("::127.0.0.1", "a reserved address"),
+        ("192.0.2.10", "a private address"),  # documentation range
+        ("169.254.169.254", "a cloud metadata endpoint"),
+        ("fd00:ec2::254", "a cloud metadata endpoint"),
+        ("100.100.100.200", "a cloud metadata endpoint"),
+        # IPv6 forms that carry an IPv4 address are judged by that address.
+        ("::ffff:127.0.0.1", "a loopback address (as IPv6 ::ffff:7f00:1)"),
+        ("::ffff:169.254.169.254", "a cloud metadata endpoint (as IPv6 ::ffff:a9fe:a9fe)"),
+        ("2002:7f00:1::", "a loopback address (as IPv6 2002:7f00:1::)"),  # 6to4
+        ("64:ff9b::a00:1", "a private address (as IPv6 64:ff9b::a00:1)"),  # NAT64
+    ],
+)
+def test_addresses_that_are_not_on_the_public_internet_are_refused(
+    address: str, problem: str
+) -> None:
+    assert address_problem(parse_address(address)) == problem
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["8.8.8.8", "93.184.216.34", "2001:4860:4860::8888", "::ffff:8.8.8.8", "64:ff9b::808:808"],
+)
+def test_public_addresses_are_allowed(address: str) -> None:
+    assert address_problem(parse_address(address)) is None
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "10.0.0.1", "169.254.1.1", "100.64.0.1", "::1"])
+def test_allowing_private_addresses_opens_the_local_network(address: str) -> None:
+    assert address_problem(parse_address(address), allow_private=True) is None
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254", "224.0.0.1", "0.0.0.0"],
+)
+def test_cloud_metadata_multicast_and_unspecified_stay_refused_even_when_private_is_allowed(
+    address: str,
+) -> None:
+    assert address_problem(parse_address(address), allow_private=True) is not None
+
+
+# ---- artifact file names -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "safe"),
+    [
+        ("news.html", "news.html"),
+        ("Report 2026 (final).HTML", "Report-2026-final.html"),
+        ("../../x.html", "x.html"),
+        ("/etc/passwd", "passwd.html"),
+        ("a/b.html", "b.html"),
+        ("a\\b\\c.md", "c.md"),
+        ("..", "artifact.html"),
+        (".", "artifact.html"),
+        ("", "artifact.html"),
+        (".htaccess", "htaccess.html"),
+        ("...hidden.txt", "hidden.txt"),
+        ("x..html", "x.html"),
+        ("evil\x00.html", "evil.html"),
+        ("evil.php\x00.html", "evil.php.html"),
+        ("line\nbreak.csv", "linebreak.csv"),
+        ("run.sh", "run.html"),
+        ("archive.tar.gz", "archive.tar.html"),
+        ("data.JSON", "data.json"),
+        ("chart.svg", "chart.svg"),
+        ("notes", "notes.html"),
+        ("relatório café.md", "relatorio-cafe.md"),
+        ("..／..／etc／passwd", "passwd.html"),  # fullwidth solidus
+        ("\u202egnp.html", "gnp.html"),  # right-to-left override
+        ("zero\u200bwidth.html", "zerowidth.html"),
+        ("日本語.html", "artifact.html"),
+        ("-dash-first.txt", "dash-first.txt"),
+    ],
+)
+def test_file_names_are_reduced_to_a_safe_basename(raw: str, safe: str) -> None:
+    assert sanitise_filename(raw) == safe
+
+
+def test_long_file_names_are_cut_and_keep_their_extension() -> None:
+    safe = sanitise_filename("a" * 500 + ".csv")
+
+    assert len(safe) == 100
+    assert safe.endswith("aaa.csv")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["../../x.html", "/etc/passwd", "a/b.html", "..", ".htaccess", "x\x00y", "..\\..\\boot.ini"],
+)
+def test_a_sanitised_name_is_a_single_harmless_path_part(raw: str) -> None:
+    safe = sanitise_filename(raw)
+
+    assert "/" not in safe and "\\" not in safe and "\x00" not in safe
+    assert ".." not in safe and not safe.startswith(".")
+    assert Path(safe).suffix in CONTENT_TYPES
+    assert sanitise_filename(safe) == safe  # stable: the served name is the stored name
+
+
+def test_artifact_file_only_accepts_canonical_uuids_and_sanitised_names(tmp_path: Path) -> None:
+    good = str(uuid.uuid4())
+
+    assert artifact_file(tmp_path, good, "news.html") == tmp_path / good / "news.html"
+    assert artifact_file(tmp_path, good.upper(), "news.html") is None
+    assert artifact_file(tmp_path, "not-a-uuid", "news.html") is None
+    assert artifact_file(tmp_path, "..", "news.html") is None
+    assert artifact_file(tmp_path, good, "../news.html") is None
+    assert artifact_file(tmp_path, good, ".htaccess") is None
+
+
+# ---- pages to text ----------------------------------------------------------------------------
+
+
+def test_html_to_text_keeps_visible_text_by_block_and_skips_scripts() -> None:
+    title, text = html_to_text(
+        "<html><head><title> The  title </title><style>p{}</style></head><body>"
+        "<h1>Heading</h1><p>First   paragraph.</p><script>alert(1)</script>"
+        "<ul><li>one</li><li>two &amp; three</li></ul></body></html>"
+    )
+
+    assert title == "The title"
+    assert text == "Heading\nFirst paragraph.\none\ntwo & three"
+
+
+def test_when_trafilatura_fails_the_plain_html_pass_is_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Broken:
+        @staticmethod
+        def bare_extraction(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("lxml could not cope")
+
+    monkeypatch.setitem(sys.modules, "trafilatura", Broken)
+
+    title, text = extract_readable(
+        "<title>T</title><p>Some text that is still here.</p>", "http://x.test/"
+    )
+
+    assert (title, text) == ("T", "Some text that is still here.")
+
+
+def test_charset_comes_from_the_header_else_the_meta_tag_else_utf8() -> None:
+    latin = "<meta charset='iso-8859-1'><p>São Paulo</p>".encode("iso-8859-1")
+
+    assert "São Paulo" in decode(latin, None)
+    assert "São Paulo" in decode("São Paulo".encode("cp1252"), "cp1252")
+    assert decode("São".encode(), None) == "São"
+    assert decode(b"abc", "no-such-charset") == "abc"
