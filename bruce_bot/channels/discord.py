@@ -68,7 +68,7 @@ ONLY_TEXT_REPLY = "I can only read text for now; please type your message."
 EMPTY_MENTION_REPLY = "Yes? Write your message after the mention and I'll answer."
 NOT_STORED_REPLY = "I couldn't take your message just now; please send it again in a minute."
 
-_USER_MENTION = r"<@!?{id}>"
+_USER_MENTION = r"[ \t]*<@!?{id}>[ \t]*"  # with the spaces around it, not the text's own
 _COMMANDS = frozenset({"new", "reminders", "help"})
 _ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 # Parsers whose failure leaves the session unusable: let them end the client (and restart it).
@@ -117,7 +117,7 @@ def _guarded(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
         try:
             parse(data)
         except Exception as exc:
-            log.warning("discord_event_malformed", event=event, error=repr(exc))
+            log.warning("discord_event_malformed", gateway_event=event, error=repr(exc))
 
     return parse_or_skip
 
@@ -137,6 +137,8 @@ def _delivery_error(exc: Exception, chat_id: str) -> DeliveryError:
         )
     if isinstance(exc, (aiohttp.ClientError, OSError)):  # includes timeouts
         return DeliveryError(f"Discord unreachable: {exc!r}")
+    if isinstance(exc, discord.InvalidData):
+        return DeliveryError(f"Discord channel {chat_id} cannot take messages", permanent=True)
     raise exc
 
 
@@ -181,6 +183,11 @@ class DiscordChannel:
         """True while a gateway session is established."""
         return self._connected.is_set()
 
+    @property
+    def accepting(self) -> bool:
+        """True between `start` and `stop`: incoming messages are taken in."""
+        return self._inbox is not None
+
     async def start(self, inbox: InboxPort) -> None:
         self._inbox = inbox
         self._stopping.clear()
@@ -209,8 +216,15 @@ class DiscordChannel:
             )
 
     async def stop(self) -> None:
+        """Stop intake: messages arriving from now on are ignored. Sending keeps working (turns
+        that are still running reply) until `close`."""
         self._stopping.set()
         self._inbox = None
+
+    async def close(self) -> None:
+        """Close the connection to Discord and end the client task; `send` fails (transiently)
+        from now on."""
+        await self.stop()
         client = self._client
         if client is not None:
             with contextlib.suppress(Exception):
@@ -218,13 +232,11 @@ class DiscordChannel:
             ready_task = getattr(getattr(client, "_connection", None), "_ready_task", None)
             if isinstance(ready_task, asyncio.Task):
                 ready_task.cancel()  # discord.py's delayed on_ready would fire on a closed client
-        runner = self._runner
-        if runner is not None and not runner.done():
-            runner.cancel()
+        runner, self._runner = self._runner, None
         if runner is not None:
+            runner.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await runner
-        self._runner = None
         self._connected.clear()
 
     async def _run(self) -> None:
@@ -274,7 +286,7 @@ class DiscordChannel:
                 return
             if self._session_started:
                 delay = FIRST_RESTART_DELAY_SECONDS  # it worked for a while: start over quickly
-            log.warning("discord_disconnected", outcome=outcome, retry_in_seconds=delay)
+            log.warning("discord_retrying", outcome=outcome, retry_in_seconds=delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
             delay = min(delay * 2, MAX_RESTART_DELAY_SECONDS)
@@ -284,6 +296,9 @@ class DiscordChannel:
         log.error(event, fix=reason)
 
     def _new_client(self) -> discord.Client:
+        # Bruce has no voice: skip discord.py's start-up warnings about missing voice libraries.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
         client = discord.Client(
             intents=_intents(),
             max_messages=None,  # Bruce keeps its own history; no message cache needed
@@ -309,7 +324,8 @@ class DiscordChannel:
 
         async def on_disconnect() -> None:
             self._connected.clear()
-            log.info("discord_gateway_dropped")
+            if not self._stopping.is_set():
+                log.info("discord_gateway_dropped")
 
         async def on_message(message: discord.Message) -> None:
             try:
@@ -328,8 +344,11 @@ class DiscordChannel:
     # ---- intake -------------------------------------------------------------------------------
 
     async def _receive(self, client: discord.Client, message: discord.Message) -> None:
+        inbox = self._inbox
         me = client.user
         author = getattr(message, "author", None)
+        if inbox is None:
+            return  # intake stopped
         if me is None or author is None:
             log.debug("discord_message_skipped", reason="no author", message_id=message.id)
             return
@@ -344,9 +363,6 @@ class DiscordChannel:
         if author.id not in self._allowed:
             await self._refuse_stranger(channel, author)
             return
-        inbox = self._inbox
-        if inbox is None:
-            return  # stopping
         self._channels[channel.id] = channel
         chat_id = str(channel.id)
         text = self._without_mentions(message, me).strip() if in_guild else message.content.strip()
@@ -393,8 +409,8 @@ class DiscordChannel:
         text = re.sub(_USER_MENTION.format(id=me.id), " ", message.content)
         for role in message.role_mentions:
             if role.tags and role.tags.bot_id == me.id:
-                text = text.replace(f"<@&{role.id}>", " ")
-        return re.sub(r"[ \t]{2,}", " ", text)
+                text = re.sub(rf"[ \t]*<@&{role.id}>[ \t]*", " ", text)
+        return text
 
     async def _refuse_stranger(self, channel: Any, author: discord.abc.User) -> None:
         now = self._clock()
@@ -446,6 +462,8 @@ class DiscordChannel:
             channel = await self._channel(client, channel_id)
             await channel.send(message.text)
         except Exception as exc:
+            if client.is_closed():  # closed under our feet (stop, restart): try again later
+                raise DeliveryError("the Discord client closed during the send") from exc
             error = _delivery_error(exc, message.chat_id)
             if error.permanent:
                 self._channels.pop(channel_id, None)

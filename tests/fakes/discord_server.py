@@ -1,0 +1,666 @@
+"""A local fake of Discord (REST API v10 and the gateway websocket) for driving real discord.py.
+
+Point discord.py at it the way Bruce's config does: `channels.discord.api_base_url` =
+`server.api_base_url` (`discord.http.Route.BASE`) and `channels.discord.gateway_url` =
+`server.gateway_url` (`DiscordWebSocket.DEFAULT_GATEWAY`). The fake has one bot user, one guild
+with a text channel and a thread, and DM channels made on demand. It speaks the wire protocol
+discord.py 2.7 expects (TESTING.md): JSON answers with `Content-Type: application/json` exactly,
+plain TEXT gateway frames, HELLO → IDENTIFY → READY (with `resume_gateway_url`) → GUILD_CREATE,
+heartbeats acknowledged, RESUME replaying what the client missed, then RESUMED::
+
+    async with FakeDiscordServer() as discord_fake:
+        ...  # start Bruce with the URLs above and token FakeDiscordServer.TOKEN
+        await discord_fake.wait_for_session()
+        await discord_fake.send_dm(OWNER, "hello")                    # a MESSAGE_CREATE
+        await discord_fake.send_guild_message(OWNER, "hi", mention_bot=True)
+        await discord_fake.wait_for_sent(discord_fake.dm_channel_id(OWNER))
+        discord_fake.texts(channel_id)                                 # what the bot posted
+        discord_fake.fail_sends(429, retry_after=0.05)                 # next send is rate limited
+        await discord_fake.drop_connection()                           # server-side close
+        FakeDiscordServer(message_content_intent=False)                # IDENTIFY → close 4014
+
+Like Discord, the fake refuses a message over 2000 characters (400, code 50035), answers a wrong
+token with 401, echoes the bot's own messages back over the gateway as MESSAGE_CREATE, and keeps
+events dispatched while no session is connected so that a RESUME replays them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Self
+
+from aiohttp import WSMsgType, web
+
+API_PREFIX = "/api/v10"
+DISCORD_EPOCH_MS = 1_420_070_400_000
+MESSAGE_CONTENT_INTENT = 1 << 15
+PRIVILEGED_INTENTS = {
+    1 << 1: "GUILD_MEMBERS",
+    1 << 8: "GUILD_PRESENCES",
+    1 << 15: "MESSAGE_CONTENT",
+}
+HEARTBEAT_INTERVAL_MS = 41_250
+
+
+def user_payload(
+    user_id: int, username: str, *, bot: bool = False, global_name: str | None = None
+) -> dict[str, Any]:
+    """A Discord user object."""
+    return {
+        "id": str(user_id),
+        "username": username,
+        "discriminator": "0",
+        "global_name": global_name,
+        "avatar": None,
+        "bot": bot,
+        "public_flags": 0,
+    }
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # Exactly `application/json`: with a charset discord.py treats the body as text (TESTING.md).
+    return web.Response(
+        body=json.dumps(body).encode(),
+        status=status,
+        headers={**(headers or {}), "Content-Type": "application/json"},
+    )
+
+
+@dataclass
+class _SendFailure:
+    status: int
+    retry_after: float
+    channel_id: int | None
+
+
+@dataclass
+class _Connection:
+    ws: web.WebSocketResponse
+    path: str
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        async with self.lock:
+            await self.ws.send_str(json.dumps(payload))
+
+
+class FakeDiscordServer:
+    TOKEN = "fake-token"
+    BOT_ID = 700_000_000_000_000_001
+    APP_ID = BOT_ID
+    OWNER_ID = 700_000_000_000_000_002  # the application's owner (not necessarily allowed)
+    GUILD_ID = 700_000_000_000_000_100
+    TEXT_CHANNEL_ID = 700_000_000_000_000_101
+    THREAD_ID = 700_000_000_000_000_102
+    BOT_ROLE_ID = 700_000_000_000_000_103
+
+    def __init__(
+        self,
+        *,
+        token: str = TOKEN,
+        message_content_intent: bool = True,
+        echo_own_messages: bool = True,
+        port: int = 0,
+    ) -> None:
+        self.token = token
+        self.port = port  # 0: any free port (known after `start`)
+        self.message_content_intent = message_content_intent
+        self.echo_own_messages = echo_own_messages
+        self.bot = user_payload(self.BOT_ID, "Bruce", bot=True)
+        # What happened, for assertions.
+        self.sent: list[dict[str, Any]] = []  # messages the bot posted, in order
+        self.send_attempts = 0
+        self.typing: dict[int, int] = {}
+        self.rest_requests: list[tuple[str, str]] = []
+        self.identifies = 0
+        self.resumes = 0
+        self.heartbeats = 0
+        self.gateway_paths: list[str] = []  # the path of each websocket connection
+        self.close_codes: list[int] = []  # codes the server closed sessions with
+        # Behaviour.
+        self._failures: deque[_SendFailure] = deque()
+        self._ids = itertools.count(1)
+        self._channels: dict[int, dict[str, Any]] = {}
+        self._dm_by_user: dict[int, int] = {}
+        self._session_id: str | None = None
+        self._history: list[dict[str, Any]] = []  # dispatched frames of the current session
+        self._seq = 0
+        self._live: _Connection | None = None
+        self._before_session: list[tuple[str, dict[str, Any]]] = []
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._add_guild_channels()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> Self:
+        app = web.Application()
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/gateway-resume", self._gateway)
+        app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._rest)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        live, self._live = self._live, None
+        if live is not None and not live.ws.closed:
+            await live.ws.close(code=1001)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def _root(self) -> str:
+        if not self.port:
+            raise RuntimeError("the fake Discord has no port yet: start it, or pass port=")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def api_base_url(self) -> str:
+        return f"http://{self._root}{API_PREFIX}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://{self._root}/gateway"
+
+    @property
+    def resume_gateway_url(self) -> str:
+        return f"ws://{self._root}/gateway-resume"
+
+    def discord_config(self, allowed_user_ids: list[int], **extra: Any) -> dict[str, Any]:
+        """The `channels.discord` section that points Bruce at this fake."""
+        return {
+            "enabled": True,
+            "token": self.token,
+            "api_base_url": self.api_base_url,
+            "gateway_url": self.gateway_url,
+            "allowed_user_ids": allowed_user_ids,
+            **extra,
+        }
+
+    # ---- scripting ---------------------------------------------------------------------------
+
+    def fail_sends(
+        self,
+        status: int,
+        *,
+        times: int = 1,
+        retry_after: float = 0.05,
+        channel_id: int | None = None,
+    ) -> None:
+        """Answer the next `times` message posts (to `channel_id`, or any) with an error:
+        429 (rate limited, with `Via` and `retry_after`), 403, 404, 500, 503..."""
+        self._failures.extend(_SendFailure(status, retry_after, channel_id) for _ in range(times))
+
+    def dm_channel_id(self, user_id: int) -> int:
+        """The DM channel between the bot and `user_id` (created on first use)."""
+        if user_id not in self._dm_by_user:
+            channel_id = self._snowflake()
+            self._dm_by_user[user_id] = channel_id
+            self._channels[channel_id] = {
+                "id": str(channel_id),
+                "type": 1,
+                "last_message_id": None,
+                "flags": 0,
+                "recipients": [user_payload(user_id, f"user{user_id}")],
+            }
+        return self._dm_by_user[user_id]
+
+    def message_payload(
+        self,
+        author: dict[str, Any],
+        content: str,
+        *,
+        channel_id: int,
+        guild: bool,
+        mentions: list[dict[str, Any]] | None = None,
+        nick: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """A MESSAGE_CREATE payload as Discord sends it."""
+        message: dict[str, Any] = {
+            "id": str(self._snowflake()),
+            "channel_id": str(channel_id),
+            "author": author,
+            "content": content,
+            "timestamp": _now_iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": mentions or [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "flags": 0,
+            "components": [],
+        }
+        if guild:
+            message["guild_id"] = str(self.GUILD_ID)
+            message["member"] = {
+                "nick": nick,
+                "roles": [],
+                "joined_at": _now_iso(),
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
+        message.update(extra)
+        return message
+
+    async def send_dm(self, author: dict[str, Any], content: str, **extra: Any) -> dict[str, Any]:
+        """A direct message from `author` (a `user_payload`) to the bot."""
+        channel_id = self.dm_channel_id(int(author["id"]))
+        message = self.message_payload(author, content, channel_id=channel_id, guild=False, **extra)
+        await self.dispatch("MESSAGE_CREATE", message)
+        return message
+
+    async def send_guild_message(
+        self,
+        author: dict[str, Any],
+        content: str,
+        *,
+        channel_id: int | None = None,
+        mention_bot: bool = False,
+        nick: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """A message in the guild's text channel (or `channel_id`, e.g. THREAD_ID); with
+        `mention_bot` the content starts with `<@BOT_ID>` and `mentions` lists the bot."""
+        if mention_bot:
+            content = f"<@{self.BOT_ID}> {content}"
+        message = self.message_payload(
+            author,
+            content,
+            channel_id=channel_id or self.TEXT_CHANNEL_ID,
+            guild=True,
+            mentions=extra.pop("mentions", [self.bot] if mention_bot else []),
+            nick=nick,
+            **extra,
+        )
+        await self.dispatch("MESSAGE_CREATE", message)
+        return message
+
+    async def dispatch(self, event: str, data: Any) -> None:
+        """Send a DISPATCH (op 0) on the live session; kept for a RESUME if there is none."""
+        if self._session_id is None:
+            self._before_session.append((event, data))
+            return
+        self._seq += 1
+        frame = {"op": 0, "t": event, "s": self._seq, "d": data}
+        self._history.append(frame)
+        live = self._live
+        if live is not None:
+            try:
+                await live.send(frame)
+            except (ConnectionError, RuntimeError):
+                pass  # the client will RESUME and get it replayed
+
+    async def drop_connection(self, code: int = 4000) -> None:
+        """Close the live gateway connection from the server side (the session stays resumable)."""
+        live, self._live = self._live, None
+        assert live is not None, "no gateway connection to drop"
+        self.close_codes.append(code)
+        await live.ws.close(code=code, message=b"fake server closed the connection")
+
+    # ---- waiting -----------------------------------------------------------------------------
+
+    async def wait_for(self, predicate: Callable[[], Any], within: float = 10.0) -> Any:
+        """Wait until `predicate()` is truthy (checked whenever the fake's state changes);
+        AssertionError, with what the fake saw, after `within` seconds."""
+        try:
+            async with asyncio.timeout(within), self._changed:
+                return await self._changed.wait_for(predicate)
+        except TimeoutError:
+            posted = [(m["channel_id"], m["content"][:80]) for m in self.sent]
+            raise AssertionError(
+                f"fake Discord: condition not met within {within} s; the bot posted {posted}, "
+                f"typing {self.typing}, identifies {self.identifies}, resumes {self.resumes}"
+            ) from None
+
+    async def wait_for_session(self, *, resumed: int = 0, within: float = 10.0) -> None:
+        """Wait for a live, identified session (and at least `resumed` resumes)."""
+        await self.wait_for(lambda: self._live is not None and self.resumes >= resumed, within)
+
+    async def wait_for_sent(
+        self, channel_id: int, count: int = 1, within: float = 10.0
+    ) -> list[str]:
+        """Wait until the bot posted `count` messages in the channel; returns their texts."""
+        await self.wait_for(lambda: len(self.texts(channel_id)) >= count, within)
+        return self.texts(channel_id)
+
+    def texts(self, channel_id: int) -> list[str]:
+        return [m["content"] for m in self.sent if int(m["channel_id"]) == channel_id]
+
+    async def _changed_now(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ---- REST --------------------------------------------------------------------------------
+
+    async def _rest(self, request: web.Request) -> web.Response:
+        path = "/" + request.match_info["tail"]
+        self.rest_requests.append((request.method, path))
+        if request.headers.get("Authorization") != f"Bot {self.token}":
+            return _json({"message": "401: Unauthorized", "code": 0}, 401)
+        parts = path.strip("/").split("/")
+        method = request.method
+        try:
+            if method == "GET" and path == "/users/@me":
+                return _json(self.bot)
+            if method == "GET" and path == "/oauth2/applications/@me":
+                return _json(self._application())
+            if method == "GET" and path == "/gateway":
+                return _json({"url": f"ws://{self._root}/gateway"})
+            if method == "POST" and path == "/users/@me/channels":
+                body = await request.json()
+                return _json(self._channels[self.dm_channel_id(int(body["recipient_id"]))])
+            if parts[0] == "channels" and len(parts) >= 2:
+                channel_id = int(parts[1])
+                if method == "GET" and len(parts) == 2:
+                    return self._get_channel(channel_id)
+                if method == "POST" and parts[2:] == ["typing"]:
+                    return await self._typing(channel_id)
+                if method == "POST" and parts[2:] == ["messages"]:
+                    return await self._post_message(channel_id, request)
+        except (ValueError, KeyError) as exc:
+            return _json({"message": f"Invalid Form Body ({exc})", "code": 50035}, 400)
+        return _json({"message": "404: Not Found", "code": 0}, 404)
+
+    def _get_channel(self, channel_id: int) -> web.Response:
+        channel = self._channels.get(channel_id)
+        if channel is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        return _json(channel)
+
+    async def _typing(self, channel_id: int) -> web.Response:
+        if channel_id not in self._channels:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        self.typing[channel_id] = self.typing.get(channel_id, 0) + 1
+        await self._changed_now()
+        return web.Response(status=204)
+
+    async def _post_message(self, channel_id: int, request: web.Request) -> web.Response:
+        self.send_attempts += 1
+        failure = self._next_failure(channel_id)
+        if failure is not None:
+            await self._changed_now()
+            return _failure_response(failure)
+        if channel_id not in self._channels:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        body = await request.json()
+        content = body.get("content") or ""
+        if not content.strip() and not body.get("embeds"):
+            return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+        if len(content) > 2000:
+            return _json(
+                {
+                    "message": "Invalid Form Body",
+                    "code": 50035,
+                    "errors": {
+                        "content": {
+                            "_errors": [
+                                {
+                                    "code": "BASE_TYPE_MAX_LENGTH",
+                                    "message": "Must be 2000 or fewer in length.",
+                                }
+                            ]
+                        }
+                    },
+                },
+                400,
+            )
+        channel = self._channels[channel_id]
+        message = self.message_payload(
+            self.bot, content, channel_id=channel_id, guild=channel["type"] != 1
+        )
+        message.pop("member", None)
+        self.sent.append({**message, "allowed_mentions": body.get("allowed_mentions")})
+        await self._changed_now()
+        if self.echo_own_messages:
+            # Discord tells every session about every message, the bot's own included.
+            await self.dispatch("MESSAGE_CREATE", message)
+        return _json(message)
+
+    def _next_failure(self, channel_id: int) -> _SendFailure | None:
+        for failure in self._failures:
+            if failure.channel_id in (None, channel_id):
+                self._failures.remove(failure)
+                return failure
+        return None
+
+    def _application(self) -> dict[str, Any]:
+        return {
+            "id": str(self.APP_ID),
+            "name": "Bruce",
+            "description": "A personal assistant (fake)",
+            "icon": None,
+            "bot_public": False,
+            "bot_require_code_grant": False,
+            "owner": user_payload(self.OWNER_ID, "owner"),
+            "verify_key": "0" * 64,
+            "flags": MESSAGE_CONTENT_INTENT << 4 if self.message_content_intent else 0,
+            "bot": self.bot,
+        }
+
+    # ---- gateway -----------------------------------------------------------------------------
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        connection = _Connection(ws, request.path)
+        self.gateway_paths.append(request.path)
+        await connection.send(
+            {"op": 10, "d": {"heartbeat_interval": HEARTBEAT_INTERVAL_MS}, "s": None, "t": None}
+        )
+        try:
+            async for frame in ws:
+                if frame.type is not WSMsgType.TEXT:
+                    continue
+                payload = json.loads(frame.data)
+                op, data = payload.get("op"), payload.get("d")
+                if op == 1:
+                    self.heartbeats += 1
+                    await connection.send({"op": 11, "d": None, "s": None, "t": None})
+                elif op == 2:
+                    await self._identify(connection, data or {})
+                elif op == 6:
+                    await self._resume(connection, data or {})
+        finally:
+            if self._live is connection:
+                self._live = None
+            await self._changed_now()
+        return ws
+
+    async def _identify(self, connection: _Connection, data: dict[str, Any]) -> None:
+        if data.get("token") != self.token:
+            self.close_codes.append(4004)
+            await connection.ws.close(code=4004, message=b"Authentication failed.")
+            return
+        intents = int(data.get("intents", 0))
+        if intents & MESSAGE_CONTENT_INTENT and not self.message_content_intent:
+            self.close_codes.append(4014)
+            await connection.ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
+        self.identifies += 1
+        self._session_id = uuid.uuid4().hex
+        self._seq = 0
+        self._history = []
+        self._live = connection
+        await self.dispatch("READY", self._ready())
+        await self.dispatch("GUILD_CREATE", self._guild())
+        waiting, self._before_session = self._before_session, []
+        for event, payload in waiting:
+            await self.dispatch(event, payload)
+        await self._changed_now()
+
+    async def _resume(self, connection: _Connection, data: dict[str, Any]) -> None:
+        if data.get("token") != self.token or data.get("session_id") != self._session_id:
+            await connection.send({"op": 9, "d": False, "s": None, "t": None})
+            return
+        seen = data.get("seq") or 0
+        for frame in self._history:
+            if frame["s"] > seen:
+                await connection.send(frame)
+        self.resumes += 1
+        self._live = connection
+        await self.dispatch("RESUMED", {})
+        await self._changed_now()
+
+    def _ready(self) -> dict[str, Any]:
+        return {
+            "v": 10,
+            "user": {**self.bot, "verified": True, "mfa_enabled": False, "flags": 0},
+            "guilds": [{"id": str(self.GUILD_ID), "unavailable": True}],
+            "session_id": self._session_id,
+            "session_type": "normal",
+            "resume_gateway_url": self.resume_gateway_url,
+            "application": {"id": str(self.APP_ID), "flags": 0},
+            "private_channels": [],
+            "relationships": [],
+            "user_settings": {},
+            "geo_ordered_rtc_regions": [],
+        }
+
+    def _guild(self) -> dict[str, Any]:
+        everyone = {
+            "id": str(self.GUILD_ID),
+            "name": "@everyone",
+            "permissions": "68608",  # view channel, send messages, read history
+            "position": 0,
+            "color": 0,
+            "hoist": False,
+            "managed": False,
+            "mentionable": False,
+            "flags": 0,
+        }
+        bot_role = {
+            **everyone,
+            "id": str(self.BOT_ROLE_ID),
+            "name": "Bruce",
+            "position": 1,
+            "managed": True,
+            "tags": {"bot_id": str(self.BOT_ID)},
+        }
+        return {
+            "id": str(self.GUILD_ID),
+            "name": "Fake Guild",
+            "icon": None,
+            "owner_id": str(self.OWNER_ID),
+            "unavailable": False,
+            "member_count": 3,
+            "large": False,
+            "joined_at": _now_iso(),
+            "features": [],
+            "roles": [everyone, bot_role],
+            "emojis": [],
+            "stickers": [],
+            "members": [
+                {
+                    "user": self.bot,
+                    "roles": [str(self.BOT_ROLE_ID)],
+                    "joined_at": _now_iso(),
+                    "deaf": False,
+                    "mute": False,
+                    "flags": 0,
+                }
+            ],
+            "channels": [self._channels[self.TEXT_CHANNEL_ID]],
+            "threads": [self._channels[self.THREAD_ID]],
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "mfa_level": 0,
+            "premium_tier": 0,
+            "preferred_locale": "en-US",
+            "system_channel_flags": 0,
+            "nsfw_level": 0,
+        }
+
+    def _add_guild_channels(self) -> None:
+        self._channels[self.TEXT_CHANNEL_ID] = {
+            "id": str(self.TEXT_CHANNEL_ID),
+            "type": 0,
+            "guild_id": str(self.GUILD_ID),
+            "name": "general",
+            "position": 0,
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+            "topic": None,
+            "last_message_id": None,
+            "rate_limit_per_user": 0,
+            "flags": 0,
+        }
+        self._channels[self.THREAD_ID] = {
+            "id": str(self.THREAD_ID),
+            "type": 11,
+            "guild_id": str(self.GUILD_ID),
+            "parent_id": str(self.TEXT_CHANNEL_ID),
+            "owner_id": str(self.OWNER_ID),
+            "name": "planning",
+            "last_message_id": None,
+            "rate_limit_per_user": 0,
+            "message_count": 0,
+            "member_count": 1,
+            "flags": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": 1440,
+                "archive_timestamp": _now_iso(),
+                "locked": False,
+            },
+        }
+
+    def _snowflake(self) -> int:
+        """An id whose timestamp is now, like Discord's (message.created_at is read from it)."""
+        millis = int(time.time() * 1000) - DISCORD_EPOCH_MS
+        return (millis << 22) | (next(self._ids) & 0x3FFFFF)
+
+
+def _failure_response(failure: _SendFailure) -> web.Response:
+    if failure.status == 429:
+        # Without `Via`, discord.py takes a 429 for a Cloudflare ban and does not retry.
+        return _json(
+            {
+                "message": "You are being rate limited.",
+                "retry_after": failure.retry_after,
+                "global": False,
+            },
+            429,
+            {"Via": "1.1 google", "Retry-After": str(failure.retry_after)},
+        )
+    messages = {
+        403: ("Missing Access", 50001),
+        404: ("Unknown Channel", 10003),
+        400: ("Invalid Form Body", 50035),
+    }
+    message, code = messages.get(failure.status, ("Internal Server Error", 0))
+    return _json({"message": message, "code": code}, failure.status)
