@@ -13,6 +13,7 @@ markup; failures become `DeliveryError`s, and the outbox is the one place that r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
 import time
@@ -64,6 +65,8 @@ TELEGRAM_CHANNEL = "telegram"
 MAX_MESSAGE_CHARS = 3800
 POLL_TIMEOUT = timedelta(seconds=25)
 BOOTSTRAP_RETRIES = 3
+RECONNECT_FIRST_DELAY_SECONDS = 1.0
+RECONNECT_MAX_DELAY_SECONDS = 60.0
 STRANGER_REPLY_INTERVAL_SECONDS = 3600.0
 ALLOWED_UPDATES = ("message", "edited_message")
 _SUPPORTED_CHATS = (ChatType.PRIVATE, ChatType.GROUP, ChatType.SUPERGROUP)
@@ -79,8 +82,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 GREETING = (
     "Hi {name}! I'm Bruce, your personal assistant. Just write to me in plain words: I can "
     "search the web and read pages for you, write reports you can open in a browser, and "
-    "remind you of things or send you a briefing at a time you choose (\"remind me tomorrow at "
-    "9 to call Ana\").\n\n"
+    'remind you of things or send you a briefing at a time you choose ("remind me tomorrow at '
+    '9 to call Ana").\n\n'
     "/new starts a fresh conversation · /reminders lists what is scheduled · /help shows this "
     "again."
 )
@@ -190,11 +193,16 @@ class TelegramChannel:
         # Pieces already delivered of a part that became several messages, so that a retry of
         # the part by the outbox does not send them twice: (chat, message id, part) -> count.
         self._delivered_pieces: dict[tuple[str, int, int], int] = {}
+        self._updates_request: _UpdateCheckingRequest | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._commands_registered = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self, inbox: InboxPort) -> None:
-        config = self._config
+        """Connect and start receiving. A wrong token or setting stops start-up with a message
+        that names the key; an unreachable Bot API does not: Bruce starts without Telegram and
+        keeps trying in the background (replies meanwhile wait in the outbox)."""
         if not self._allowed:
             log.warning(
                 "telegram_allowlist_empty",
@@ -204,33 +212,54 @@ class TelegramChannel:
         app = self._build_application()
         app.add_handler(TypeHandler(Update, self._on_update))
         app.add_error_handler(self._on_error)
+        self._app = app
+        self._inbox = inbox
         try:
-            await app.initialize()  # getMe: checks the token
+            await self._connect(app)
+        except (NetworkError, RetryAfter) as exc:
+            if isinstance(exc, BadRequest):
+                await self._abort(app)
+                raise RuntimeError(
+                    f"Telegram refused Bruce's start-up request: {self._scrub(str(exc))}. Check "
+                    "the channels.telegram settings in config.yml."
+                ) from None
+            log.warning(
+                "telegram_unreachable",
+                error=self._scrub(str(exc)),
+                retry_in_seconds=RECONNECT_FIRST_DELAY_SECONDS,
+            )
+            self._connecting = asyncio.create_task(
+                self._keep_connecting(app), name="telegram-connect"
+            )
         except InvalidToken:
+            await self._abort(app)
             raise RuntimeError(
                 "Telegram refused the bot token (channels.telegram.token). Copy it again from "
                 "@BotFather, or set TELEGRAM_BOT_TOKEN, and restart Bruce."
             ) from None
-        except TelegramError as exc:
-            raise RuntimeError(
-                f"Bruce could not reach the Telegram Bot API ({self._scrub(str(exc))}). Check "
-                "the network or channels.telegram.base_url, and restart Bruce."
-            ) from None
-        self._app = app
-        self._can_send = True
+        except BaseException:
+            await self._abort(app)
+            raise
+
+    async def _connect(self, app: Application) -> None:  # type: ignore[type-arg]
+        """Every step of start-up, each skipped when already done, so it can be retried."""
+        await app.initialize()  # getMe: checks the token; idempotent
         self._bot_id = app.bot.id
         self._bot_username = app.bot.username
-        self._inbox = inbox
-        try:
-            await app.bot.set_my_commands([BotCommand(name, text) for name, text in COMMANDS])
-        except TelegramError as exc:
-            log.warning("telegram_commands_not_registered", error=self._scrub(str(exc)))
-        await app.start()
-        try:
-            if config.mode == "webhook":
+        self._can_send = True
+        if not self._commands_registered:
+            try:
+                await app.bot.set_my_commands([BotCommand(n, text) for n, text in COMMANDS])
+            except BadRequest as exc:  # the menu is a convenience: not worth failing over
+                log.warning("telegram_commands_not_registered", error=self._scrub(str(exc)))
+            self._commands_registered = True
+        if not app.running:
+            await app.start()
+        assert app.updater is not None
+        if not app.updater.running:
+            if self._config.mode == "webhook":
                 await self._start_webhook(app)
             else:
-                assert app.updater is not None
                 await app.updater.start_polling(
                     timeout=POLL_TIMEOUT,
                     bootstrap_retries=BOOTSTRAP_RETRIES,
@@ -238,27 +267,56 @@ class TelegramChannel:
                     drop_pending_updates=False,
                     error_callback=self._on_polling_error,
                 )
-        except BaseException:
-            await self.stop()
-            await self.close()
-            raise
         log.info(
             "telegram_started",
-            mode=config.mode,
+            mode=self._config.mode,
             bot_username=self._bot_username,
             allowed_users=len(self._allowed),
         )
 
+    async def _keep_connecting(self, app: Application) -> None:  # type: ignore[type-arg]
+        delay = RECONNECT_FIRST_DELAY_SECONDS
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self._connect(app)
+                return
+            except InvalidToken:
+                log.error("telegram_token_refused", hint="check channels.telegram.token")
+                return
+            except BadRequest as exc:
+                log.error("telegram_start_refused", error=self._scrub(str(exc)))
+                return
+            except (NetworkError, RetryAfter) as exc:
+                delay = min(delay * 2, RECONNECT_MAX_DELAY_SECONDS)
+                log.warning(
+                    "telegram_unreachable", error=self._scrub(str(exc)), retry_in_seconds=delay
+                )
+            except Exception:
+                log.exception("telegram_start_failed")
+                return
+
+    async def _abort(self, app: Application) -> None:  # type: ignore[type-arg]
+        """Undo a start-up that cannot succeed."""
+        await self.stop()
+        await self.close()
+        await _release_connections(app, self._updates_request)
+
     async def stop(self) -> None:
         """Stop intake: no more updates are fetched, the ones fetched are handled. Sending keeps
         working (running turns still reply) until `close`."""
-        app, self._inbox = self._app, None
-        if app is None:
-            return
-        if app.updater is not None and app.updater.running:
-            await app.updater.stop()  # ends polling (confirming what was handled) or the webhook
-        if app.running:
-            await app.stop()  # handles updates already queued, then stops the dispatcher
+        connecting, self._connecting = self._connecting, None
+        if connecting is not None:
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connecting
+        app = self._app
+        if app is not None:
+            if app.updater is not None and app.updater.running:
+                await app.updater.stop()  # ends polling (confirming what was handled) or webhook
+            if app.running:
+                await app.stop()  # stores the updates already fetched, then stops dispatching
+        self._inbox = None
 
     async def close(self) -> None:
         """Release the HTTP connections; `send` fails (transiently) from now on."""
@@ -269,12 +327,14 @@ class TelegramChannel:
 
     def _build_application(self) -> Application:  # type: ignore[type-arg]
         config = self._config
+        updates_request = _UpdateCheckingRequest(connection_pool_size=1)
+        self._updates_request = updates_request
         builder = (
             ApplicationBuilder()
             .token(config.token)
             .concurrent_updates(False)  # one update at a time, in order: see the queue above
             .update_queue(_ProcessedUpdateQueue())
-            .get_updates_request(_UpdateCheckingRequest(connection_pool_size=1))
+            .get_updates_request(updates_request)
             .job_queue(None)
             # No AIORateLimiter: its RetryAfter retries would stack on the outbox's, and its
             # per-group pacing would hold replies behind typing indicators. A 429 becomes a
@@ -362,7 +422,9 @@ class TelegramChannel:
         if inbox is None:
             await self._reply(message, RESTARTING)
             return
-        metadata: dict[str, Any] = {"group": True, "reply_to": message.message_id} if in_group else {}
+        metadata: dict[str, Any] = (
+            {"group": True, "reply_to": message.message_id} if in_group else {}
+        )
         inbound = InboundMessage(
             TELEGRAM_CHANNEL,
             str(message.chat.id),
@@ -560,7 +622,9 @@ class TelegramChannel:
                     raise
                 log.info("telegram_markup_refused", chat_id=chat_id, error=exc.message)
         for index, chunk in enumerate(fit_plain(piece.source, TELEGRAM_TEXT_LIMIT)):
-            await bot.send_message(chat_id, chunk, reply_parameters=replying if index == 0 else None)
+            await bot.send_message(
+                chat_id, chunk, reply_parameters=replying if index == 0 else None
+            )
 
     def _sending_bot(self) -> Bot:
         if self._app is None or not self._can_send:
@@ -588,6 +652,18 @@ class TelegramChannel:
 
 
 # ---- small helpers ---------------------------------------------------------------------------
+
+
+async def _release_connections(
+    app: Application,  # type: ignore[type-arg]
+    updates: HTTPXRequest | None,
+) -> None:
+    """Close the HTTP clients of an application whose initialisation failed half-way."""
+    for request in (app.bot.request, updates):
+        if request is None:
+            continue
+        with contextlib.suppress(Exception):
+            await request.shutdown()
 
 
 def _file_url(base_url: str) -> str:

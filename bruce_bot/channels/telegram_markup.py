@@ -111,9 +111,9 @@ def render_pieces(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[Piece
     html = to_telegram_html(markdown)
     if html is not None and utf16_len(html) <= limit:
         return [Piece(markdown, html)]
-    if html is not None and len(markdown) > limit // 2:
+    if html is not None and len(markdown) > max(limit // 2, 16):
         pieces: list[Piece] = []
-        for half in split_text(markdown, len(markdown) // 2):
+        for half in split_text(markdown, len(markdown) // 2 + 4):  # + room to close a fence
             pieces.extend(render_pieces(half, limit))
         return pieces
     return [Piece(chunk, None) for chunk in fit_plain(markdown, limit)]
@@ -121,9 +121,9 @@ def render_pieces(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[Piece
 
 def fit_plain(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
     """`text` in chunks of at most `limit` UTF-16 units (emoji count twice), on natural breaks."""
-    if utf16_len(text) <= limit:
+    if utf16_len(text) <= limit or len(text) <= 16:
         return [text] if text.strip() else []
     chunks: list[str] = []
-    for chunk in split_text(text, max(len(text) // 2, 16)):
+    for chunk in split_text(text, len(text) // 2 + 4):
         chunks.extend(fit_plain(chunk, limit))
     return chunks

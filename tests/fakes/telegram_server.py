@@ -1,0 +1,684 @@
+"""A local fake of the Telegram Bot API for tests: real python-telegram-bot talks to it over HTTP.
+
+It speaks the wire protocol the way api.telegram.org does (TESTING.md): `POST /bot<token>/<method>`
+with form-encoded (or multipart, or JSON) parameters where non-string fields are JSON strings;
+answers `{"ok": true, "result": ...}` or `{"ok": false, "error_code": N, "description": ...}` with
+the matching HTTP status (a wrong token gets 401). Supported methods: getMe, deleteWebhook,
+setWebhook, getWebhookInfo, setMyCommands, getMyCommands, getUpdates (a real long poll: the
+request is held until an update is queued or `timeout` runs out; an `offset` confirms every
+update below it), sendMessage (refuses texts over 4096 UTF-16 units after entity parsing with
+"message is too long", and bad HTML with "can't parse entities" when `parse_mode` is HTML),
+sendChatAction. Chats the bot never heard from get "chat not found". While a webhook is set,
+getUpdates answers 409 and queued updates are POSTed to the webhook URL with the
+`X-Telegram-Bot-Api-Secret-Token` header, retried until the receiver answers 200::
+
+    async with FakeTelegramServer() as telegram:
+        config = {"token": telegram.token, "base_url": telegram.base_url, ...}
+        alice = telegram.user(1001, "Alice")
+        telegram.private_text(alice, "hello")                 # queue an update
+        telegram.group_text(-500, alice, "hi", mention=True)  # "@bruce_test_bot hi" + entity
+        telegram.photo(alice, caption="what is this?")        # also sticker(), edited_text()
+        telegram.push_raw({"update_id": 77, "message": {...}})  # malformed updates
+        sent = await telegram.wait_for_messages(alice.id, 1)
+        telegram.fail_get_updates(3)                          # next 3 getUpdates → 502
+        telegram.fail_next("getMe")                           # the API is down at start-up
+        telegram.rate_limit_next_send(retry_after=1)          # next sendMessage → 429
+        telegram.reject_markup_next()                         # next HTML sendMessage → 400
+        telegram.block_chat(alice.id)                         # sendMessage → 403 from now on
+
+Everything the bot did is kept: `sent` (per chat), `chat_actions`, `my_commands`, `calls`
+(method and parameters of every request) and `get_updates_offsets`. Wait on conditions with
+`wait_for_messages` / `wait_for(predicate)`, never with fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import itertools
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import aiohttp
+from aiohttp import web
+
+TEXT_LIMIT = 4096  # UTF-16 code units, after entity parsing
+BOT_ID = 999_000
+BOT_USERNAME = "bruce_test_bot"
+
+# Telegram's HTML subset: tag -> allowed attributes.
+_ALLOWED_TAGS: dict[str, set[str]] = {
+    "b": set(),
+    "strong": set(),
+    "i": set(),
+    "em": set(),
+    "u": set(),
+    "ins": set(),
+    "s": set(),
+    "strike": set(),
+    "del": set(),
+    "span": {"class"},
+    "tg-spoiler": set(),
+    "a": {"href"},
+    "tg-emoji": {"emoji-id"},
+    "code": {"class"},
+    "pre": set(),
+    "blockquote": {"expandable"},
+}
+_TAG = re.compile(
+    r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)"
+    r"((?:\s+[a-zA-Z-]+(?:\s*=\s*(?:\"[^\"<>]*\"|'[^'<>]*'|[^\s>\"'<]+))?)*)\s*>"
+)
+_ATTRIBUTE = re.compile(r"([a-zA-Z-]+)(?:\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s>\"']+))?")
+_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#[0-9]{1,7}|#x[0-9a-fA-F]{1,6});")
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+class MarkupError(ValueError):
+    """Telegram would answer "can't parse entities" for this HTML."""
+
+
+def parse_html(text: str) -> str:
+    """The visible text of Telegram-HTML `text`; `MarkupError` where Telegram refuses it."""
+    out: list[str] = []
+    stack: list[str] = []
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char == "<":
+            match = _TAG.match(text, position)
+            if match is None:
+                raise MarkupError(f"Unsupported start tag at byte offset {position}")
+            closing, name, attributes = match.group(1), match.group(2).lower(), match.group(3)
+            if name not in _ALLOWED_TAGS:
+                raise MarkupError(f'Unsupported start tag "{name}" at byte offset {position}')
+            if closing:
+                if not stack or stack[-1] != name:
+                    raise MarkupError(
+                        f'Unmatched end tag at byte offset {position}, expected "</'
+                        f'{stack[-1] if stack else ""}>", found "</{name}>"'
+                    )
+                stack.pop()
+            else:
+                for attribute, _ in _ATTRIBUTE.findall(attributes):
+                    if attribute.lower() not in _ALLOWED_TAGS[name]:
+                        raise MarkupError(
+                            f'Unsupported attribute "{attribute}" in tag "{name}" at byte '
+                            f"offset {position}"
+                        )
+                stack.append(name)
+            position = match.end()
+        elif char == "&":
+            match = _ENTITY.match(text, position)
+            if match is None:
+                raise MarkupError(f"Unsupported HTML entity at byte offset {position}")
+            out.append(html.unescape(match.group(0)))
+            position = match.end()
+        elif char == ">":
+            raise MarkupError(f"Unexpected end of tag at byte offset {position}")
+        else:
+            out.append(char)
+            position += 1
+    if stack:
+        raise MarkupError(f'Can\'t find end tag corresponding to start tag "{stack[-1]}"')
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class FakeUser:
+    id: int
+    first_name: str
+    username: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        user: dict[str, Any] = {"id": self.id, "is_bot": False, "first_name": self.first_name}
+        if self.username:
+            user["username"] = self.username
+        return user
+
+
+@dataclass(slots=True)
+class SentMessage:
+    """A message the bot sent, as the fake received it."""
+
+    chat_id: int
+    message_id: int
+    text: str  # exactly as sent (HTML source when parse_mode is HTML)
+    plain: str  # what the user sees
+    parse_mode: str | None
+    reply_to: int | None
+    params: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Failure:
+    status: int
+    body: dict[str, Any] | str
+    times: int
+
+
+class FakeTelegramServer:
+    def __init__(self, token: str = "123:ABC") -> None:
+        self.token = token
+        self.bot = {
+            "id": BOT_ID,
+            "is_bot": True,
+            "first_name": "Bruce",
+            "username": BOT_USERNAME,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
+        self.sent: dict[int, list[SentMessage]] = {}
+        self.chat_actions: list[tuple[int, str]] = []
+        self.my_commands: list[dict[str, str]] | None = None
+        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.get_updates_offsets: list[int] = []
+        self.webhook_url = ""
+        self.webhook_secret: str | None = None
+        self.webhook_deliveries: list[tuple[int, int]] = []  # (update_id, HTTP status)
+        self._updates: list[dict[str, Any]] = []
+        self._update_ids = itertools.count(1)
+        self._message_ids = itertools.count(100)
+        self._chats: dict[int, dict[str, Any]] = {}
+        self._blocked: set[int] = set()
+        self._failures: dict[str, list[_Failure]] = {}
+        self._reject_markup = 0
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._root_url = ""
+        self._push_task: asyncio.Task[None] | None = None
+        self._wakers: set[asyncio.Task[None]] = set()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._root_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self.base_url
+
+    async def stop(self) -> None:
+        await self._stop_pushing()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def root_url(self) -> str:
+        if not self._root_url:
+            raise RuntimeError("the fake Bot API server is not started")
+        return self._root_url
+
+    @property
+    def base_url(self) -> str:
+        """What `channels.telegram.base_url` should be (PTB appends the token)."""
+        return self.root_url + "/bot"
+
+    # ---- scripting ---------------------------------------------------------------------------
+
+    def fail_next(self, method: str, times: int = 1, status: int = 502) -> None:
+        """The next `times` calls of `method` fail with an HTML error page, as the proxy in
+        front of Telegram answers when the API is down (502) or overloaded."""
+        body = f"<html><body><h1>{status} Bad Gateway</h1></body></html>"
+        self._failures.setdefault(method, []).append(_Failure(status, body, times))
+
+    def fail_get_updates(self, times: int = 1, status: int = 502) -> None:
+        """The next `times` getUpdates calls fail (see `fail_next`)."""
+        self.fail_next("getUpdates", times, status)
+
+    def rate_limit_next_send(self, retry_after: int = 1, times: int = 1) -> None:
+        """The next `times` sendMessage calls get 429 with `parameters.retry_after`."""
+        body = {
+            "ok": False,
+            "error_code": 429,
+            "description": f"Too Many Requests: retry after {retry_after}",
+            "parameters": {"retry_after": retry_after},
+        }
+        self._failures.setdefault("sendMessage", []).append(_Failure(429, body, times))
+
+    def reject_markup_next(self, times: int = 1) -> None:
+        """The next `times` sendMessage calls with a parse_mode get "can't parse entities"."""
+        self._reject_markup += times
+
+    def block_chat(self, chat_id: int) -> None:
+        """The user blocked the bot: sendMessage/sendChatAction answer 403 from now on."""
+        self._blocked.add(chat_id)
+
+    # ---- building updates --------------------------------------------------------------------
+
+    @staticmethod
+    def user(user_id: int, first_name: str, username: str | None = None) -> FakeUser:
+        return FakeUser(user_id, first_name, username)
+
+    def private_text(self, user: FakeUser, text: str, **extra: Any) -> dict[str, Any]:
+        """A text message from `user` in their private chat with the bot; returns the message."""
+        return self.queue_message(user.id, "private", user, text=text, **extra)
+
+    def group_text(
+        self,
+        chat_id: int,
+        user: FakeUser,
+        text: str,
+        *,
+        mention: bool = False,
+        text_mention: bool = False,
+        reply_to: SentMessage | None = None,
+        chat_type: str = "group",
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """A group message; `mention` prefixes "@bruce_test_bot " with a mention entity,
+        `text_mention` names the bot by a text_mention entity, `reply_to` replies to a message
+        the bot sent."""
+        entities: list[dict[str, Any]] = list(extra.pop("entities", []))
+        if mention:
+            tag = f"@{BOT_USERNAME}"
+            text = f"{tag} {text}"
+            entities = [{"type": "mention", "offset": 0, "length": utf16_len(tag)}] + [
+                {**e, "offset": e["offset"] + utf16_len(tag) + 1} for e in entities
+            ]
+        if text_mention:
+            name = "Bruce"
+            text = f"{name}, {text}"
+            entities.append(
+                {"type": "text_mention", "offset": 0, "length": len(name), "user": self.bot}
+            )
+        if reply_to is not None:
+            extra["reply_to_message"] = self._bot_message_dict(reply_to)
+        if entities:
+            extra["entities"] = entities
+        return self.queue_message(chat_id, chat_type, user, text=text, **extra)
+
+    def command(
+        self,
+        user: FakeUser,
+        command: str,
+        *,
+        chat_id: int | None = None,
+        chat_type: str = "private",
+    ) -> dict[str, Any]:
+        """A command ("/new", "/help@bruce_test_bot ...") with its bot_command entity."""
+        name = command.split()[0]
+        entity = {"type": "bot_command", "offset": 0, "length": utf16_len(name)}
+        return self.queue_message(
+            user.id if chat_id is None else chat_id,
+            chat_type,
+            user,
+            text=command,
+            entities=[entity],
+        )
+
+    def photo(
+        self,
+        user: FakeUser,
+        *,
+        caption: str | None = None,
+        chat_id: int | None = None,
+        chat_type: str = "private",
+    ) -> dict[str, Any]:
+        extra: dict[str, Any] = {
+            "photo": [
+                {"file_id": "AgAD-photo-small", "file_unique_id": "ph1", "width": 90, "height": 90},
+                {"file_id": "AgAD-photo-big", "file_unique_id": "ph2", "width": 800, "height": 800},
+            ]
+        }
+        if caption is not None:
+            extra["caption"] = caption
+        return self.queue_message(user.id if chat_id is None else chat_id, chat_type, user, **extra)
+
+    def sticker(self, user: FakeUser) -> dict[str, Any]:
+        sticker = {
+            "file_id": "CAAD-sticker",
+            "file_unique_id": "st1",
+            "type": "regular",
+            "width": 512,
+            "height": 512,
+            "is_animated": False,
+            "is_video": False,
+            "emoji": "👍",
+        }
+        return self.queue_message(user.id, "private", user, sticker=sticker)
+
+    def voice(self, user: FakeUser) -> dict[str, Any]:
+        voice = {"file_id": "AwAD-voice", "file_unique_id": "vo1", "duration": 3}
+        return self.queue_message(user.id, "private", user, voice=voice)
+
+    def edited_text(self, original: dict[str, Any], new_text: str) -> dict[str, Any]:
+        """An `edited_message` update for a message queued earlier."""
+        edited = {**original, "text": new_text, "edit_date": int(time.time())}
+        edited.pop("entities", None)
+        self.push_raw({"edited_message": edited})
+        return edited
+
+    def redeliver(self, message: dict[str, Any]) -> None:
+        """The same message again in a new update (as after a lost acknowledgement)."""
+        self.push_raw({"message": message})
+
+    def queue_message(
+        self, chat_id: int, chat_type: str, user: FakeUser, **fields: Any
+    ) -> dict[str, Any]:
+        chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
+        if chat_type == "private":
+            chat["first_name"] = user.first_name
+        else:
+            chat["title"] = f"Group {chat_id}"
+        message = {
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "chat": chat,
+            "from": user.as_dict(),
+            **fields,
+        }
+        self.push_raw({"message": message})
+        return message
+
+    def push_raw(self, update: dict[str, Any]) -> int:
+        """Queue any update body (its update_id is added unless given); returns the update_id."""
+        update = {"update_id": next(self._update_ids), **update}
+        message = update.get("message")
+        if isinstance(message, dict) and isinstance(message.get("chat"), dict):
+            chat = message["chat"]
+            if isinstance(chat.get("id"), int):
+                self._chats[chat["id"]] = chat
+        self._updates.append(update)
+        self._notify()
+        if self.webhook_url:
+            self._ensure_pushing()
+        return int(update["update_id"])
+
+    # ---- reading what happened ---------------------------------------------------------------
+
+    def sent_to(self, chat_id: int) -> list[SentMessage]:
+        return list(self.sent.get(chat_id, []))
+
+    def texts_to(self, chat_id: int) -> list[str]:
+        return [message.plain for message in self.sent.get(chat_id, [])]
+
+    @property
+    def pending_updates(self) -> int:
+        """Updates not yet confirmed by an offset (or, with a webhook, not yet answered 200)."""
+        return len(self._updates)
+
+    def calls_of(self, method: str) -> list[dict[str, str]]:
+        return [params for name, params in self.calls if name == method]
+
+    async def wait_for(self, predicate: Callable[[], Any], within: float = 10.0) -> Any:
+        """Return `predicate()` once it is truthy (re-checked on every request the fake sees)."""
+        async with asyncio.timeout(within), self._changed:
+            await self._changed.wait_for(predicate)
+        return predicate()
+
+    async def wait_for_messages(
+        self, chat_id: int, count: int, within: float = 10.0
+    ) -> list[SentMessage]:
+        await self.wait_for(lambda: len(self.sent.get(chat_id, [])) >= count, within)
+        return self.sent_to(chat_id)
+
+    # ---- serving -----------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        async def wake() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        with contextlib.suppress(RuntimeError):
+            task = asyncio.get_running_loop().create_task(wake())
+            self._wakers.add(task)
+            task.add_done_callback(self._wakers.discard)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        method = request.match_info["method"]
+        params = await _params(request)
+        self.calls.append((method, params))
+        self._notify()
+        failure = self._next_failure(method)
+        if failure is not None:
+            if isinstance(failure.body, str):
+                return web.Response(
+                    status=failure.status, text=failure.body, content_type="text/html"
+                )
+            return web.json_response(failure.body, status=failure.status)
+        handler = getattr(self, f"_api_{method}", None)
+        if handler is None:
+            return _error(404, "Not Found")
+        try:
+            result = await handler(params)
+        except _APIError as exc:
+            return _error(exc.status, exc.description)
+        return web.json_response({"ok": True, "result": result})
+
+    def _next_failure(self, method: str) -> _Failure | None:
+        queue = self._failures.get(method)
+        if not queue:
+            return None
+        failure = queue[0]
+        failure.times -= 1
+        if failure.times <= 0:
+            queue.pop(0)
+        return failure
+
+    async def _api_getMe(self, params: dict[str, str]) -> Any:
+        return self.bot
+
+    async def _api_deleteWebhook(self, params: dict[str, str]) -> Any:
+        await self._stop_pushing()
+        self.webhook_url = ""
+        self.webhook_secret = None
+        if _bool(params.get("drop_pending_updates")):
+            self._updates.clear()
+        return True
+
+    async def _api_setWebhook(self, params: dict[str, str]) -> Any:
+        url = params.get("url", "")
+        if not url:
+            raise _APIError(400, "Bad Request: bad webhook: An HTTPS URL must be provided")
+        secret = params.get("secret_token")
+        if secret is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
+            raise _APIError(400, "Bad Request: secret token contains unallowed characters")
+        if _bool(params.get("drop_pending_updates")):
+            self._updates.clear()
+        self.webhook_url = url
+        self.webhook_secret = secret
+        self._ensure_pushing()
+        return True
+
+    async def _api_getWebhookInfo(self, params: dict[str, str]) -> Any:
+        return {
+            "url": self.webhook_url,
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._updates),
+        }
+
+    async def _api_setMyCommands(self, params: dict[str, str]) -> Any:
+        commands = json.loads(params.get("commands", "[]"))
+        for command in commands:
+            if not re.fullmatch(r"[a-z0-9_]{1,32}", command.get("command", "")):
+                raise _APIError(400, "Bad Request: BOT_COMMAND_INVALID")
+            if not 1 <= len(command.get("description", "")) <= 256:
+                raise _APIError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
+        self.my_commands = commands
+        return True
+
+    async def _api_getMyCommands(self, params: dict[str, str]) -> Any:
+        return self.my_commands or []
+
+    async def _api_getUpdates(self, params: dict[str, str]) -> Any:
+        if self.webhook_url:
+            raise _APIError(
+                409,
+                "Conflict: can't use getUpdates method while webhook is active; use "
+                "deleteWebhook to delete the webhook first",
+            )
+        offset = int(params.get("offset") or 0)
+        timeout = float(params.get("timeout") or 0)
+        limit = int(params.get("limit") or 100)
+        self.get_updates_offsets.append(offset)
+        if offset:
+            # "An update is considered confirmed as soon as getUpdates is called with an offset
+            # higher than its update_id."
+            self._updates = [u for u in self._updates if u["update_id"] >= offset]
+
+        def ready() -> list[dict[str, Any]]:
+            return [u for u in self._updates if u["update_id"] >= offset][:limit]
+
+        if not ready() and timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout), self._changed:
+                    await self._changed.wait_for(lambda: bool(ready()) or bool(self.webhook_url))
+        return ready()
+
+    async def _api_sendMessage(self, params: dict[str, str]) -> Any:
+        chat_id = self._known_chat(params)
+        text = params.get("text", "")
+        if not text.strip():
+            raise _APIError(400, "Bad Request: message text is empty")
+        parse_mode = params.get("parse_mode") or None
+        if parse_mode and self._reject_markup > 0:
+            self._reject_markup -= 1
+            raise _APIError(
+                400,
+                "Bad Request: can't parse entities: Can't find end of the entity starting "
+                "at byte offset 0",
+            )
+        plain = text
+        if parse_mode and parse_mode.upper() == "HTML":
+            try:
+                plain = parse_html(text)
+            except MarkupError as exc:
+                raise _APIError(400, f"Bad Request: can't parse entities: {exc}") from None
+        elif parse_mode:
+            raise _APIError(400, f"Bad Request: unsupported parse_mode {parse_mode!r} in the fake")
+        if not plain.strip():
+            raise _APIError(400, "Bad Request: message text is empty")
+        if utf16_len(plain) > TEXT_LIMIT:
+            raise _APIError(400, "Bad Request: message is too long")
+        reply_to: int | None = None
+        if params.get("reply_parameters"):
+            reply_to = int(json.loads(params["reply_parameters"])["message_id"])
+        elif params.get("reply_to_message_id"):
+            reply_to = int(params["reply_to_message_id"])
+        message_id = next(self._message_ids)
+        self.sent.setdefault(chat_id, []).append(
+            SentMessage(chat_id, message_id, text, plain, parse_mode, reply_to, params)
+        )
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": self._chats[chat_id],
+            "from": self.bot,
+            "text": plain,
+        }
+
+    async def _api_sendChatAction(self, params: dict[str, str]) -> Any:
+        chat_id = self._known_chat(params)
+        self.chat_actions.append((chat_id, params.get("action", "")))
+        return True
+
+    def _known_chat(self, params: dict[str, str]) -> int:
+        try:
+            chat_id = int(params.get("chat_id", ""))
+        except ValueError:
+            raise _APIError(400, "Bad Request: chat not found") from None
+        if chat_id not in self._chats:
+            raise _APIError(400, "Bad Request: chat not found")
+        if chat_id in self._blocked:
+            raise _APIError(403, "Forbidden: bot was blocked by the user")
+        return chat_id
+
+    def _bot_message_dict(self, sent: SentMessage) -> dict[str, Any]:
+        return {
+            "message_id": sent.message_id,
+            "date": int(time.time()),
+            "chat": self._chats[sent.chat_id],
+            "from": self.bot,
+            "text": sent.plain,
+        }
+
+    # ---- webhook delivery --------------------------------------------------------------------
+
+    def _ensure_pushing(self) -> None:
+        if self._push_task is None or self._push_task.done():
+            self._push_task = asyncio.get_running_loop().create_task(self._push_updates())
+
+    async def _stop_pushing(self) -> None:
+        task, self._push_task = self._push_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _push_updates(self) -> None:
+        """POST queued updates to the webhook one at a time, like Telegram: retry until 200."""
+        async with aiohttp.ClientSession() as session:
+            while self.webhook_url and self._updates:
+                update = self._updates[0]
+                headers = {"Content-Type": "application/json"}
+                if self.webhook_secret:
+                    headers["X-Telegram-Bot-Api-Secret-Token"] = self.webhook_secret
+                try:
+                    async with session.post(
+                        self.webhook_url, data=json.dumps(update), headers=headers
+                    ) as response:
+                        status = response.status
+                except aiohttp.ClientError:
+                    status = 0
+                self.webhook_deliveries.append((int(update["update_id"]), status))
+                self._notify()
+                if status == 200:
+                    if self._updates and self._updates[0] is update:
+                        self._updates.pop(0)
+                else:
+                    await asyncio.sleep(0.1)
+
+
+class _APIError(Exception):
+    def __init__(self, status: int, description: str) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+
+
+def _error(status: int, description: str) -> web.Response:
+    return web.json_response(
+        {"ok": False, "error_code": status, "description": description}, status=status
+    )
+
+
+async def _params(request: web.Request) -> dict[str, str]:
+    params: dict[str, str] = {key: value for key, value in request.query.items()}
+    if request.content_type == "application/json":
+        with contextlib.suppress(ValueError):
+            body = await request.json()
+            if isinstance(body, dict):
+                params.update(
+                    {k: v if isinstance(v, str) else json.dumps(v) for k, v in body.items()}
+                )
+    elif request.can_read_body:
+        form = await request.post()
+        params.update({key: value for key, value in form.items() if isinstance(value, str)})
+    return params
+
+
+def _bool(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1")
