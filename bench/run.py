@@ -129,7 +129,9 @@ async def sequential(bruce: Bruce, channel: BenchChannel, count: int) -> list[fl
     return latencies
 
 
-async def burst(bruce: Bruce, channel: BenchChannel, sessions: int, round_: int) -> tuple[list[float], float]:
+async def burst(
+    bruce: Bruce, channel: BenchChannel, sessions: int, round_: int
+) -> tuple[list[float], float]:
     """One message from each of `sessions` chats at once: throughput and per-message latency."""
     assert bruce.inbox is not None
     channel.sent_at.clear()
@@ -154,18 +156,23 @@ def free_port() -> int:
 
 
 def startup_seconds(runs: int = 3) -> float:
-    """Launch `bruce run` on built-in defaults (fresh dir, schema already created) until /healthz."""
+    """Launch `bruce run` on defaults (fresh dir, schema already created) until /healthz."""
     timings = []
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         config = Path(tmp) / "config.yml"
-        config.write_text(f"app: {{data_dir: {tmp}}}\nweb: {{port: {port}}}\nlogging: {{level: warning}}\n")
+        config.write_text(
+            f"app: {{data_dir: {tmp}}}\nweb: {{port: {port}}}\nlogging: {{level: warning}}\n"
+        )
         env = {**os.environ, "ANTHROPIC_API_KEY": ""}
         for run in range(runs + 1):  # the first run creates the database; not counted
             started = time.perf_counter()
             process = subprocess.Popen(
                 [sys.executable, "-m", "bruce_bot", "run", "--config", str(config)],
-                cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                cwd=tmp,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             try:
                 while True:
@@ -188,11 +195,13 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     configure_logging("warning")
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        config = validate({
-            "app": {"data_dir": tmp},
-            "web": {"enabled": False},
-            "agent": {"max_concurrent_sessions": 8},
-        })
+        config = validate(
+            {
+                "app": {"data_dir": tmp},
+                "web": {"enabled": False},
+                "agent": {"max_concurrent_sessions": 8},
+            }
+        )
         channel = BenchChannel()
         bruce = Bruce(config, llm=InstantLLM(), channels=[channel])
         await bruce.start()
@@ -229,6 +238,8 @@ if __name__ == "__main__":
         row = results[name]
         assert isinstance(row, dict)
         print(f"{name:<14} {row['p50_ms']:>8} {row['p99_ms']:>8} {row['messages_per_s']:>8}")
-    print(f"idle RSS {results['idle_rss_mb']} MB · peak RSS {results['peak_rss_mb']} MB · "
-          f"start-up to ready {results['startup_to_ready_s']} s")
+    print(
+        f"idle RSS {results['idle_rss_mb']} MB · peak RSS {results['peak_rss_mb']} MB · "
+        f"start-up to ready {results['startup_to_ready_s']} s"
+    )
     print(json.dumps(results))

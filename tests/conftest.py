@@ -35,7 +35,12 @@ def make_config(data_dir: Path, llm_url: str | None = None, **overrides: Any) ->
         "app": {"data_dir": str(data_dir), "timezone": "America/Sao_Paulo"},
         "database": {"url": f"sqlite+aiosqlite:///{data_dir / 'bruce.db'}"},
         "web": {"host": "127.0.0.1", "port": 0},
-        "llm": {"provider": "anthropic", "api_key": "test-key", "max_retries": 0, "timeout_seconds": 10},
+        "llm": {
+            "provider": "anthropic",
+            "api_key": "test-key",
+            "max_retries": 0,
+            "timeout_seconds": 10,
+        },
         "agent": {"shutdown_timeout_seconds": 5},
     }
     if llm_url:
@@ -43,10 +48,11 @@ def make_config(data_dir: Path, llm_url: str | None = None, **overrides: Any) ->
     return validate(deep_merge(raw, overrides))
 
 
-async def wait_until(
+async def wait_until(  # noqa: ASYNC109 (a deadline for polling, not a cancellation scope)
     predicate: Callable[[], Any | Awaitable[Any]], timeout: float = 10.0, interval: float = 0.01
 ) -> Any:
-    """Poll `predicate` (sync or async) until it returns something truthy, or fail at the deadline."""
+    """Poll `predicate` (sync or async) until it returns something truthy, or fail at the
+    deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

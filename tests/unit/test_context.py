@@ -5,7 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from bruce_bot.agent.context import build_system_prompt, humanize_gap, temporal_context, to_chat_messages
+from bruce_bot.agent.context import (
+    build_system_prompt,
+    humanize_gap,
+    temporal_context,
+    to_chat_messages,
+)
 from bruce_bot.storage.messages import StoredMessage
 
 NOW = datetime(2026, 9, 27, 22, 15, 0, tzinfo=UTC)  # Sunday 19:15 in São Paulo
@@ -80,17 +85,28 @@ def test_guidelines_mention_only_enabled_tools() -> None:
 
 
 def _row(id_: int, role: str, content: str, **extra) -> StoredMessage:
-    return StoredMessage(id_, 1, role, extra.pop("kind", "chat"), content, extra.pop("author", None),
-                         "done", NOW, extra or None)
+    return StoredMessage(
+        id_,
+        1,
+        role,
+        extra.pop("kind", "chat"),
+        content,
+        extra.pop("author", None),
+        "done",
+        NOW,
+        extra or None,
+    )
 
 
 def test_history_names_group_speakers_and_marks_scheduled_tasks() -> None:
-    messages = to_chat_messages([
-        _row(1, "user", "hi all", author="Alice", group=True),
-        _row(2, "assistant", "hello Alice"),
-        _row(3, "user", "send me the news", kind="task"),
-        _row(4, "user", "private hello", author="Bob"),
-    ])
+    messages = to_chat_messages(
+        [
+            _row(1, "user", "hi all", author="Alice", group=True),
+            _row(2, "assistant", "hello Alice"),
+            _row(3, "user", "send me the news", kind="task"),
+            _row(4, "user", "private hello", author="Bob"),
+        ]
+    )
     assert messages[0].text == "Alice: hi all"
     assert messages[1].role == "assistant" and messages[1].text == "hello Alice"
     assert messages[2].text.startswith("[Scheduled task") and "send me the news" in messages[2].text
