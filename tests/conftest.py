@@ -48,8 +48,11 @@ def make_config(data_dir: Path, llm_url: str | None = None, **overrides: Any) ->
     return validate(deep_merge(raw, overrides))
 
 
-async def wait_until(  # noqa: ASYNC109 (a deadline for polling, not a cancellation scope)
-    predicate: Callable[[], Any | Awaitable[Any]], timeout: float = 10.0, interval: float = 0.01
+# `timeout` is a polling deadline, not a cancellation scope.
+async def wait_until(
+    predicate: Callable[[], Any | Awaitable[Any]],
+    timeout: float = 10.0,  # noqa: ASYNC109
+    interval: float = 0.01,
 ) -> Any:
     """Poll `predicate` (sync or async) until it returns something truthy, or fail at the
     deadline."""
