@@ -82,6 +82,9 @@ class BenchChannel:
     async def stop(self) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
     async def send(self, message: OutboundMessage) -> None:
         self.sent_at[message.chat_id] = time.perf_counter()
         if len(self.sent_at) >= self.expected:

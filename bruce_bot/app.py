@@ -255,14 +255,11 @@ class Bruce:
         if self.inbox is not None:
             await self.inbox.drain(self.config.agent.shutdown_timeout_seconds)
         for adapter in self.channels.values():
-            # Adapters that keep sending after `stop` (for the turns drained above) release
-            # their connections here.
-            close = getattr(adapter, "close", None)
-            if close is not None:
-                try:
-                    await close()
-                except Exception as exc:
-                    log.warning("channel_close_failed", channel=adapter.name, error=repr(exc))
+            # Adapters keep sending after `stop` (for the turns drained above); now they may go.
+            try:
+                await adapter.close()
+            except Exception as exc:
+                log.warning("channel_close_failed", channel=adapter.name, error=repr(exc))
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -59,6 +59,10 @@ class ChannelAdapter(Protocol):
         """Stop receiving (intake); sending may still be used while turns finish."""
         ...
 
+    async def close(self) -> None:
+        """Release the connection once the last running turn has delivered its reply."""
+        ...
+
     async def send(self, message: OutboundMessage) -> None:
         """Deliver one message (already split to `max_message_chars`); raise `DeliveryError`."""
         ...

@@ -28,6 +28,9 @@ class ConsoleChannel:
     async def stop(self) -> None:
         self._inbox = None
 
+    async def close(self) -> None:
+        return None
+
     async def say(self, text: str) -> bool:
         """Submit a line typed by the user; False when it was not accepted (e.g. empty)."""
         if self._inbox is None:

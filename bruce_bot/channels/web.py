@@ -31,6 +31,9 @@ class WebChannel:
     async def stop(self) -> None:
         self._inbox = None
 
+    async def close(self) -> None:
+        return None
+
     async def submit(self, chat_id: str, text: str, user_name: str = "web") -> Submission:
         if self._inbox is None:
             return Submission(False, reason="stopping")

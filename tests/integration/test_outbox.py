@@ -30,6 +30,9 @@ class FlakyChannel:
     async def stop(self) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
     async def send(self, message: OutboundMessage) -> None:
         if self.failures:
             raise self.failures.pop(0)
