@@ -45,6 +45,7 @@ format: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/reminders.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,12 +1,17 @@
 """The task service: create, list and cancel proactive tasks, and fire them when due.
 
-`proactive_tasks` rows are the source of truth; APScheduler (an `AsyncIOScheduler` with a
-`SQLAlchemyJobStore` on the same database) only decides when `jobs.fire_task(task_id)` runs.
+`proactive_tasks` rows are the source of truth; APScheduler (a `SQLAlchemyJobStore` on the same
+database) only decides when `jobs.fire_task(task_id)` runs. The job store is synchronous, so the
+scheduler runs in its own thread and every call to it from the event loop goes through a worker
+thread: a blocking SQLite write on the event loop would wait for the write lock that one of
+Bruce's own async transactions holds while it waits for the event loop — a deadlock that ends,
+after SQLite's timeout, in "database is locked" and a scheduler that no longer wakes up.
 Firing claims a row in the `task_runs` ledger first, so a firing is delivered at most once.
 Message mode sends the stored text through the outbox (no LLM); agent mode puts the instruction
 into the session's inbox as a task, so it never overlaps a live turn. At start-up `reconcile`
 recreates missing jobs, removes orphans, delivers what came due while Bruce was down (late, within
-`scheduler.misfire_grace_seconds`) and tells the user once about what is older than that.
+`scheduler.misfire_grace_seconds`) and tells the user once about what is older than that; a
+firing that comes that late while Bruce runs (a machine suspended for days) is treated the same.
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import structlog
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.date import DateTrigger
 
@@ -34,6 +40,7 @@ from bruce_bot.scheduler.timing import (
     parse_run_at,
     zone_of,
 )
+from bruce_bot.storage.database import SQLITE_BUSY_TIMEOUT_MS
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.tasks import TaskRecord
 
@@ -47,15 +54,42 @@ def job_id(task_id: int) -> str:
     return f"task-{task_id}"
 
 
+class TaskScheduler(BackgroundScheduler):
+    """APScheduler in its own thread, kept alive when a round of job processing fails.
+
+    A failure in a round (a job store write that met a locked database) would otherwise end the
+    thread silently and no task would fire again. The round is retried later; a job whose
+    firing was already handed over may be handed over again, and the task_runs ledger makes
+    that second firing a no-op.
+    """
+
+    def _process_jobs(self) -> float | None:
+        try:
+            return super()._process_jobs()  # type: ignore[no-any-return]
+        except Exception as exc:
+            log.error("scheduler_round_failed", error=repr(exc))
+            return float(self.jobstore_retry_interval)
+
+
 def create_scheduler(
     sync_database_url: str, zone: ZoneInfo, grace_seconds: int
-) -> AsyncIOScheduler:
+) -> BackgroundScheduler:
+    """The scheduler for `TaskService`. `grace_seconds` is deliberately not APScheduler's
+    misfire grace time: APScheduler drops a job later than that without a trace (a one-shot is
+    then never delivered; with 0, every job is "late" by a few milliseconds). Every due job is
+    handed over, and the service applies the grace period itself."""
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 
-    return AsyncIOScheduler(
-        jobstores={"default": SQLAlchemyJobStore(url=sync_database_url, tablename=JOBSTORE_TABLE)},
+    engine_options: dict[str, Any] = {}
+    if sync_database_url.startswith("sqlite"):
+        engine_options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    store = SQLAlchemyJobStore(
+        url=sync_database_url, tablename=JOBSTORE_TABLE, engine_options=engine_options
+    )
+    return TaskScheduler(
+        jobstores={"default": store},
         timezone=zone,
-        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": grace_seconds},
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
     )
 
 
@@ -65,7 +99,7 @@ class TaskService:
         stores: Stores,
         inbox: Inbox,
         outbox: Outbox,
-        scheduler: AsyncIOScheduler,
+        scheduler: BackgroundScheduler,
         *,
         app_zone: ZoneInfo,
         grace_seconds: int,
@@ -79,24 +113,29 @@ class TaskService:
         self._grace = timedelta(seconds=grace_seconds)
         self._clock = clock
         self._firing: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
 
     # ---- life cycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = False
         jobs.bind(self)
-        self._scheduler.start(paused=True)
+        await asyncio.to_thread(self._scheduler.start, paused=True)  # creates the job table
         await self.reconcile()
         self._scheduler.resume()
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
-        """Stop firing; deliveries already under way get `grace_seconds` to finish."""
+        """Stop firing; deliveries already under way get `grace_seconds` to finish. A firing
+        handed over after this point is left for the next start (the task is still due)."""
+        self._stopping = True
         if self._scheduler.running:
             self._scheduler.pause()
         if self._firing:
             await asyncio.wait(set(self._firing), timeout=grace_seconds)
-            await asyncio.sleep(0)  # let the executor see its jobs finish before shutdown
         if self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
+            await asyncio.to_thread(self._scheduler.shutdown, wait=False)
         jobs.bind(None)
 
     # ---- the tools' side ------------------------------------------------------------------
@@ -139,7 +178,7 @@ class TaskService:
             timezone=zone.key,
             next_run_at=first,
         )
-        self._schedule(task, first)
+        await self._schedule(task, first)
         log.info("task_created", task_id=task.id, mode=mode, next_run_at=first.isoformat())
         return task
 
@@ -154,13 +193,22 @@ class TaskService:
                 "call proactive_list to see the task ids"
             )
         await self._stores.tasks.update(task_id, status="cancelled", next_run_at=None)
-        self._unschedule(task_id)
+        await self._unschedule(task_id)
         log.info("task_cancelled", task_id=task_id)
         return task
 
-    def describe(self, task: TaskRecord) -> str:
+    def describe_next_run(self, task: TaskRecord) -> str:
+        """The next run in the task's timezone and, when that is not the user's, in theirs."""
+        if task.next_run_at is None:
+            return "not scheduled"
         zone = zone_of(task.timezone)
-        when = describe_time(task.next_run_at, zone) if task.next_run_at else "not scheduled"
+        when = describe_time(task.next_run_at, zone)
+        if zone.key != self._zone.key:
+            when += f", which is {describe_time(task.next_run_at, self._zone)} for the user"
+        return when
+
+    def describe(self, task: TaskRecord) -> str:
+        when = self.describe_next_run(task)
         schedule = f"cron '{task.cron}'" if task.cron else "once"
         return f"#{task.id} {task.title} — {task.mode} mode, {schedule}, next run {when}"
 
@@ -178,10 +226,12 @@ class TaskService:
             return cron_trigger(task.cron, zone)
         return DateTrigger(run_date=first, timezone=zone)
 
-    def _schedule(self, task: TaskRecord, next_run: datetime) -> None:
-        self._scheduler.add_job(
+    async def _schedule(self, task: TaskRecord, next_run: datetime) -> None:
+        trigger = self._trigger(task, next_run)
+        await asyncio.to_thread(
+            self._scheduler.add_job,
             jobs.fire_task,
-            trigger=self._trigger(task, next_run),
+            trigger=trigger,
             args=[task.id],
             id=job_id(task.id),
             name=task.title,
@@ -189,18 +239,34 @@ class TaskService:
             next_run_time=next_run,
         )
 
-    def _unschedule(self, task_id: int) -> None:
+    async def _unschedule(self, task_id: int) -> None:
+        await asyncio.to_thread(self._remove_job, job_id(task_id))
+
+    def _remove_job(self, job: str) -> None:
         try:
-            self._scheduler.remove_job(job_id(task_id))
+            self._scheduler.remove_job(job)
         except JobLookupError:
             pass
 
     # ---- firing -------------------------------------------------------------------------------
 
+    def fire_threadsafe(self, task_id: int) -> None:
+        """Called by `jobs.fire_task` in APScheduler's worker thread: fire on the event loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            log.warning("task_fire_dropped", task_id=task_id, reason="event loop gone")
+            return
+        try:
+            loop.call_soon_threadsafe(self._fire_soon, task_id)
+        except RuntimeError:  # the loop closed in between
+            log.warning("task_fire_dropped", task_id=task_id, reason="event loop closed")
+
     async def fire(self, task_id: int) -> None:
-        """Fire a task now (APScheduler's jobs call this). The work runs in a task of our own,
-        shielded, so that shutting the scheduler down cannot cut a delivery in half."""
-        await asyncio.shield(self._fire_soon(task_id))
+        """Fire a task now and wait until it is delivered (or skipped). The work runs in a task
+        of our own, shielded, so that a cancelled caller cannot cut a delivery in half."""
+        firing = self._fire_soon(task_id)
+        if firing is not None:
+            await asyncio.shield(firing)
 
     async def _fire(self, task_id: int) -> None:
         """Deliver one due firing of a task, at most once per (task, scheduled time)."""
@@ -211,6 +277,9 @@ class TaskService:
         scheduled_for = task.next_run_at
         now = self._clock()
         late = max(0.0, (now - scheduled_for).total_seconds())
+        if late > max(self._grace.total_seconds(), LATE_AFTER_SECONDS):
+            await self._missed(task, now)  # e.g. the machine was suspended for days
+            return
         run_id = await self._stores.tasks.start_run(task.id, scheduled_for, late)
         if run_id is None:
             log.info(
@@ -234,6 +303,12 @@ class TaskService:
         if task.cron:
             following = next_cron_time(task.cron, zone_of(task.timezone), after)
             await self._stores.tasks.update(task.id, next_run_at=following)
+            # The job fires at the time the row says: after a catch-up fired by `reconcile`
+            # (which removed the job), or after the scheduler's own firing (same time, no-op).
+            if following is not None:
+                await self._schedule(task, following)
+            else:
+                await self._unschedule(task.id)
         else:
             await self._stores.tasks.update(task.id, status="done", next_run_at=None)
 
@@ -252,7 +327,7 @@ class TaskService:
 
     async def _pause(self, task: TaskRecord, reason: str) -> None:
         await self._stores.tasks.update(task.id, status="paused")
-        self._unschedule(task.id)
+        await self._unschedule(task.id)
         log.warning(
             "task_paused",
             task_id=task.id,
@@ -290,23 +365,27 @@ class TaskService:
         now = self._clock()
         tasks = await self._stores.tasks.active()
         wanted = {job_id(task.id) for task in tasks}
-        for job in self._scheduler.get_jobs():
+        # Loading the jobs also drops rows that cannot be unpickled (logged by APScheduler).
+        for job in await asyncio.to_thread(self._scheduler.get_jobs):
             if job.id not in wanted:
                 log.info("orphan_job_removed", job_id=job.id)
-                job.remove()
+                await asyncio.to_thread(self._remove_job, job.id)
         for task in tasks:
             due = task.next_run_at
             if due is None:
                 continue
             if due > now:
-                self._schedule(task, due)
+                await self._schedule(task, due)
             elif now - due <= self._grace:
-                self._unschedule(task.id)  # fired below, once, not also by APScheduler
+                await self._unschedule(task.id)  # fired below, once, not also by APScheduler
                 self._fire_soon(task.id)
             else:
                 await self._missed(task, now)
 
-    def _fire_soon(self, task_id: int) -> asyncio.Task[None]:
+    def _fire_soon(self, task_id: int) -> asyncio.Task[None] | None:
+        if self._stopping:
+            log.info("task_fire_deferred", task_id=task_id, reason="stopping")
+            return None
         firing = asyncio.create_task(self._fire(task_id), name=f"fire-task-{task_id}")
         self._firing.add(firing)
         firing.add_done_callback(self._firing.discard)
@@ -327,10 +406,11 @@ class TaskService:
             following = next_cron_time(task.cron, zone, now)
             await self._stores.tasks.update(task.id, next_run_at=following)
             if following is not None:
-                self._schedule(await self._refreshed(task), following)
+                await self._schedule(await self._refreshed(task), following)
             log.warning("task_run_missed", task_id=task.id, scheduled_for=scheduled_for.isoformat())
             return
         await self._stores.tasks.update(task.id, status="missed", next_run_at=None)
+        await self._unschedule(task.id)  # else the scheduler, on its own clock, might still fire it
         if run_id is not None:  # tell the user once
             text = (
                 f'⏰ I missed a reminder while I was offline: "{task.title}" was due at {when} '

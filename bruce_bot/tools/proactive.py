@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol
 
-from bruce_bot.scheduler.timing import ScheduleError, describe_time, zone_of
+from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
 
@@ -19,6 +19,7 @@ class TaskPort(Protocol):
     async def list_active(self, session_id: int) -> list[TaskRecord]: ...
     async def cancel(self, task_id: int, session_id: int) -> TaskRecord: ...
     def describe(self, task: TaskRecord) -> str: ...
+    def describe_next_run(self, task: TaskRecord) -> str: ...
 
 
 def _session(context: ToolContext) -> int:
@@ -69,8 +70,7 @@ class ProactiveCreate(Tool):
             )
         except ScheduleError as exc:
             raise ToolError(str(exc)) from None
-        assert task.next_run_at is not None
-        when = describe_time(task.next_run_at, zone_of(task.timezone))
+        when = self._tasks.describe_next_run(task)
         repeat = f", then on cron '{task.cron}'" if task.cron else ""
         return f"Task {task.id} scheduled ({task.mode} mode): next run {when}{repeat}."
 
