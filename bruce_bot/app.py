@@ -151,6 +151,7 @@ class Bruce:
             ),
             app_zone=config.app.zone,
             grace_seconds=config.scheduler.misfire_grace_seconds,
+            channels=set(self.channels),
             clock=self._clock,
         )
         if self._tools_override is None and config.tools.proactive.enabled:

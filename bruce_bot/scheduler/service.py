@@ -17,7 +17,7 @@ firing that comes that late while Bruce runs (a machine suspended for days) is t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -103,8 +103,12 @@ class TaskService:
         *,
         app_zone: ZoneInfo,
         grace_seconds: int,
+        channels: Collection[str] | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        # The channels this process can deliver to (None: all). `bruce chat` has only the
+        # console: a Telegram reminder due meanwhile is left for the daemon, not failed.
+        self._channels = frozenset(channels) if channels is not None else None
         self._stores = stores
         self._inbox = inbox
         self._outbox = outbox
@@ -274,6 +278,9 @@ class TaskService:
         if task is None or task.status != "active" or task.next_run_at is None:
             log.info("task_fire_skipped", task_id=task_id, status=task.status if task else None)
             return
+        if not self._can_deliver(task):
+            log.info("task_fire_deferred", task_id=task_id, reason=f"channel {task.channel} off")
+            return
         scheduled_for = task.next_run_at
         now = self._clock()
         late = max(0.0, (now - scheduled_for).total_seconds())
@@ -372,8 +379,8 @@ class TaskService:
                 await asyncio.to_thread(self._remove_job, job.id)
         for task in tasks:
             due = task.next_run_at
-            if due is None:
-                continue
+            if due is None or (due <= now and not self._can_deliver(task)):
+                continue  # due for a channel this process lacks: the daemon will deliver it
             if due > now:
                 await self._schedule(task, due)
             elif now - due <= self._grace:
@@ -381,6 +388,9 @@ class TaskService:
                 self._fire_soon(task.id)
             else:
                 await self._missed(task, now)
+
+    def _can_deliver(self, task: TaskRecord) -> bool:
+        return self._channels is None or task.channel in self._channels
 
     def _fire_soon(self, task_id: int) -> asyncio.Task[None] | None:
         if self._stopping:

@@ -660,3 +660,46 @@ async def test_startup_recreates_a_missing_job(
         await wait_until(lambda: channel.sent, DUE_TIMEOUT)
     assert channel.texts() == ["⏰ Job or no job"]
     assert [r["status"] for r in runs_of(tmp_path, task.id)] == ["delivered"]
+
+
+class ElsewhereChannel(ChatChannel):
+    """Another platform (say Telegram) that only the daemon has enabled."""
+
+    name = "elsewhere"
+
+
+async def test_a_process_without_the_tasks_channel_leaves_it_for_one_that_has_it(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    config = scheduler_config(tmp_path, anthropic_fake)
+    daemon_channel = ElsewhereChannel()
+    async with running_bruce(config, channels=[ChatChannel(), daemon_channel]) as bruce:
+        assert bruce.tasks is not None and bruce.stores is not None
+        session = await bruce.stores.sessions.get_or_create(SessionKey("elsewhere", "bob"))
+        task = await bruce.tasks.create(
+            session_id=session.id,
+            channel="elsewhere",
+            chat_id="bob",
+            title="Call mum",
+            mode="message",
+            content="Call mum",
+            run_at="+2s",
+            cron=None,
+            timezone=None,
+        )
+
+    # Like `bruce chat`: a process with another channel only. The task comes due meanwhile.
+    console_like = ChatChannel()
+    async with running_bruce(config, channels=[console_like]) as bruce:
+        assert bruce.tasks is not None
+        await wait_until(lambda: utcnow() > task.next_run_at + timedelta(seconds=1), 10)
+        await bruce.tasks.fire(task.id)  # as APScheduler would
+    assert task_row(tmp_path, task.id)["status"] == "active"  # not failed, not paused
+    assert runs_of(tmp_path, task.id) == []
+
+    # The daemon, with the channel, delivers it once on its next start.
+    back = ElsewhereChannel()
+    async with running_bruce(config, channels=[ChatChannel(), back]):
+        await wait_until(lambda: back.texts_starting("⏰", "bob"), DUE_TIMEOUT)
+    assert back.texts("bob") == ["⏰ Call mum"]
+    assert len(runs_of(tmp_path, task.id)) == 1
