@@ -1,9 +1,12 @@
 """Bruce's composition root: builds the parts from the config and owns start/stop order.
 
-Start: schema upgrade → stores → LLM (SDK loading in the background) → tools → outbox → turn
-runner → inbox → channels (intake) → recovery of unfinished messages → web server → ready.
+Start: schema upgrade → stores → LLM (SDK loading in the background) → tools → outbox → skills
+and workflows (read once) → analytical brain → turn runner → inbox → channels (intake) → recovery
+of unfinished messages → scheduler (on PostgreSQL, once this process is elected its leader) → web
+server → ready.
 Stop: channels stop taking messages → running turns finish within `agent.shutdown_timeout_seconds`
-(the rest go back to `pending`) → web server → LLM client → database.
+(the rest go back to `pending`) → brain runs finish within what is left of that time (the rest
+are cancelled) → web server → LLM client → database.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import structlog
+from sqlalchemy.exc import DBAPIError
 
+from bruce_bot.agent.brain.library import load_library
+from bruce_bot.agent.brain.runner import AnalyticalBrain, BrainRunner
 from bruce_bot.agent.summarizer import Summarizer
-from bruce_bot.agent.turn import TurnRunner
+from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING, TurnRunner
 from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
@@ -30,6 +36,7 @@ from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
+from bruce_bot.scheduler.leader import RETRY_SECONDS, SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
 from bruce_bot.storage.database import Database, sync_url, upgrade_schema
 from bruce_bot.storage.stores import Stores
@@ -59,7 +66,8 @@ def build_channels(config: Config) -> list[ChannelAdapter]:
 
 
 class Bruce:
-    """The running daemon. Tests and the benchmark inject `llm`, `tools` and extra channels."""
+    """The running daemon. Tests and the benchmark inject `llm`, `tools` and extra channels, and
+    may shorten how often a process that does not lead the scheduler tries again to lead."""
 
     def __init__(
         self,
@@ -69,12 +77,14 @@ class Bruce:
         tools: ToolRegistry | None = None,
         channels: Sequence[ChannelAdapter] | None = None,
         clock: Callable[[], datetime] = utcnow,
+        leader_retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self.config = config
         self._llm_override = llm
         self._tools_override = tools
         self._channels_override = channels
         self._clock = clock
+        self._leader_retry_seconds = leader_retry_seconds
         self.web_channel = WebChannel() if config.web.enabled else None
         self.channels: dict[str, ChannelAdapter] = {}
         self.database: Database | None = None
@@ -87,6 +97,7 @@ class Bruce:
         self.ready_seconds: float | None = None
         self.outbox: Outbox | None = None
         self.tasks: TaskService | None = None
+        self.brain: AnalyticalBrain | None = None
         self._background: list[asyncio.Task[None]] = []
         self._lock = InstanceLock(config.app.data_dir)
 
@@ -97,7 +108,16 @@ class Bruce:
             self._lock.acquire()
         except AlreadyRunningError as exc:
             raise StartupError(str(exc)) from None
-        await upgrade_schema(config.database_url)
+        try:
+            await upgrade_schema(config.database_url)
+        except (OSError, DBAPIError) as exc:
+            self._lock.release()
+            where = config.database_url.split("@")[-1]
+            reason = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+            raise StartupError(
+                f"cannot open the database {where}: {reason}. Check database.url; a PostgreSQL "
+                "database must exist (createdb) and its user must be allowed to connect."
+            ) from exc
         self.database = Database(config.database_url)
         self.stores = stores = Stores.open(self.database)
         self.llm = llm = self._llm_override or self._lazy_llm()
@@ -124,6 +144,15 @@ class Bruce:
             stores.summaries,
             stores.audit,
         )
+        library = None
+        if config.brain.enabled:
+            library = await asyncio.to_thread(load_library, config.skills.dirs)
+            self.brain = AnalyticalBrain(
+                BrainRunner(
+                    llm, config.llm.effective_background_model, stores, library, config.brain
+                ),
+                max_concurrent=config.agent.max_concurrent_sessions,
+            )
         turns = TurnRunner(
             config,
             stores,
@@ -133,12 +162,20 @@ class Bruce:
             summarizer,
             clock=self._clock,
             briefing_finished=self._briefing_finished,
+            library=library,
+            exchange_finished=self.brain.observe if self.brain is not None else None,
         )
         self.inbox = inbox = Inbox(
             stores,
             turns.run,
             max_concurrent_sessions=config.agent.max_concurrent_sessions,
             max_message_chars=config.agent.max_message_chars,
+        )
+        # On SQLite the instance lock already makes this process the only scheduler.
+        leadership = (
+            None
+            if self.database.is_sqlite
+            else SchedulerLeadership(config.database_url, retry_seconds=self._leader_retry_seconds)
         )
         self.tasks = tasks = TaskService(
             stores,
@@ -152,6 +189,7 @@ class Bruce:
             app_zone=config.app.zone,
             grace_seconds=config.scheduler.misfire_grace_seconds,
             channels=set(self.channels),
+            leadership=leadership,
             clock=self._clock,
         )
         if self._tools_override is None and config.tools.proactive.enabled:
@@ -215,6 +253,9 @@ class Bruce:
                 web.auth_token,
                 self.config.app.name,
                 data_dir=self.config.app.data_dir,
+                tasks=self.tasks,
+                timezone=self.config.app.timezone,
+                config_settings={SYSTEM_PROMPT_SETTING: self.config.agent.system_prompt},
             )
         )
         server = uvicorn.Server(
@@ -253,8 +294,13 @@ class Bruce:
                 log.warning("channel_stop_failed", channel=adapter.name, error=repr(exc))
         if self.tasks is not None:
             await self.tasks.stop()
+        grace = self.config.agent.shutdown_timeout_seconds
+        draining_since = time.monotonic()
         if self.inbox is not None:
-            await self.inbox.drain(self.config.agent.shutdown_timeout_seconds)
+            await self.inbox.drain(grace)
+        if self.brain is not None:
+            # Background upkeep gets what is left of the same budget: expendable, never longer.
+            await self.brain.stop(max(0.0, grace - (time.monotonic() - draining_since)))
         for adapter in self.channels.values():
             # Adapters keep sending after `stop` (for the turns drained above); now they may go.
             try:

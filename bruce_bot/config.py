@@ -240,6 +240,14 @@ class SkillsConfig(_Section):
     dirs: list[Path] = Field(default_factory=list)
 
 
+class BrainConfig(_Section):
+    """The analytical brain: background upkeep of a session after each exchange."""
+
+    enabled: bool = True
+    max_rounds: int = Field(default=4, ge=1, le=20)
+    context_messages: int = Field(default=12, ge=2, le=200)
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_output: bool = Field(default=False, alias="json")
@@ -257,6 +265,7 @@ class Config(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    brain: BrainConfig = Field(default_factory=BrainConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property

@@ -2,7 +2,9 @@
 
 The URL comes from `config.attributes["database_url"]` (set by `bruce db upgrade` and by start-up)
 or from `-x url=...` on the alembic command line. APScheduler's `apscheduler_jobs` table is owned
-by APScheduler and excluded from autogenerate.
+by APScheduler and excluded from autogenerate. On PostgreSQL the migrations run in one transaction
+that first takes an advisory lock, so processes starting together migrate one after the other (the
+second finds the schema current); `render_as_batch` only changes how SQLite alters tables.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import asyncio
 from typing import Any
 
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import pool, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from bruce_bot.storage.database import MIGRATION_LOCK_KEY
 from bruce_bot.storage.models import Base
 
 config = context.config
@@ -51,6 +54,11 @@ def _configure(connection: Connection | None = None, **kwargs: Any) -> None:
 def _run_sync(connection: Connection) -> None:
     _configure(connection)
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            # Held until the commit; the current revision is read after it is granted.
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
         context.run_migrations()
 
 

@@ -1,4 +1,5 @@
-"""Shared test helpers: configs on temporary SQLite files, a running Bruce, waiting on conditions.
+"""Shared test helpers: configs on temporary SQLite files, a running Bruce, waiting on conditions,
+and a real PostgreSQL server with a fresh database per test (`tests/integration/postgres.py`).
 
 Tests wait for conditions with a deadline (`wait_until`), never for fixed sleeps.
 """
@@ -17,6 +18,7 @@ import pytest
 from bruce_bot.app import Bruce
 from bruce_bot.config import Config, validate
 from tests.fakes.anthropic_server import FakeAnthropicServer
+from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +44,8 @@ def make_config(data_dir: Path, llm_url: str | None = None, **overrides: Any) ->
             "timeout_seconds": 10,
         },
         "agent": {"shutdown_timeout_seconds": 5},
+        # Off unless a test turns it on: its background requests would disturb request counts.
+        "brain": {"enabled": False},
     }
     if llm_url:
         raw["llm"]["base_url"] = llm_url

@@ -1,9 +1,11 @@
 """The context builder: the effective system prompt in the seed's four layers, and the history.
 
 Layers, in the order sent: the base prompt (Settings, else config) · `<conversation_context>`
-(the rolling summary) · `<tool_execution_guidelines>` (only for tools that are enabled) ·
-`<temporal_context>` (now, in the app timezone, and the idle gap). The first three change rarely
-and form the cacheable prefix; the temporal layer changes every turn, so it comes last.
+(the rolling summary) · `<tool_execution_guidelines>` (only for tools that are enabled) · what the
+analytical brain keeps for the session, each only when present: `<active_skills>`,
+`<active_workflow>`, `<goals>` · `<temporal_context>` (now, in the app timezone, and the idle
+gap). All but the last change rarely and form the cacheable prefix; the temporal layer changes
+every turn, so it comes last.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from bruce_bot.agent.brain.library import Document
 from bruce_bot.domain import ChatMessage, SystemPrompt
+from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.messages import ANSWERS, StoredMessage
 
 SCHEDULING_TOOLS = frozenset({"proactive_create", "proactive_list", "proactive_cancel"})
@@ -98,6 +102,51 @@ def tool_guidelines(tool_names: Collection[str]) -> str:
     return f"<tool_execution_guidelines>\n{numbered}\n</tool_execution_guidelines>"
 
 
+def active_skills_layer(skills: Sequence[Document]) -> str:
+    if not skills:
+        return ""
+    bodies = "\n\n".join(
+        f'<skill name="{skill.name}">\n{skill.content.strip()}\n</skill>' for skill in skills
+    )
+    return (
+        "<active_skills>\n"
+        "Skills switched on for this conversation. Follow their instructions whenever the work "
+        f"they describe comes up.\n\n{bodies}\n</active_skills>"
+    )
+
+
+def active_workflow_layer(workflow: Document | None) -> str:
+    if workflow is None:
+        return ""
+    return (
+        f'<active_workflow name="{workflow.name}">\n'
+        "The procedure the current task follows. Work through its steps, adapting them to what "
+        f"the user asked.\n\n{workflow.content.strip()}\n</active_workflow>"
+    )
+
+
+def goals_layer(goals: Sequence[Goal]) -> str:
+    """Active root goals with their sub-goals; [x] marks the sub-goals already done."""
+    roots = [goal for goal in goals if goal.parent_goal_id is None and goal.is_active]
+    if not roots:
+        return ""
+    lines: list[str] = []
+    for root in roots:
+        lines.append(f"- [ ] {root.description}")
+        lines += [
+            f"  - [{' ' if sub.is_active else 'x'}] {sub.description}"
+            for sub in goals
+            if sub.parent_goal_id == root.id
+        ]
+    return (
+        "<goals>\n"
+        "What this conversation is working towards, kept up to date in the background. Use it "
+        "to keep track of multi-step work and to continue where it stands.\n"
+        + "\n".join(lines)
+        + "\n</goals>"
+    )
+
+
 def build_system_prompt(
     *,
     base_prompt: str,
@@ -106,6 +155,9 @@ def build_system_prompt(
     now: datetime,
     zone: ZoneInfo,
     last_message_at: datetime | None,
+    skills: Sequence[Document] = (),
+    workflow: Document | None = None,
+    goals: Sequence[Goal] = (),
 ) -> SystemPrompt:
     stable = tuple(
         layer
@@ -113,6 +165,9 @@ def build_system_prompt(
             base_prompt.strip(),
             conversation_context(summary),
             tool_guidelines(tool_names),
+            active_skills_layer(skills),
+            active_workflow_layer(workflow),
+            goals_layer(goals),
         )
         if layer
     )

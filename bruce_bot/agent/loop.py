@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -122,8 +122,13 @@ async def run_agent_loop(
     context: ToolContext | None = None,
     observer: LoopObserver | None = None,
     purpose: str = "agent",
+    finish_tools: Collection[str] = (),
 ) -> AgentRun:
-    """Run the model with tools until it answers in text (or `max_turns` forces it to)."""
+    """Run the model with tools until it answers in text (or `max_turns` forces it to).
+
+    A round in which one of `finish_tools` succeeds also ends the loop, without another call
+    (the analytical brain's `everything_is_ready`).
+    """
     context = context or ToolContext()
     observer = observer or NullObserver()
     messages = list(history)
@@ -143,6 +148,9 @@ async def run_agent_loop(
         )
         run.executions.extend(executions)
         messages.append(ChatMessage("user", tool_results=tuple(e.result for e in executions)))
+        if any(e.call.name in finish_tools and not e.result.is_error for e in executions):
+            run.text = response.text
+            return run
 
     # Out of rounds: one last call with tool use switched off forces a final answer.
     log.info("agent_max_turns_reached", max_turns=max_turns, session_id=context.session_id)

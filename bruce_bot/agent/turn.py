@@ -3,8 +3,10 @@
 The inbox hands a session's batch of waiting messages to `TurnRunner.run`. It assembles the
 history and the four-layer system prompt, runs the agent loop (recording each tool execution as
 it happens), stores the reply together with the batch's final status and the token usage in one
-commit, delivers it through the outbox, and folds the history into the summary when it grew
-past its budget. Whatever fails, the user gets a short plain reply and nothing they sent is lost.
+commit, delivers it through the outbox, tells the analytical brain that an exchange happened
+(it runs in the background), and folds the history into the summary when it grew past its budget.
+The session's active skills, workflow and goals, which the brain keeps, go into the prompt.
+Whatever fails, the user gets a short plain reply and nothing they sent is lost.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import datetime
 
 import structlog
 
+from bruce_bot.agent.brain.library import Document, Library
 from bruce_bot.agent.context import (
     SCHEDULING_TOOLS,
     build_system_prompt,
@@ -43,6 +46,7 @@ from bruce_bot.llm.base import (
     LLMUnavailableError,
 )
 from bruce_bot.outbox import Outbox
+from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
@@ -53,6 +57,8 @@ log = structlog.get_logger(__name__)
 TYPING_REFRESH_SECONDS = 4.0
 # Told when a scheduled briefing's turn is over: (task run id, delivered?, error).
 BriefingHook = Callable[[int, bool, str | None], Awaitable[None]]
+# Told the session id after an exchange with a real reply; must return at once (the brain).
+ExchangeHook = Callable[[int], None]
 SYSTEM_PROMPT_SETTING = "agent.system_prompt"
 # Appended when the model keeps claiming an action no tool performed: the user must not be misled.
 UNCONFIRMED_NOTE = {
@@ -106,8 +112,12 @@ class TurnRunner:
         summarizer: Summarizer,
         clock: Callable[[], datetime] = utcnow,
         briefing_finished: BriefingHook | None = None,
+        library: Library | None = None,
+        exchange_finished: ExchangeHook | None = None,
     ) -> None:
         self._briefing_finished = briefing_finished
+        self._library = library  # None: the brain is off, its layers are not shown
+        self._exchange_finished = exchange_finished
         self._config = config
         self._stores = stores
         self._llm = llm
@@ -135,6 +145,7 @@ class TurnRunner:
         # A scheduled briefing must not schedule more work: no feedback loops.
         tools = self._tools.without(SCHEDULING_TOOLS) if is_task else self._tools
         base_prompt = await self._stores.settings.get(SYSTEM_PROMPT_SETTING, agent.system_prompt)
+        skills, workflow, goals = await self._kept_by_brain(session)
         system_prompt = build_system_prompt(
             base_prompt=base_prompt,
             summary=summary.content if summary else None,
@@ -142,6 +153,9 @@ class TurnRunner:
             now=self._clock(),
             zone=self._config.app.zone,
             last_message_at=session.last_message_at,
+            skills=skills,
+            workflow=workflow,
+            goals=goals,
         )
         recorder = _TurnRecorder(self._stores, session.id)
         context = ToolContext(
@@ -186,6 +200,8 @@ class TurnRunner:
                 session.channel, session.chat_id, reply, message_id, reply_kind, batch[-1].metadata
             )
         )
+        if inbound_status == "done" and self._exchange_finished is not None:
+            self._exchange_finished(session.id)
         if self._briefing_finished is not None:
             for item in batch:
                 if run_id := item.metadata.get("task_run_id"):
@@ -195,6 +211,20 @@ class TurnRunner:
                     await self._briefing_finished(run_id, error is None, error)
         if inbound_status == "done" and over_budget(stored, agent):
             await self._summarizer.fold(session.id, session.context_start_message_id)
+
+    async def _kept_by_brain(
+        self, session: SessionRecord
+    ) -> tuple[list[Document], Document | None, Sequence[Goal]]:
+        """The session's active skills, active workflow and open goals (none if the brain is off).
+
+        A skill or workflow that was removed from the library since it was activated is left out.
+        """
+        library = self._library
+        if library is None:
+            return [], None, ()
+        skills = [library.skills[name] for name in session.active_skills if name in library.skills]
+        workflow = library.workflows.get(session.active_workflow or "")
+        return skills, workflow, await self._stores.goals.open_tree(session.id)
 
     async def _check_claims(
         self,

@@ -12,6 +12,9 @@ into the session's inbox as a task, so it never overlaps a live turn. At start-u
 recreates missing jobs, removes orphans, delivers what came due while Bruce was down (late, within
 `scheduler.misfire_grace_seconds`) and tells the user once about what is older than that; a
 firing that comes that late while Bruce runs (a machine suspended for days) is treated the same.
+On PostgreSQL, several processes may share the job store: only the elected leader
+(`leader.SchedulerLeadership`) reconciles and runs its scheduler; the others keep theirs paused,
+which still lets them add and remove jobs, and tell the leader when they added one.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from bruce_bot.domain import InboundMessage, OutboundMessage, utcnow
 from bruce_bot.inbox import Inbox
 from bruce_bot.outbox import Outbox
 from bruce_bot.scheduler import jobs
+from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.timing import (
     ScheduleError,
     cron_trigger,
@@ -83,6 +87,8 @@ def create_scheduler(
     engine_options: dict[str, Any] = {}
     if sync_database_url.startswith("sqlite"):
         engine_options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    else:
+        engine_options["pool_pre_ping"] = True  # a restarted server costs a reconnect
     store = SQLAlchemyJobStore(
         url=sync_database_url, tablename=JOBSTORE_TABLE, engine_options=engine_options
     )
@@ -104,6 +110,7 @@ class TaskService:
         app_zone: ZoneInfo,
         grace_seconds: int,
         channels: Collection[str] | None = None,
+        leadership: SchedulerLeadership | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         # The channels this process can deliver to (None: all). `bruce chat` has only the
@@ -113,6 +120,8 @@ class TaskService:
         self._inbox = inbox
         self._outbox = outbox
         self._scheduler = scheduler
+        # None: this process is the only scheduler (SQLite: the instance lock sees to that).
+        self._leadership = leadership
         self._zone = app_zone
         self._grace = timedelta(seconds=grace_seconds)
         self._clock = clock
@@ -122,13 +131,30 @@ class TaskService:
 
     # ---- life cycle ------------------------------------------------------------------------
 
+    @property
+    def is_leader(self) -> bool:
+        """Whether this process runs the scheduler (always, without a leader election)."""
+        return self._leadership is None or self._leadership.is_leader
+
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         jobs.bind(self)
         await asyncio.to_thread(self._scheduler.start, paused=True)  # creates the job table
+        if self._leadership is None:
+            await self._lead()
+        else:
+            await self._leadership.start(self._lead, self._step_down, self._scheduler.wakeup)
+
+    async def _lead(self) -> None:
         await self.reconcile()
-        self._scheduler.resume()
+        if not self._stopping:
+            self._scheduler.resume()
+
+    def _step_down(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.pause()
+        log.info("scheduler_paused", reason="not the leader any more")
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop firing; deliveries already under way get `grace_seconds` to finish. A firing
@@ -140,7 +166,9 @@ class TaskService:
             await asyncio.wait(set(self._firing), timeout=grace_seconds)
         if self._scheduler.running:
             await asyncio.to_thread(self._scheduler.shutdown, wait=False)
-        jobs.bind(None)
+        if self._leadership is not None:
+            await self._leadership.stop()  # only now: the next leader must not overlap with us
+        jobs.unbind(self)
 
     # ---- the tools' side ------------------------------------------------------------------
 
@@ -242,6 +270,12 @@ class TaskService:
             replace_existing=True,
             next_run_time=next_run,
         )
+        if not self.is_leader:
+            assert self._leadership is not None
+            try:
+                await self._leadership.announce_jobs_changed()
+            except Exception as exc:  # the leader finds the job at its next check anyway
+                log.warning("scheduler_leader_not_told", task_id=task.id, error=repr(exc))
 
     async def _unschedule(self, task_id: int) -> None:
         await asyncio.to_thread(self._remove_job, job_id(task_id))

@@ -29,6 +29,9 @@ class StoredArtifact:
     created_at: datetime
 
 
+_COLUMNS = tuple(_artifacts.c[name] for name in StoredArtifact.__slots__)  # type: ignore[attr-defined]
+
+
 class ArtifactStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -60,15 +63,18 @@ class ArtifactStore:
         return artifact
 
     async def get(self, uuid: str) -> StoredArtifact | None:
-        query = select(
-            _artifacts.c.uuid,
-            _artifacts.c.session_id,
-            _artifacts.c.title,
-            _artifacts.c.filename,
-            _artifacts.c.content_type,
-            _artifacts.c.size_bytes,
-            _artifacts.c.created_at,
-        ).where(_artifacts.c.uuid == uuid)
+        query = select(*_COLUMNS).where(_artifacts.c.uuid == uuid)
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
         return StoredArtifact(*row) if row else None
+
+    async def list_recent(
+        self, limit: int = 100, session_id: int | None = None
+    ) -> list[StoredArtifact]:
+        """The newest artifacts first (of one session when `session_id` is given)."""
+        query = select(*_COLUMNS)
+        if session_id is not None:
+            query = query.where(_artifacts.c.session_id == session_id)
+        query = query.order_by(_artifacts.c.id.desc()).limit(limit)
+        async with self._engine.connect() as connection:
+            return [StoredArtifact(*row) for row in await connection.execute(query)]

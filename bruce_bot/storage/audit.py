@@ -1,14 +1,56 @@
-"""The audit store: every tool execution (DESIGN §1.4) and every LLM call's token usage."""
+"""The audit store: every tool execution (DESIGN §1.4) and every LLM call's token usage, and the
+dashboard's queries over them (the tool log, usage per day)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
 
+from sqlalchemy import case, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import LLMCallRecord, utcnow
 from bruce_bot.storage.messages import usage_row
 from bruce_bot.storage.models import LLMCallRow, ToolExecutionRow
+
+_executions = ToolExecutionRow.__table__
+_calls = LLMCallRow.__table__
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionRecord:
+    id: int
+    session_id: int | None
+    turn: int
+    tool_name: str
+    input: str
+    output: str | None
+    error: str | None
+    duration_ms: float
+    created_at: datetime
+
+
+_EXECUTION_COLUMNS = tuple(
+    _executions.c[name]
+    for name in ToolExecutionRecord.__slots__  # type: ignore[attr-defined]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DailyUsage:
+    """LLM calls of one day (in the caller's timezone), model and purpose."""
+
+    day: date
+    model: str
+    purpose: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    errors: int
 
 
 class AuditStore:
@@ -37,7 +79,7 @@ class AuditStore:
             "created_at": utcnow(),
         }
         async with self._engine.begin() as connection:
-            await connection.execute(ToolExecutionRow.__table__.insert(), row)
+            await connection.execute(_executions.insert(), row)
 
     async def record_usage(self, session_id: int | None, usage: Sequence[LLMCallRecord]) -> None:
         if not usage:
@@ -45,6 +87,70 @@ class AuditStore:
         now = utcnow()
         async with self._engine.begin() as connection:
             await connection.execute(
-                LLMCallRow.__table__.insert(),
+                _calls.insert(),
                 [usage_row(session_id, record, now) for record in usage],
             )
+
+    async def tool_executions(
+        self,
+        *,
+        session_id: int | None = None,
+        tool_name: str | None = None,
+        errors_only: bool = False,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[ToolExecutionRecord]:
+        """The newest executions first; `before_id` pages back from an earlier answer."""
+        query = select(*_EXECUTION_COLUMNS)
+        if session_id is not None:
+            query = query.where(_executions.c.session_id == session_id)
+        if tool_name is not None:
+            query = query.where(_executions.c.tool_name == tool_name)
+        if errors_only:
+            query = query.where(_executions.c.error.is_not(None))
+        if before_id is not None:
+            query = query.where(_executions.c.id < before_id)
+        query = query.order_by(_executions.c.id.desc()).limit(limit)
+        async with self._engine.connect() as connection:
+            return [ToolExecutionRecord(*row) for row in await connection.execute(query)]
+
+    async def usage_by_day(self, days: Sequence[tuple[date, datetime]]) -> list[DailyUsage]:
+        """LLM calls per day × model × purpose, newest day first.
+
+        `days` are (day, its start as an aware datetime), oldest first; a day ends where the next
+        begins and the last one at its start plus the time up to now. Passing the boundaries in
+        lets the caller count days in its own timezone (DST included) on every database.
+        """
+        if not days:
+            return []
+        created = _calls.c.created_at
+        starts = [start for _, start in days]
+        last_day = literal(days[-1][0].isoformat())
+        whens = [
+            (created < end, day.isoformat())
+            for (day, _), end in zip(days, starts[1:], strict=False)
+        ]
+        day_of = (case(*whens, else_=last_day) if whens else last_day).label("day")
+        query = (
+            select(
+                day_of,
+                _calls.c.model,
+                _calls.c.purpose,
+                func.count(),
+                func.coalesce(func.sum(_calls.c.input_tokens), 0),
+                func.coalesce(func.sum(_calls.c.output_tokens), 0),
+                func.coalesce(func.sum(_calls.c.cache_read_tokens), 0),
+                func.coalesce(func.sum(_calls.c.cache_write_tokens), 0),
+                func.count(_calls.c.error),
+            )
+            .where(created >= starts[0])
+            # By the label: PostgreSQL would see the CASE's parameters twice and refuse it.
+            .group_by("day", _calls.c.model, _calls.c.purpose)
+            .order_by(day_of.desc(), _calls.c.model, _calls.c.purpose)
+        )
+        async with self._engine.connect() as connection:
+            rows: list[Any] = list(await connection.execute(query))
+        return [
+            DailyUsage(date.fromisoformat(row[0]), row[1], row[2], *map(int, row[3:]))
+            for row in rows
+        ]

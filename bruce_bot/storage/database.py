@@ -1,8 +1,10 @@
 """The database handle: an async engine, its session factory, and schema upgrades.
 
 SQLite (the default) gets WAL mode, a busy timeout and foreign keys on every connection so that
-concurrent sessions read while one writes. Schema changes only ever happen through alembic
-(`upgrade_schema`), also at start-up, so a user's database follows the code across releases.
+concurrent sessions read while one writes. PostgreSQL (asyncpg) gets a pool of connections checked
+before use, so a restarted server costs a reconnect, not failed messages. Schema changes only ever
+happen through alembic (`upgrade_schema`), also at start-up, so a user's database follows the code
+across releases; a database already at the newest revision is recognised without loading alembic.
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import event, text
+from sqlalchemy import event, pool, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 log = structlog.get_logger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
-# The newest migration's revision id. Kept here so that start-up can see that a SQLite database
-# is current without importing alembic (a test checks it matches migrations/).
-SCHEMA_HEAD = "0003"
+# The newest migration's revision id. Kept here so that start-up can see that a database is
+# current without importing alembic (a test checks it matches migrations/).
+SCHEMA_HEAD = "0004"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# PostgreSQL advisory lock held (for one transaction) by whoever migrates: processes starting
+# together on a fresh database migrate one after the other, not over each other.
+MIGRATION_LOCK_KEY = int.from_bytes(b"Bruce-DB", "big")
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -66,7 +71,10 @@ class Database:
                 url, pool_size=1, max_overflow=0, pool_reset_on_return=None
             )
         else:
-            self.engine = create_async_engine(url, pool_pre_ping=True, pool_size=10)
+            # Up to 10 connections kept (20 at peak); each checked with a ping before use.
+            self.engine = create_async_engine(
+                url, pool_size=10, max_overflow=10, pool_pre_ping=True
+            )
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _on_sqlite_connect)
 
@@ -102,6 +110,19 @@ def _sqlite_revision(path: Path) -> str | None:
     return row[0] if row else None
 
 
+async def _postgres_revision(url: str) -> str | None:
+    """The revision of a PostgreSQL database's schema (None: never migrated), on one connection."""
+    engine = create_async_engine(url, poolclass=pool.NullPool)
+    try:
+        async with engine.connect() as connection:
+            if (await connection.execute(text("SELECT to_regclass('alembic_version')"))).scalar():
+                result = await connection.execute(text("SELECT version_num FROM alembic_version"))
+                return result.scalar()
+            return None
+    finally:
+        await engine.dispose()
+
+
 def _upgrade_blocking(url: str) -> bool:
     sqlite_file = _sqlite_file(url)
     if sqlite_file is not None and _sqlite_revision(sqlite_file) == SCHEMA_HEAD:
@@ -113,9 +134,13 @@ def _upgrade_blocking(url: str) -> bool:
 
 
 async def upgrade_schema(url: str) -> None:
-    """Apply pending alembic migrations (idempotent); runs in a thread, off the event loop."""
+    """Apply pending alembic migrations (idempotent); alembic runs in a thread, off the event
+    loop."""
     sqlite_file = _sqlite_file(url)
     if sqlite_file is not None:
         sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+    is_postgres = make_url(url).get_backend_name() == "postgresql"
+    if is_postgres and await _postgres_revision(url) == SCHEMA_HEAD:
+        return  # fast path: current schema, no need to load alembic at all
     if await asyncio.to_thread(_upgrade_blocking, url):
         log.info("database_upgraded", head=SCHEMA_HEAD)

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.messages import SET_STATUS
-from bruce_bot.storage.models import DeliveryRow
+from bruce_bot.storage.models import DeliveryRow, MessageRow, SessionRow
 
 _deliveries = DeliveryRow.__table__
+_messages = MessageRow.__table__
+_sessions = SessionRow.__table__
 INSERT_DELIVERY = _deliveries.insert()
 SENT_PARTS = select(_deliveries.c.part).where(
     _deliveries.c.message_id == bindparam("mid"), _deliveries.c.status == "sent"
@@ -32,6 +35,23 @@ class DeliveryAttempt:
     attempt: int
     status: str  # sent | retrying | failed
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedDelivery:
+    """A stored outgoing message that did not reach its chat, with how its attempts ended."""
+
+    message_id: int
+    session_id: int
+    channel: str
+    chat_id: str
+    kind: str
+    content: str
+    status: str  # failed (permanent) | undelivered (retried later)
+    created_at: datetime
+    attempts: int
+    error: str | None
+    last_attempt_at: datetime | None
 
 
 class DeliveryStore:
@@ -65,3 +85,47 @@ class DeliveryStore:
     async def sent_parts(self, message_id: int) -> set[int]:
         async with self._engine.connect() as connection:
             return {row[0] for row in await connection.execute(SENT_PARTS, {"mid": message_id})}
+
+    async def not_delivered(
+        self, statuses: Sequence[str], before_id: int | None = None, limit: int = 50
+    ) -> list[FailedDelivery]:
+        """Outgoing messages in one of `statuses`, newest first, each with its attempt count
+        and the last attempt's error (`before_id` pages back from an earlier answer)."""
+        page = (
+            select(
+                _messages.c.id,
+                _messages.c.session_id,
+                _sessions.c.channel,
+                _sessions.c.chat_id,
+                _messages.c.kind,
+                _messages.c.content,
+                _messages.c.status,
+                _messages.c.created_at,
+            )
+            .join(_sessions, _sessions.c.id == _messages.c.session_id)
+            .where(_messages.c.role == "assistant", _messages.c.status.in_(list(statuses)))
+        )
+        if before_id is not None:
+            page = page.where(_messages.c.id < before_id)
+        page = page.order_by(_messages.c.id.desc()).limit(limit)
+        async with self._engine.connect() as connection:
+            messages = list(await connection.execute(page))
+            ids = [row[0] for row in messages]
+            counts = (
+                select(
+                    _deliveries.c.message_id,
+                    func.count().label("attempts"),
+                    func.max(_deliveries.c.id).label("last_id"),
+                )
+                .where(_deliveries.c.message_id.in_(ids))
+                .group_by(_deliveries.c.message_id)
+                .subquery()
+            )
+            last = select(
+                counts.c.message_id,
+                counts.c.attempts,
+                _deliveries.c.error,
+                _deliveries.c.created_at,
+            ).join(_deliveries, _deliveries.c.id == counts.c.last_id)
+            attempts = {row[0]: row[1:] for row in await connection.execute(last)} if ids else {}
+        return [FailedDelivery(*row, *attempts.get(row[0], (0, None, None))) for row in messages]

@@ -2,11 +2,14 @@
 
 Only portable column types are used so the same models run on SQLite and PostgreSQL. Timestamps
 are stored as naive UTC and read back as aware UTC through `UTCDateTime`, because SQLite has no
-time zone type. Alembic migrations in `migrations/` are generated from this metadata.
+time zone type. Strings go through `BoundedString` and `CleanText`, which on PostgreSQL accept
+what SQLite accepts (see there). Alembic migrations in `migrations/` are generated from this
+metadata.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +57,36 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value is not None else None
 
 
+class BoundedString(TypeDecorator[str]):
+    """A VARCHAR(n) that takes what SQLite takes. SQLite ignores the length and stores NUL
+    characters; PostgreSQL refuses both (a user's name one character too long, or a NUL in a
+    fetched page, would fail the whole transaction). On PostgreSQL, NULs are dropped and longer
+    values cut to the length; on SQLite values pass untouched, without a Python call per value."""
+
+    impl = String
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name == "postgresql":
+            return super().bind_processor(dialect)
+        return self.impl_instance.bind_processor(dialect)
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        if "\x00" in value:
+            value = value.replace("\x00", "")
+        length = self.impl_instance.length
+        return value[:length] if length is not None and len(value) > length else value
+
+
+class CleanText(BoundedString):
+    """TEXT without NUL characters on PostgreSQL (which refuses them), as is on SQLite."""
+
+    impl = Text
+    cache_ok = True
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     # SQLAlchemy reads this class attribute to map annotations to column types.
@@ -64,17 +97,21 @@ class SessionRow(Base):
     """A conversation: one per (channel, chat id); child sessions belong to a parent."""
 
     __tablename__ = "sessions"
-    __table_args__ = (UniqueConstraint("channel", "chat_id", name="uq_sessions_channel_chat"),)
+    __table_args__ = (
+        UniqueConstraint("channel", "chat_id", name="uq_sessions_channel_chat"),
+        # Sub-agents are addressed by nickname: unique among sessions (NULLs do not collide).
+        Index("uq_sessions_nickname", "nickname", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    channel: Mapped[str] = mapped_column(String(32))
-    chat_id: Mapped[str] = mapped_column(String(128))
-    title: Mapped[str | None] = mapped_column(String(200))
-    kind: Mapped[str] = mapped_column(String(16), default="parent")
+    channel: Mapped[str] = mapped_column(BoundedString(32))
+    chat_id: Mapped[str] = mapped_column(BoundedString(128))
+    title: Mapped[str | None] = mapped_column(BoundedString(200))
+    kind: Mapped[str] = mapped_column(BoundedString(16), default="parent")
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    nickname: Mapped[str | None] = mapped_column(String(64))
+    nickname: Mapped[str | None] = mapped_column(BoundedString(64))
     active_skills: Mapped[list[str]] = mapped_column(default=list)
-    active_workflow: Mapped[str | None] = mapped_column(String(128))
+    active_workflow: Mapped[str | None] = mapped_column(BoundedString(128))
     # Messages with an id at or below this are set aside (`/new`): not shown to the model.
     context_start_message_id: Mapped[int] = mapped_column(Integer, default=0)
     last_message_at: Mapped[datetime | None]
@@ -95,13 +132,13 @@ class MessageRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    role: Mapped[str] = mapped_column(String(16))
-    kind: Mapped[str] = mapped_column(String(16), default="chat")
-    content: Mapped[str] = mapped_column(Text)
-    user_id: Mapped[str | None] = mapped_column(String(64))
-    author: Mapped[str | None] = mapped_column(String(128))
-    platform_message_id: Mapped[str | None] = mapped_column(String(128))
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+    role: Mapped[str] = mapped_column(BoundedString(16))
+    kind: Mapped[str] = mapped_column(BoundedString(16), default="chat")
+    content: Mapped[str] = mapped_column(CleanText)
+    user_id: Mapped[str | None] = mapped_column(BoundedString(64))
+    author: Mapped[str | None] = mapped_column(BoundedString(128))
+    platform_message_id: Mapped[str | None] = mapped_column(BoundedString(128))
+    status: Mapped[str] = mapped_column(BoundedString(16), default="pending")
     extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -115,10 +152,10 @@ class ToolExecutionRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="SET NULL"))
     turn: Mapped[int] = mapped_column(Integer)
-    tool_name: Mapped[str] = mapped_column(String(64))
-    input: Mapped[str] = mapped_column(Text)
-    output: Mapped[str | None] = mapped_column(Text)
-    error: Mapped[str | None] = mapped_column(Text)
+    tool_name: Mapped[str] = mapped_column(BoundedString(64))
+    input: Mapped[str] = mapped_column(CleanText)
+    output: Mapped[str | None] = mapped_column(CleanText)
+    error: Mapped[str | None] = mapped_column(CleanText)
     duration_ms: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -131,7 +168,7 @@ class SessionSummaryRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    content: Mapped[str] = mapped_column(Text)
+    content: Mapped[str] = mapped_column(CleanText)
     covers_until_message_id: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -141,7 +178,7 @@ class SettingRow(Base):
 
     __tablename__ = "settings"
 
-    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(BoundedString(128), primary_key=True)
     value: Mapped[Any] = mapped_column(JSON)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -154,14 +191,14 @@ class LLMCallRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="SET NULL"))
-    purpose: Mapped[str] = mapped_column(String(32))
-    model: Mapped[str] = mapped_column(String(128))
+    purpose: Mapped[str] = mapped_column(BoundedString(32))
+    model: Mapped[str] = mapped_column(BoundedString(128))
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cache_read_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0)
     duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(CleanText)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -173,12 +210,12 @@ class DeliveryRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
-    channel: Mapped[str] = mapped_column(String(32))
-    chat_id: Mapped[str] = mapped_column(String(128))
+    channel: Mapped[str] = mapped_column(BoundedString(32))
+    chat_id: Mapped[str] = mapped_column(BoundedString(128))
     part: Mapped[int] = mapped_column(Integer, default=0)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
-    status: Mapped[str] = mapped_column(String(16))  # sent | failed | retrying
-    error: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(BoundedString(16))  # sent | failed | retrying
+    error: Mapped[str | None] = mapped_column(CleanText)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -192,11 +229,11 @@ class ArtifactRow(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    uuid: Mapped[str] = mapped_column(String(36))
+    uuid: Mapped[str] = mapped_column(BoundedString(36))
     session_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="SET NULL"))
-    title: Mapped[str] = mapped_column(String(300))
-    filename: Mapped[str] = mapped_column(String(200))
-    content_type: Mapped[str] = mapped_column(String(100))
+    title: Mapped[str] = mapped_column(BoundedString(300))
+    filename: Mapped[str] = mapped_column(BoundedString(200))
+    content_type: Mapped[str] = mapped_column(BoundedString(100))
     size_bytes: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -212,15 +249,15 @@ class ProactiveTaskRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    channel: Mapped[str] = mapped_column(String(32))
-    chat_id: Mapped[str] = mapped_column(String(128))
-    title: Mapped[str] = mapped_column(String(200))
-    mode: Mapped[str] = mapped_column(String(16))  # message | agent
-    content: Mapped[str] = mapped_column(Text)
+    channel: Mapped[str] = mapped_column(BoundedString(32))
+    chat_id: Mapped[str] = mapped_column(BoundedString(128))
+    title: Mapped[str] = mapped_column(BoundedString(200))
+    mode: Mapped[str] = mapped_column(BoundedString(16))  # message | agent
+    content: Mapped[str] = mapped_column(CleanText)
     run_at: Mapped[datetime | None]  # one-shot
-    cron: Mapped[str | None] = mapped_column(String(120))  # recurring, 5 fields
-    timezone: Mapped[str] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16), default="active")
+    cron: Mapped[str | None] = mapped_column(BoundedString(120))  # recurring, 5 fields
+    timezone: Mapped[str] = mapped_column(BoundedString(64))
+    status: Mapped[str] = mapped_column(BoundedString(16), default="active")
     next_run_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -236,8 +273,23 @@ class TaskRunRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("proactive_tasks.id", ondelete="CASCADE"))
     scheduled_for: Mapped[datetime]
-    status: Mapped[str] = mapped_column(String(16))  # running | delivered | failed | missed
+    status: Mapped[str] = mapped_column(BoundedString(16))  # running | delivered | failed | missed
     late_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     delivered_at: Mapped[datetime | None]
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(CleanText)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GoalRow(Base):
+    """A goal of a session, set by the analytical brain: a root goal or a sub-goal under one."""
+
+    __tablename__ = "goals"
+    __table_args__ = (Index("ix_goals_session_id_status", "session_id", "status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    description: Mapped[str] = mapped_column(CleanText)
+    status: Mapped[str] = mapped_column(BoundedString(16), default="active")  # active | completed
+    parent_goal_id: Mapped[int | None] = mapped_column(ForeignKey("goals.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    completed_at: Mapped[datetime | None]

@@ -6,7 +6,8 @@ timestamps are kept in memory and the per-message path never has to look them up
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -26,6 +27,15 @@ class SessionRecord:
     last_message_at: datetime | None
     context_start_message_id: int
     title: str | None = None
+    # Kept by the analytical brain; shown to the agent through its system prompt.
+    parent_id: int | None = None
+    nickname: str | None = None
+    active_skills: list[str] = field(default_factory=list)
+    active_workflow: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.active_skills is None:  # a row written before the column had a default
+            self.active_skills = []
 
 
 _table = SessionRow.__table__
@@ -38,6 +48,10 @@ _COLUMNS = (
     _table.c.last_message_at,
     _table.c.context_start_message_id,
     _table.c.title,
+    _table.c.parent_id,
+    _table.c.nickname,
+    _table.c.active_skills,
+    _table.c.active_workflow,
 )
 
 
@@ -106,6 +120,19 @@ class SessionStore:
         if record is not None:
             record.context_start_message_id = message_id
 
+    async def get_many(self, session_ids: Iterable[int]) -> dict[int, SessionRecord]:
+        """The sessions with these ids that exist, by id (cached ones without a query)."""
+        wanted = set(session_ids)
+        found = {sid: self._by_id[sid] for sid in wanted if sid in self._by_id}
+        missing = wanted - found.keys()
+        if missing:
+            query = select(*_COLUMNS).where(_table.c.id.in_(missing))
+            async with self._engine.connect() as connection:
+                for row in await connection.execute(query):
+                    record = self._remember(SessionRecord(*row))
+                    found[record.id] = record
+        return found
+
     async def list_recent(self, limit: int = 100) -> list[SessionRecord]:
         """Sessions with the most recent activity first (for the dashboard and the API)."""
         query = (
@@ -115,3 +142,56 @@ class SessionStore:
         )
         async with self._engine.connect() as connection:
             return [SessionRecord(*row) for row in await connection.execute(query)]
+
+    # ---- what the analytical brain maintains ---------------------------------------------------
+
+    async def create_child(self, parent_id: int, key: SessionKey) -> SessionRecord:
+        """A sub-agent's session under `parent_id` (kind `child`)."""
+        values = {
+            "channel": key.channel,
+            "chat_id": key.chat_id,
+            "kind": "child",
+            "parent_id": parent_id,
+            "active_skills": [],
+            "context_start_message_id": 0,
+            "created_at": utcnow(),
+        }
+        async with self._engine.begin() as connection:
+            result = await connection.execute(_table.insert(), values)
+            session_id = int(result.inserted_primary_key[0])
+            row = (
+                await connection.execute(select(*_COLUMNS).where(_table.c.id == session_id))
+            ).one()
+        return self._remember(SessionRecord(*row))
+
+    async def _set(self, session_id: int, **values: object) -> None:
+        async with self._engine.begin() as connection:
+            await connection.execute(update(_table).where(_table.c.id == session_id).values(values))
+        record = self._by_id.get(session_id)
+        if record is not None:
+            for name, value in values.items():
+                setattr(record, name, value)
+
+    async def set_title(self, session_id: int, title: str) -> None:
+        await self._set(session_id, title=title)
+
+    async def set_active_skills(self, session_id: int, names: list[str]) -> None:
+        await self._set(session_id, active_skills=list(names))
+
+    async def set_active_workflow(self, session_id: int, name: str | None) -> None:
+        await self._set(session_id, active_workflow=name)
+
+    async def nickname_taken(self, nickname: str, by_other_than: int) -> bool:
+        query = select(_table.c.id).where(
+            _table.c.nickname == nickname, _table.c.id != by_other_than
+        )
+        async with self._engine.connect() as connection:
+            return (await connection.execute(query)).first() is not None
+
+    async def set_nickname(self, session_id: int, nickname: str) -> bool:
+        """Give the session `nickname`; False when another session already has it."""
+        try:
+            await self._set(session_id, nickname=nickname)
+        except IntegrityError:  # the unique index: taken by another session meanwhile
+            return False
+        return True

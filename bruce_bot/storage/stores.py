@@ -8,6 +8,7 @@ from bruce_bot.storage.artifacts import ArtifactStore
 from bruce_bot.storage.audit import AuditStore
 from bruce_bot.storage.database import Database
 from bruce_bot.storage.deliveries import DeliveryStore
+from bruce_bot.storage.goals import GoalStore
 from bruce_bot.storage.messages import MessageStore
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
@@ -26,6 +27,7 @@ class Stores:
     artifacts: ArtifactStore
     deliveries: DeliveryStore
     tasks: TaskStore
+    goals: GoalStore
 
     @classmethod
     def open(cls, database: Database) -> Stores:
@@ -40,4 +42,5 @@ class Stores:
             artifacts=ArtifactStore(engine),
             deliveries=DeliveryStore(engine),
             tasks=TaskStore(engine),
+            goals=GoalStore(engine),
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -69,6 +69,19 @@ class TaskStore:
         async with self._engine.connect() as connection:
             return [TaskRecord(*row) for row in await connection.execute(query)]
 
+    async def listing(self, status: str | None = None, limit: int = 100) -> list[TaskRecord]:
+        """Tasks for the dashboard: active and paused ones first, soonest next run first, then
+        the others newest first; only those with `status` when given."""
+        waiting = case((_tasks.c.status.in_(("active", "paused")), 0), else_=1)
+        query = select(*_COLUMNS)
+        if status is not None:
+            query = query.where(_tasks.c.status == status)
+        query = query.order_by(
+            waiting, _tasks.c.next_run_at.asc().nulls_last(), _tasks.c.id.desc()
+        ).limit(limit)
+        async with self._engine.connect() as connection:
+            return [TaskRecord(*row) for row in await connection.execute(query)]
+
     async def update(self, task_id: int, **values: Any) -> None:
         async with self._engine.begin() as connection:
             await connection.execute(update(_tasks).where(_tasks.c.id == task_id).values(**values))
@@ -97,6 +110,32 @@ class TaskStore:
             values["delivered_at"] = utcnow()
         async with self._engine.begin() as connection:
             await connection.execute(update(_runs).where(_runs.c.id == run_id).values(**values))
+
+    async def recent_runs(self, task_id: int, limit: int = 50) -> list[dict[str, Any]]:
+        """The task's latest firings, newest first."""
+        query = (
+            select(_runs)
+            .where(_runs.c.task_id == task_id)
+            .order_by(_runs.c.scheduled_for.desc(), _runs.c.id.desc())
+            .limit(limit)
+        )
+        async with self._engine.connect() as connection:
+            return [dict(row._mapping) for row in await connection.execute(query)]
+
+    async def last_runs(self, task_ids: list[int]) -> dict[int, dict[str, Any]]:
+        """The latest firing of each of these tasks that has fired, by task id."""
+        if not task_ids:
+            return {}
+        latest = (
+            select(func.max(_runs.c.id))
+            .where(_runs.c.task_id.in_(task_ids))
+            .group_by(_runs.c.task_id)
+            .scalar_subquery()
+        )
+        query = select(_runs).where(_runs.c.id.in_(latest))
+        async with self._engine.connect() as connection:
+            rows = [dict(row._mapping) for row in await connection.execute(query)]
+        return {row["task_id"]: row for row in rows}
 
     async def runs(self, task_id: int) -> list[dict[str, Any]]:
         query = select(_runs).where(_runs.c.task_id == task_id).order_by(_runs.c.scheduled_for)

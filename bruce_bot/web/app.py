@@ -1,34 +1,47 @@
-"""The ASGI app: health check, login, the chat page and the JSON API (routes: DESIGN §6).
+"""The ASGI app: health check, login, the dashboard pages and the JSON API (routes: DESIGN §6).
 
 `GET /healthz` is open; everything else needs `web.auth_token` when one is set — a bearer token
-for `/api/`, the login cookie for pages (401 for the API, a redirect to /login for pages).
-Request bodies are size-capped and validated, and errors come back as JSON that says what to fix.
+for `/api/`, the login cookie for pages (401 for the API, a redirect to /login for pages). API
+writes must be sent as `application/json`: a page of another site cannot send that without the
+browser asking first, so it guards the cookie against cross-site requests on top of
+`SameSite=Strict`. Request bodies are size-capped and validated, and errors come back as JSON that
+says what to fix. The pages are small static HTML files that render the API's JSON with DOM calls
+(text only, never markup from data); they share `dashboard.css`, `dashboard.js` and a nav bar.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+import html
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Route
 
-from bruce_bot.channels.web import WEB_CHANNEL, WebChannel
+from bruce_bot.channels.web import WEB_CHANNEL
 from bruce_bot.domain import SessionKey
-from bruce_bot.storage.stores import Stores
+from bruce_bot.web.api import MAX_BODY_BYTES, ApiError, dashboard_api_routes, json_body
 from bruce_bot.web.artifacts import artifact_routes
 from bruce_bot.web.auth import COOKIE_NAME, cookie_value, is_authorised, token_matches
+from bruce_bot.web.context import WebContext
+
+__all__ = ["MAX_BODY_BYTES", "WebContext", "create_app"]
 
 STATIC_DIR = Path(__file__).parent / "static"
-MAX_BODY_BYTES = 1_000_000
 MAX_LOGIN_BYTES = 4096
 MAX_MESSAGE_ID = 2**63 - 1
 MAX_WAIT_SECONDS = 30.0
@@ -36,13 +49,29 @@ DEFAULT_CHAT_ID = "dashboard"
 OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/")
 
 
-@dataclass(frozen=True, slots=True)
-class WebContext:
-    stores: Stores
-    web_channel: WebChannel
-    auth_token: str
-    app_name: str = "Bruce"
-    data_dir: Path = Path("data")  # artifacts are served from <data_dir>/artifacts
+WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+# The dashboard's pages, in the order of the nav bar: (path, title, file in static/).
+PAGES = (
+    ("/chat", "Chat", "chat.html"),
+    ("/sessions", "Sessions", "sessions.html"),
+    ("/schedules", "Schedules", "schedules.html"),
+    ("/artifacts", "Artifacts", "artifacts.html"),
+    ("/logs", "Logs", "logs.html"),
+    ("/settings", "Settings", "settings.html"),
+    ("/usage", "Usage", "usage.html"),
+)
+# Files the pages share, served at /static/<name> without login (nothing secret in them).
+ASSETS = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
+        "base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -60,31 +89,22 @@ class _AuthMiddleware(BaseHTTPMiddleware):
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         path = request.url.path
-        if path.startswith(OPEN_PATHS) or is_authorised(request, self._token):
+        if path.startswith(OPEN_PATHS):
             return await call_next(request)
-        if path.startswith("/api/"):
-            return _error(
-                401, "missing or wrong token: send 'Authorization: Bearer <web.auth_token>'"
-            )
-        return RedirectResponse(f"/login?next={path}", status_code=303)
+        if not is_authorised(request, self._token):
+            if path.startswith("/api/"):
+                return _error(
+                    401, "missing or wrong token: send 'Authorization: Bearer <web.auth_token>'"
+                )
+            return RedirectResponse(f"/login?next={path}", status_code=303)
+        if path.startswith("/api/") and request.method in WRITE_METHODS and not _is_json(request):
+            return _error(415, "send API writes with the header 'Content-Type: application/json'")
+        return await call_next(request)
 
 
-async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        return _error(413, f"request body too large; the limit is {MAX_BODY_BYTES} bytes")
-    body = b""
-    async for chunk in request.stream():  # counted as it arrives: a chunked body has no length
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            return _error(413, f"request body too large; the limit is {MAX_BODY_BYTES} bytes")
-    try:
-        data = json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return _error(400, 'body must be JSON, e.g. {"text": "hello"}')
-    if not isinstance(data, dict):
-        return _error(400, 'body must be a JSON object, e.g. {"text": "hello"}')
-    return data
+def _is_json(request: Request) -> bool:
+    media_type = request.headers.get("content-type", "").split(";")[0]
+    return media_type.strip().lower() == "application/json"
 
 
 async def _login_token(request: Request) -> str:
@@ -144,9 +164,29 @@ def create_app(context: WebContext) -> Starlette:
         response.delete_cookie(COOKIE_NAME)
         return response
 
-    async def chat_page(request: Request) -> Response:
-        html = (STATIC_DIR / "chat.html").read_text(encoding="utf-8")
-        return HTMLResponse(html.replace("{{app_name}}", context.app_name))
+    def page(filename: str) -> Any:
+        async def render(request: Request) -> Response:
+            template = (STATIC_DIR / filename).read_text(encoding="utf-8")
+            values = {
+                "{{app_name}}": html.escape(context.app_name),
+                "{{timezone}}": html.escape(context.timezone),
+                "{{nav}}": _nav(request.url.path, signed_in=bool(token)),
+            }
+            for placeholder, value in values.items():
+                template = template.replace(placeholder, value)
+            return HTMLResponse(template, headers=PAGE_HEADERS)
+
+        return render
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in ASSETS:
+            return PlainTextResponse("Not found", status_code=404)
+        return FileResponse(
+            STATIC_DIR / name,
+            media_type=ASSETS[name],
+            headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+        )
 
     def _chat_id(request: Request, data: dict[str, Any] | None = None) -> str | JSONResponse:
         chat_id = (data or {}).get("chat_id", request.query_params.get("chat_id", DEFAULT_CHAT_ID))
@@ -155,9 +195,7 @@ def create_app(context: WebContext) -> Starlette:
         return chat_id
 
     async def post_message(request: Request) -> Response:
-        data = await _json_body(request)
-        if isinstance(data, JSONResponse):
-            return data
+        data = await json_body(request, example='{"text": "hello"}')
         text = data.get("text")
         if not isinstance(text, str):
             return _error(400, "field 'text' is required and must be a string")
@@ -213,34 +251,57 @@ def create_app(context: WebContext) -> Starlette:
             }
         )
 
-    async def list_sessions(request: Request) -> Response:
-        sessions = await stores.sessions.list_recent()
-        return JSONResponse(
-            {
-                "sessions": [
-                    {
-                        "id": s.id,
-                        "channel": s.channel,
-                        "chat_id": s.chat_id,
-                        "title": s.title,
-                        "kind": s.kind,
-                        "last_message_at": _iso(s.last_message_at),
-                    }
-                    for s in sessions
-                ]
-            }
-        )
-
     routes = [
         Route("/healthz", healthz),
         Route("/", index),
         Route("/login", login_page, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
-        Route("/chat", chat_page),
+        *(Route(path, page(filename)) for path, _, filename in PAGES),
+        Route("/static/{name}", asset),
         Route("/api/chat/messages", post_message, methods=["POST"]),
         Route("/api/chat/messages", get_messages, methods=["GET"]),
-        Route("/api/sessions", list_sessions),
+        *dashboard_api_routes(context),
         *artifact_routes(stores.artifacts, context.data_dir / "artifacts"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_AuthMiddleware, token=token)])
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(_AuthMiddleware, token=token)],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
+    )
+
+
+CURRENT = ' aria-current="page"'
+
+
+def _nav(current: str, *, signed_in: bool) -> str:
+    links = "".join(
+        f'<a href="{path}"{CURRENT if path == current else ""}>{title}</a>'
+        for path, title, _ in PAGES
+    )
+    sign_out = (
+        '<form method="post" action="/logout"><button type="submit" class="link">'
+        "Sign out</button></form>"
+        if signed_in
+        else ""
+    )
+    return f'<nav class="nav" aria-label="Dashboard">{links}{sign_out}</nav>'
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return _error(exc.status, exc.message)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (405 on a known path, ...): JSON under /api/, else plain text."""
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    if path.startswith("/api/"):
+        messages = {
+            404: f"there is no API route {path}; the README lists them",
+            405: f"{request.method} is not allowed on {path}",
+        }
+        message = messages.get(exc.status_code, str(exc.detail))
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+    return PlainTextResponse(str(exc.detail), status_code=exc.status_code, headers=exc.headers)

@@ -52,6 +52,7 @@ class Daemon:
                 "timeout_seconds": 60,
             },
             "agent": {"shutdown_timeout_seconds": SHUTDOWN_TIMEOUT},
+            "brain": {"enabled": False},  # its background requests would disturb the counts
             "tools": {
                 "web_search": {"enabled": False},
                 "web_fetch": {"enabled": False},

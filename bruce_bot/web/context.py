@@ -1,0 +1,28 @@
+"""What the web app is built from: the stores, the web chat channel and a few settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bruce_bot.channels.web import WebChannel
+from bruce_bot.storage.stores import Stores
+
+if TYPE_CHECKING:
+    from bruce_bot.scheduler.service import TaskService
+
+
+@dataclass(frozen=True, slots=True)
+class WebContext:
+    stores: Stores
+    web_channel: WebChannel
+    auth_token: str
+    app_name: str = "Bruce"
+    data_dir: Path = Path("data")  # artifacts are served from <data_dir>/artifacts
+    # Cancelling a task goes through the service so that its scheduler job goes too.
+    tasks: TaskService | None = None
+    timezone: str = "UTC"  # app.timezone: the dashboard shows times in it
+    # The YAML values of the settings the dashboard edits (what "reset" goes back to).
+    config_settings: Mapping[str, Any] = field(default_factory=dict)

@@ -1,0 +1,99 @@
+"""The brain as data (responsibilities per session kind) and what it adds to the agent's prompt."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from bruce_bot.agent.brain.library import Document, Library
+from bruce_bot.agent.brain.responsibilities import (
+    BrainState,
+    render_state,
+    responsibilities_for,
+    system_prompt_for,
+)
+from bruce_bot.agent.context import build_system_prompt
+from bruce_bot.storage.goals import Goal
+from bruce_bot.storage.sessions import SessionRecord
+
+NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def goal(goal_id: int, text: str, status: str = "active", parent: int | None = None) -> Goal:
+    return Goal(goal_id, 1, text, status, parent, NOW, NOW if status == "completed" else None)
+
+
+def document(kind: str, name: str, content: str) -> Document:
+    return Document(kind, name, f"About {name}.", content, Path(f"{name}.md"))  # type: ignore[arg-type]
+
+
+def prompt(**layers: object) -> str:
+    return build_system_prompt(
+        base_prompt="You are Bruce.",
+        summary="Earlier: tea.",
+        tool_names=[],
+        now=NOW,
+        zone=ZoneInfo("UTC"),
+        last_message_at=None,
+        **layers,  # type: ignore[arg-type]
+    ).text
+
+
+def test_each_session_kind_gets_its_own_responsibilities() -> None:
+    parent = [r.name for r in responsibilities_for("parent")]
+    child = [r.name for r in responsibilities_for("child")]
+    assert parent == ["session_naming", "skill_management", "workflow_management", "goal_tracking"]
+    assert child == ["sub_agent_naming", "skill_management", "workflow_management", "goal_tracking"]
+    system = system_prompt_for(responsibilities_for("child"))
+    assert system.startswith("You are the analytical brain")
+    assert "You act ONLY through tool calls" in system
+    assert "SUB-AGENT NAMING" in system and "SESSION NAMING" not in system
+    assert system.rstrip().endswith("at once as your only tool call.")  # completion comes last
+
+
+def test_the_brain_sees_the_state_its_responsibilities_need() -> None:
+    session = SessionRecord(
+        1, "web", "x", "parent", None, 0, title="🍵 Tea", active_skills=["gone"]
+    )
+    library = Library(skills={"research": document("skill", "research", "Search.")})
+    goals = [goal(1, "Plan trip"), goal(2, "Pick dates", "completed", 1), goal(3, "Other")]
+    text = render_state(responsibilities_for("parent"), BrainState(session, goals, library))
+    assert "Session kind: main conversation" in text
+    assert "Title: 🍵 Tea" in text
+    assert "- research: About research." in text
+    assert "- gone: (no longer available; deactivate it)" in text
+    assert "Active workflow: none" in text
+    assert "- #1 [active] Plan trip\n  - #2 [completed] Pick dates\n- #3 [active] Other" in text
+    assert "Nickname" not in text
+
+
+def test_brain_layers_come_after_the_stable_layers_and_before_the_temporal_one() -> None:
+    text = prompt(
+        skills=[document("skill", "research", "Cite sources.")],
+        workflow=document("workflow", "trip-planning", "1. Frame the trip."),
+        goals=[
+            goal(1, "Plan trip"),
+            goal(2, "Pick dates", "completed", 1),
+            goal(4, "Book", parent=1),
+        ],
+    )
+    order = [
+        "You are Bruce.",
+        "<conversation_context>",
+        "<tool_execution_guidelines>",
+        "<active_skills>",
+        '<skill name="research">\nCite sources.\n</skill>',
+        '<active_workflow name="trip-planning">',
+        "<goals>",
+        "- [ ] Plan trip\n  - [x] Pick dates\n  - [ ] Book",
+        "<temporal_context>",
+    ]
+    positions = [text.index(marker) for marker in order]
+    assert positions == sorted(positions)
+
+
+def test_without_brain_state_the_prompt_has_no_brain_layers() -> None:
+    text = prompt(goals=[goal(1, "Done already", "completed")])
+    for tag in ("<active_skills>", "<active_workflow", "<goals>"):
+        assert tag not in text
