@@ -58,6 +58,7 @@ format: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --brain
 	$(BIN)/python bench/reminders.py
 
 clean:

@@ -203,6 +203,8 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 "app": {"data_dir": tmp},
                 "web": {"enabled": False},
                 "agent": {"max_concurrent_sessions": 8},
+                # The brain adds one background LLM call per exchange: measured separately.
+                "brain": {"enabled": args.brain},
             }
         )
         channel = BenchChannel()
@@ -235,6 +237,9 @@ def summary(latencies: list[float], rate: float) -> dict[str, float]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequential", type=int, default=300, help="messages in the 1-session run")
+    parser.add_argument(
+        "--brain", action="store_true", help="also run the analytical brain after each exchange"
+    )
     results = asyncio.run(main(parser.parse_args()))
     print(f"{'scenario':<14} {'p50 ms':>8} {'p99 ms':>8} {'msg/s':>8}")
     for name in ("1 session", "100 sessions", "1000 sessions"):
