@@ -43,6 +43,7 @@ from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.tools.subagent import SpawnSubagentTool
 
 log = structlog.get_logger(__name__)
 
@@ -195,6 +196,17 @@ class Bruce:
         if self._tools_override is None and config.tools.proactive.enabled:
             for tool in proactive_tools(tasks):
                 tools.add(tool)
+        if self._tools_override is None and config.tools.subagents.enabled:
+            tools.add(
+                SpawnSubagentTool(
+                    config,
+                    stores,
+                    llm,
+                    tools,
+                    clock=self._clock,
+                    finished=self.brain.observe if self.brain is not None else None,
+                )
+            )
         gateway = Gateway(inbox, stores, reminders=tasks.describe_session)
         await inbox.recover()
         for adapter in adapters:

@@ -225,11 +225,16 @@ class ProactiveConfig(_Section):
     enabled: bool = True
 
 
+class SubagentsConfig(_Section):
+    enabled: bool = True
+
+
 class ToolsConfig(_Section):
     web_search: WebSearchConfig = Field(default_factory=WebSearchConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
     proactive: ProactiveConfig = Field(default_factory=ProactiveConfig)
+    subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 
 
 class SchedulerConfig(_Section):

@@ -81,6 +81,12 @@ def tool_guidelines(tool_names: Collection[str]) -> str:
             "'agent' for a briefing you must prepare when it is due (e.g. a news summary). "
             "Work out times from the temporal context below."
         )
+    if "spawn_subagent" in tool_names:
+        rules.append(
+            "Delegation: for self-contained research or a side task that needs many tool calls, "
+            "you may call 'spawn_subagent' with a complete description of the task (it cannot "
+            "see this conversation), then use the answer it returns."
+        )
     claimable = sorted(name for name in tool_names if name in {"artifact_save", *SCHEDULING_TOOLS})
     if claimable:
         tools_list = ", ".join(f"'{name}'" for name in claimable)

@@ -236,6 +236,25 @@ class MessageStore:
                 )
         return int(result.inserted_primary_key[0]), now
 
+    async def add_settled(
+        self, session_id: int, role: str, content: str, status: str
+    ) -> tuple[int, datetime]:
+        """Store a message that never passes through the inbox or outbox (a sub-agent's task and
+        its answer) with its final status, so recovery and redelivery leave it alone."""
+        now = utcnow()
+        row = {
+            "session_id": session_id,
+            "role": role,
+            "kind": "chat",
+            "content": content,
+            "status": status,
+            "created_at": now,
+        }
+        async with self._engine.begin() as connection:
+            result = await connection.execute(INSERT_MESSAGE, row)
+            await connection.execute(TOUCH_SESSION, {"sid": session_id, "at": now})
+        return int(result.inserted_primary_key[0]), now
+
     async def add_outbound(
         self, session_id: int, text: str, kind: MessageKind, extra: dict[str, Any] | None = None
     ) -> int:

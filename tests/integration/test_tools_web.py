@@ -687,6 +687,7 @@ async def test_disabled_tool_families_are_neither_offered_nor_mentioned(
             "web_fetch": {"enabled": False},
             "artifacts": {"enabled": False},
             "proactive": {"enabled": False},
+            "subagents": {"enabled": False},
         },
     )
     async with running_bruce(config) as bruce:
@@ -698,3 +699,4 @@ async def test_disabled_tool_families_are_neither_offered_nor_mentioned(
     assert [tool["name"] for tool in body["tools"]] == ["web_search"]
     assert "artifact_save" not in system_text(body)
     assert "web_fetch" not in system_text(body)
+    assert "spawn_subagent" not in system_text(body)
