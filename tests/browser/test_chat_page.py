@@ -4,27 +4,20 @@ and HTML in messages shown as text, never injected into the page."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import Browser, Page, expect
 
 from bruce_bot.app import Bruce
+from tests.browser.conftest import needs_chromium
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 
-CHROMIUM = shutil.which("chromium") or (
-    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
-)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium binary: install it (apt-get install chromium, or `make test`) to run the "
-    "browser tests",
-)
+pytestmark = needs_chromium
 
-from playwright.async_api import Browser, Page, async_playwright, expect  # noqa: E402
 
 TOKEN = "browser-test-token-7d1e"
 SCREENSHOT = Path("/tmp/bruce-chat.png")
@@ -47,30 +40,6 @@ async def bruce(tmp_path: Path) -> AsyncIterator[Bruce]:
         config = make_config(tmp_path, fake.base_url, web={"auth_token": TOKEN})
         async with running_bruce(config) as running:
             yield running
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    playwright = await async_playwright().start()
-    try:
-        chromium = await playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
-    finally:
-        await playwright.stop()
 
 
 @pytest.fixture

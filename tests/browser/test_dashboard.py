@@ -6,32 +6,25 @@ editor work, and markup in the data is shown as text, never run."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from playwright.async_api import Browser, Page, expect
 
 from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
 from bruce_bot.domain import SessionKey
 from bruce_bot.scheduler.service import job_id
 from bruce_bot.storage.tasks import TaskRecord
+from tests.browser.conftest import needs_chromium
 from tests.conftest import wait_until
 from tests.integration.dashboard_support import YAML_PROMPT, Dashboard, running_dashboard
 from tests.integration.support import db_rows
 
-CHROMIUM = shutil.which("chromium") or (
-    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
-)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium binary: install it (apt-get install chromium, or `make test`) to run the "
-    "browser tests",
-)
+pytestmark = needs_chromium
 
-from playwright.async_api import Browser, Page, async_playwright, expect  # noqa: E402
 
 TOKEN = "dashboard-browser-token-93ab"
 TIMEOUT_MS = 20_000
@@ -77,30 +70,6 @@ async def seeded(tmp_path: Path) -> AsyncIterator[Seeded]:
         await dashboard.say("gone", "are you still there?")
         await wait_until(lambda: bruce.stores.deliveries.not_delivered(("failed",)))  # type: ignore[union-attr]
         yield Seeded(dashboard, task, tmp_path)
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    playwright = await async_playwright().start()
-    try:
-        chromium = await playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
-    finally:
-        await playwright.stop()
 
 
 @pytest.fixture
