@@ -23,6 +23,10 @@ TOKEN = "browser-test-token-7d1e"
 SCREENSHOT = Path("/tmp/bruce-chat.png")
 REPORT_URL = "https://example.com/reports/42"
 INJECTION = '<img src=x onerror="window.__pwned = 1"><b>bold?</b>'
+MARKDOWN_REPLY = (
+    "**Top story** is *big* news: see [the source](https://example.com/s) and run `pip install`:\n"
+    "```python\nprint('<b>not bold</b>')\n```\nDone."
+)
 TIMEOUT_MS = 20_000
 expect.set_options(timeout=TIMEOUT_MS)
 
@@ -31,6 +35,8 @@ def reply_to(body: dict[str, Any]) -> str:
     text = last_user_text(body)
     if "report" in text:
         return f"Your report is ready: {REPORT_URL} (open it in a new tab)."
+    if "markdown" in text:
+        return MARKDOWN_REPLY
     return f"You said: {text}"
 
 
@@ -129,6 +135,22 @@ async def test_a_link_in_the_reply_is_rendered_as_an_anchor(page: Page) -> None:
     await expect(link).to_have_attribute("target", "_blank")
     await expect(link).to_have_attribute("rel", "noopener noreferrer")
     await expect(page.locator(".msg.assistant")).to_contain_text("(open it in a new tab).")
+
+
+async def test_markdown_in_a_reply_is_rendered_safely(page: Page) -> None:
+    await log_in(page)
+    await send(page, "show me **markdown** please")
+    reply = page.locator(".msg.assistant")
+    await expect(reply.locator("strong")).to_have_text("Top story")
+    await expect(reply.locator("em")).to_have_text("big")
+    await expect(reply.locator("a")).to_have_attribute("href", "https://example.com/s")
+    await expect(reply.locator("a")).to_have_text("the source")
+    await expect(reply.locator("p code, code").first).to_have_text("pip install")
+    await expect(reply.locator("pre code")).to_have_text("print('<b>not bold</b>')")
+    assert await reply.locator("b").count() == 0  # HTML inside code stays text
+    # The user's own message is shown as typed: no formatting applied to it.
+    await expect(page.locator(".msg.user")).to_have_text("show me **markdown** please")
+    assert await page.locator(".msg.user strong").count() == 0
 
 
 async def test_html_in_messages_is_shown_as_text_not_injected(page: Page) -> None:
