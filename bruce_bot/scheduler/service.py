@@ -54,6 +54,13 @@ LATE_AFTER_SECONDS = 60.0  # a firing later than this says so ("late: was due at
 JOBSTORE_TABLE = "apscheduler_jobs"
 
 
+def describe_lateness(scheduled_for: datetime, now: datetime, zone: ZoneInfo) -> str:
+    """ " (late: was due at 09:00)", with the day too when it was not today."""
+    due, today = scheduled_for.astimezone(zone), now.astimezone(zone)
+    day = "" if due.date() == today.date() else f" on {due:%a %d %b}"
+    return f" (late: was due at {due:%H:%M}{day})"
+
+
 def job_id(task_id: int) -> str:
     return f"task-{task_id}"
 
@@ -329,11 +336,7 @@ class TaskService:
             return
         await self._advance(task, after=max(now, scheduled_for))
         zone = zone_of(task.timezone)
-        late_note = (
-            f" (late: was due at {scheduled_for.astimezone(zone):%H:%M})"
-            if late > LATE_AFTER_SECONDS
-            else ""
-        )
+        late_note = describe_lateness(scheduled_for, now, zone) if late > LATE_AFTER_SECONDS else ""
         log.info("task_fired", task_id=task.id, mode=task.mode, late_seconds=round(late, 3))
         if task.mode == "message":
             await self._send_reminder(task, run_id, f"⏰ {task.content}{late_note}")

@@ -21,6 +21,7 @@ from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.config import Config
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey, utcnow
+from bruce_bot.scheduler.service import describe_lateness
 from bruce_bot.storage.tasks import TaskRecord
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
@@ -486,7 +487,9 @@ async def test_reminder_missed_while_down_is_delivered_once_late(
     async with running_bruce(config, channels=[later], clock=ahead(timedelta(minutes=10))):
         await wait_until(lambda: later.texts_starting("⏰"), DUE_TIMEOUT)
         await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] == "delivered")
-    assert later.texts() == [f"⏰ Take the pills (late: was due at {local_hhmm(task.next_run_at)})"]
+    note = describe_lateness(task.next_run_at, utcnow() + timedelta(minutes=10), SAO_PAULO)
+    assert note.startswith(f" (late: was due at {local_hhmm(task.next_run_at)}")
+    assert later.texts() == [f"⏰ Take the pills{note}"]
     [run] = runs_of(tmp_path, task.id)
     assert 290 < run["late_seconds"] < 330
     assert task_row(tmp_path, task.id)["status"] == "done"
@@ -554,7 +557,9 @@ async def test_recurring_task_missed_five_times_catches_up_once(
         await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] == "delivered")
         started = utcnow()
         row = task_row(tmp_path, task.id)
-    assert later.texts() == [f"⏰ Pulse check (late: was due at {local_hhmm(behind)})"]
+    note = describe_lateness(behind, utcnow(), SAO_PAULO)
+    assert note.startswith(f" (late: was due at {local_hhmm(behind)}")
+    assert later.texts() == [f"⏰ Pulse check{note}"]
     [run] = runs_of(tmp_path, task.id)
     assert stored_utc(run["scheduled_for"]) == behind
     following = stored_utc(row["next_run_at"])

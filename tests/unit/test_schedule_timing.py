@@ -369,3 +369,13 @@ def test_describe_time_names_the_weekday_zone_and_offset() -> None:
         "Tuesday, 2026-12-01 09:00 (America/Sao_Paulo, UTC-0300)"
     )
     assert describe_time(moment, BERLIN) == "Tuesday, 2026-12-01 13:00 (Europe/Berlin, UTC+0100)"
+
+
+def test_lateness_note_gives_the_day_only_when_it_was_not_today() -> None:
+    from bruce_bot.scheduler.service import describe_lateness
+
+    due = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)  # 09:00 in São Paulo, Sunday
+    same_day = datetime(2026, 11, 29, 15, 30, tzinfo=UTC)
+    next_day = datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
+    assert describe_lateness(due, same_day, SAO_PAULO) == " (late: was due at 09:00)"
+    assert describe_lateness(due, next_day, SAO_PAULO) == " (late: was due at 09:00 on Sun 29 Nov)"
