@@ -21,14 +21,8 @@ log = structlog.get_logger(__name__)
 RemindersDescriber = Callable[[int], Awaitable[str]]
 
 
-async def _no_reminders(session_id: int) -> str:
-    return "Reminders are not available yet."
-
-
 class Gateway:
-    def __init__(
-        self, inbox: Inbox, stores: Stores, reminders: RemindersDescriber = _no_reminders
-    ) -> None:
+    def __init__(self, inbox: Inbox, stores: Stores, reminders: RemindersDescriber) -> None:
         self._inbox = inbox
         self._stores = stores
         self._reminders = reminders

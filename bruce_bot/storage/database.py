@@ -78,10 +78,6 @@ class Database:
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _on_sqlite_connect)
 
-    async def ping(self) -> None:
-        async with self.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-
     async def dispose(self) -> None:
         await self.engine.dispose()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import structlog
@@ -36,7 +36,6 @@ class ToolContext:
     session_id: int | None = None
     channel: str = ""
     chat_id: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 class Tool:

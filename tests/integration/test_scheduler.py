@@ -184,6 +184,15 @@ def local_hhmm(moment: datetime) -> str:
     return moment.astimezone(SAO_PAULO).strftime("%H:%M")
 
 
+async def assert_restart_delivers_nothing(config: Config, data_dir: Path, task_id: int) -> None:
+    """One more restart, later still: nothing is sent again and no firing is added."""
+    again = ChatChannel()
+    async with running_bruce(config, channels=[again], clock=ahead(timedelta(minutes=11))):
+        pass
+    assert again.sent == []
+    assert len(runs_of(data_dir, task_id)) == 1
+
+
 def tool_names(body: dict[str, Any]) -> set[str]:
     return {tool["name"] for tool in body.get("tools") or []}
 
@@ -496,11 +505,7 @@ async def test_reminder_missed_while_down_is_delivered_once_late(
     assert f"task-{task.id}" not in job_ids(tmp_path)
 
     # Another restart delivers nothing more (stop waits for any firing under way).
-    again = ChatChannel()
-    async with running_bruce(config, channels=[again], clock=ahead(timedelta(minutes=11))):
-        pass
-    assert again.sent == []
-    assert len(runs_of(tmp_path, task.id)) == 1
+    await assert_restart_delivers_nothing(config, tmp_path, task.id)
 
 
 async def test_reminder_older_than_the_grace_period_is_missed_and_told_once(
@@ -526,11 +531,7 @@ async def test_reminder_older_than_the_grace_period_is_missed_and_told_once(
     assert run["status"] == "missed" and run["delivered_at"] is None
     assert f"task-{task.id}" not in job_ids(tmp_path)
 
-    again = ChatChannel()
-    async with running_bruce(config, channels=[again], clock=ahead(timedelta(minutes=11))):
-        pass
-    assert again.sent == []
-    assert len(runs_of(tmp_path, task.id)) == 1
+    await assert_restart_delivers_nothing(config, tmp_path, task.id)
 
 
 async def test_recurring_task_missed_five_times_catches_up_once(

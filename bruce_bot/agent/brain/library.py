@@ -65,9 +65,6 @@ class Library:
     skills: Mapping[str, Document] = field(default_factory=dict)
     workflows: Mapping[str, Document] = field(default_factory=dict)
 
-    def of_kind(self, kind: Kind) -> Mapping[str, Document]:
-        return self.skills if kind == "skill" else self.workflows
-
 
 def parse_document(text: str, kind: Kind, source: Path) -> Document:
     """A document from a file's text; raises `MalformedFile` saying what is wrong."""
