@@ -24,6 +24,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 DEFAULT_CONFIG_FILE = "config.yml"
@@ -117,6 +118,37 @@ class DatabaseConfig(_Section):
         return value
 
 
+# Context windows (tokens) of model families Bruce knows, matched as prefixes of `llm.model`.
+# Anything else gets the conservative default: local servers often run with small windows
+# (Ollama's default `num_ctx` is 4096-8192), and `llm.context_window` says the real size.
+KNOWN_CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
+    ("claude-", 200_000),
+    ("gpt-4.1", 1_000_000),
+    ("gpt-5", 400_000),
+    ("gpt-4o", 128_000),
+    ("gpt-4-turbo", 128_000),
+    ("o1", 200_000),
+    ("o3", 200_000),
+    ("o4", 200_000),
+)
+UNKNOWN_MODEL_CONTEXT_WINDOW = 8_192
+
+
+def default_context_window(model: str) -> int:
+    name = model.lower().rsplit("/", 1)[-1]  # "anthropic/claude-..." through gateways
+    for prefix, window in KNOWN_CONTEXT_WINDOWS:
+        if name.startswith(prefix):
+            return window
+    return UNKNOWN_MODEL_CONTEXT_WINDOW
+
+
+class ThinkingConfig(_Section):
+    """Extended thinking for models that support it (Anthropic); off by default."""
+
+    enabled: bool = False
+    budget_tokens: int = Field(default=4096, ge=1024)
+
+
 class LLMConfig(_Section):
     provider: Literal["anthropic", "openai"] = "anthropic"
     model: str = "claude-sonnet-4-6"
@@ -126,12 +158,29 @@ class LLMConfig(_Section):
     max_tokens: int = Field(default=4096, ge=16)
     timeout_seconds: float = Field(default=120, gt=0)
     max_retries: int = Field(default=3, ge=0, le=10)
+    context_window: int | None = Field(default=None, ge=1024)  # None: known per model
+    thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
 
     _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @model_validator(mode="after")
+    def _thinking_fits(self) -> LLMConfig:
+        if self.thinking.enabled and self.max_tokens <= self.thinking.budget_tokens:
+            raise ValueError(
+                f"llm.max_tokens ({self.max_tokens}) must be larger than "
+                f"llm.thinking.budget_tokens ({self.thinking.budget_tokens}): the thinking is "
+                "part of the reply. Raise max_tokens or lower budget_tokens."
+            )
+        return self
 
     @property
     def effective_background_model(self) -> str:
         return self.background_model or self.model
+
+    @property
+    def effective_context_window(self) -> int:
+        """Tokens the main model can take: `llm.context_window`, else known for the model."""
+        return self.context_window or default_context_window(self.model)
 
     @property
     def is_configured(self) -> bool:

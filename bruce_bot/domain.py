@@ -13,6 +13,11 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Role = Literal["user", "assistant"]
+# Why the model stopped, in the same words for every provider (providers map their own values):
+# end_turn (a finished answer), tool_use (it wants tools run), max_tokens (its output was cut by
+# the token limit), pause_turn (a long turn paused: send it back to continue), refusal (it
+# declined), other (anything else the server said).
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "pause_turn", "refusal", "other"]
 MessageKind = Literal["chat", "task", "notice", "briefing", "reminder"]
 
 
@@ -93,6 +98,11 @@ class ChatMessage:
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
+    # An assistant entry made by a provider that must get its own content back verbatim within
+    # the same turn (Anthropic's thinking blocks with their signatures, paused server-tool
+    # blocks): when set, the provider sends these blocks instead of rebuilding them from `text`
+    # and `tool_calls`. Never shown to the user, never stored, never summarised.
+    replay_blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +140,16 @@ class LLMResponse:
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
-    stop_reason: str = ""
+    stop_reason: StopReason = "end_turn"
     usage: Usage = field(default_factory=Usage)
     model: str = ""
+    response_id: str = ""  # the provider's id of this response (msg_..., chatcmpl-...), for logs
+    replay_blocks: tuple[dict[str, Any], ...] = ()  # see `ChatMessage.replay_blocks`
+
+    @property
+    def truncated(self) -> bool:
+        """The output was cut by the token limit: text may be unfinished, tool input incomplete."""
+        return self.stop_reason == "max_tokens"
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,72 @@ class LLMRequestError(LLMError):
     """The provider refused the request (bad key, unknown model, invalid request)."""
 
 
+class LLMAuthenticationError(LLMRequestError):
+    """401/403: the key is wrong, revoked or lacks permission (fix: `llm.api_key`)."""
+
+
+class LLMModelNotFoundError(LLMRequestError):
+    """404: the server does not know the model asked for (fix: `llm.model`)."""
+
+    def __init__(self, reason: str, detail: str = "", *, model: str = "") -> None:
+        super().__init__(reason, detail)
+        self.model = model
+
+
+class LLMQuotaExceededError(LLMRequestError):
+    """The account has no credit or quota left (`insufficient_quota`, 402, billing errors)."""
+
+
+class LLMContextOverflowError(LLMRequestError):
+    """The prompt (history plus tools plus `max_tokens`) does not fit the model's context window."""
+
+
 class LLMNotConfiguredError(LLMError):
     """No provider is configured (no API key): Bruce runs, but cannot think yet."""
+
+
+# How servers word "the prompt does not fit": Anthropic ("prompt is too long: 201234 tokens >
+# 200000 maximum", "input length and `max_tokens` exceed context limit"), OpenAI
+# (code context_length_exceeded, "This model's maximum context length is ..."), vLLM (the same
+# sentence), llama.cpp server (exceed_context_size_error, "the request exceeds the available
+# context size"), Ollama ("input length exceeds the context length"), LM Studio and gateways
+# ("context window", "too many tokens").
+_CONTEXT_OVERFLOW_WORDS = (
+    "context_length_exceeded",
+    "exceed_context_size",
+    "prompt is too long",
+    "maximum context length",
+    "context length",
+    "context size",
+    "context window",
+    "context limit",
+    "too many tokens",
+    "prompt too long",
+    "reduce the length of the messages",
+)
+_QUOTA_WORDS = (
+    "insufficient_quota",
+    "credit balance is too low",
+    "insufficient credits",
+    "insufficient balance",
+    "exceeded your current quota",
+    "billing",
+    "payment required",
+)
+
+
+def is_context_overflow(*texts: object) -> bool:
+    """True when an error's code, type or message says the prompt did not fit the model."""
+    haystack = " ".join(str(text) for text in texts if text).lower()
+    return any(words in haystack for words in _CONTEXT_OVERFLOW_WORDS)
+
+
+def is_quota_exhausted(status: int | None, *texts: object) -> bool:
+    """True when an error says the account has no credit or quota (HTTP 402 always does)."""
+    if status == 402:
+        return True
+    haystack = " ".join(str(text) for text in texts if text).lower()
+    return any(words in haystack for words in _QUOTA_WORDS)
 
 
 @runtime_checkable
@@ -57,6 +121,10 @@ class LLMService(Protocol):
         With `force_text` the tools are still declared (Anthropic requires them whenever the
         history holds tool_use/tool_result blocks) but tool use is switched off
         (`tool_choice: none`), so the model must answer in text.
+
+        `model=None` means the main model: only then does `llm.thinking` apply (the background
+        model's summaries and brain calls never think at length). The response's `stop_reason`
+        is one of `StopReason`'s words, and its text never holds reasoning or tool-call markup.
         """
         ...
 

@@ -492,7 +492,7 @@ async def test_openai_text_answer_carries_text_usage_and_model(
 
     assert response.text == "Hello, I am Bruce."
     assert response.tool_calls == ()
-    assert response.stop_reason == "stop"
+    assert response.stop_reason == "end_turn"
     assert response.model == "gpt-test-2026"
     assert (response.usage.input_tokens, response.usage.output_tokens) == (30, 6)
     assert response.usage.cache_read_tokens == 20
@@ -516,7 +516,7 @@ async def test_openai_tool_calls_round_trip_sends_tool_messages_with_ids(
 
     first = await gpt.complete(SYSTEM, HELLO, [WEB_SEARCH])
 
-    assert first.stop_reason == "tool_calls"
+    assert first.stop_reason == "tool_use"
     assert first.text == ""
     search, fetch = first.tool_calls
     assert (search.name, search.arguments) == ("web_search", {"query": "bruce"})
