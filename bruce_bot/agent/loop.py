@@ -18,6 +18,8 @@ from typing import Protocol
 
 import structlog
 
+from bruce_bot.agent.budget import message_chars, shrink_to
+from bruce_bot.config import LLMConfig
 from bruce_bot.domain import (
     ChatMessage,
     LLMCallRecord,
@@ -27,7 +29,8 @@ from bruce_bot.domain import (
     ToolExecution,
     ToolResult,
 )
-from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.llm.base import LLMContextOverflowError, LLMError, LLMService
+from bruce_bot.llm.text import join_text_parts
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
 
 log = structlog.get_logger(__name__)
@@ -36,6 +39,28 @@ FORCE_FINAL_NOTE = (
     "You have used all the tool rounds available for this request. Do not call any more tools: "
     "answer the user now with what you have, and say plainly what you could not finish."
 )
+# The result of a tool call whose arguments the token limit cut off: it is never run.
+TRUNCATED_CALL_RESULT = (
+    "Not run: your reply reached the output token limit while you were writing this call, so "
+    "its arguments are incomplete.{room} If its content is long (a big file or report), split "
+    "the work into smaller steps or write less."
+)
+MORE_ROOM = " You now have twice the room: call it again."
+CONTINUE_NOTE = (
+    "Your previous answer was cut off by the output token limit. Continue exactly where it "
+    "stopped, without repeating anything and without starting over."
+)
+CUT_MARK = "\n\n(… my answer was cut off here: it reached the length limit.)"
+REFUSAL_REPLY = "The model declined to answer this."
+NO_FINAL_TEXT = (
+    "I used all the steps I had for this request without reaching an answer, so I stopped "
+    "there. Ask me again, perhaps one part at a time."
+)
+# Anthropic pauses long server-side turns (`pause_turn`); each continuation is one more call.
+MAX_PAUSE_CONTINUATIONS = 3
+# After a cut tool call the next calls may write this many times the configured `max_tokens`.
+TRUNCATION_ROOM_FACTOR = 2
+MAX_RAISED_OUTPUT_TOKENS = 32_000
 
 
 class LoopObserver(Protocol):
@@ -63,35 +88,69 @@ class AgentRun:
     forced_final: bool = False
     executions: list[ToolExecution] = field(default_factory=list)
     transcript: list[ChatMessage] = field(default_factory=list)
+    refused: bool = False  # the model declined: `text` is REFUSAL_REPLY
+    cut: bool = False  # the answer stayed cut by the token limit: `text` ends with CUT_MARK
+    shrunk: bool = False  # the prompt did not fit the window and was cut down to retry
 
     def succeeded(self, tool_name: str) -> bool:
         return any(e.call.name == tool_name and not e.result.is_error for e in self.executions)
 
 
-async def _call(
-    llm: LLMService,
-    system_prompt: SystemPrompt,
-    messages: Sequence[ChatMessage],
-    tools: ToolRegistry,
-    observer: LoopObserver,
-    *,
-    purpose: str,
-    force_text: bool,
-) -> LLMResponse:
-    started = time.perf_counter()
-    try:
-        response = await llm.complete(system_prompt, messages, tools.specs(), force_text=force_text)
-    except LLMError as exc:
+@dataclass(slots=True)
+class _Caller:
+    """Makes the loop's LLM calls: reports each one, and retries once with a shrunk prompt when
+    the server says the prompt does not fit its context window."""
+
+    llm: LLMService
+    system_prompt: SystemPrompt
+    tools: ToolRegistry
+    observer: LoopObserver
+    run: AgentRun
+    purpose: str
+    session_id: int | None
+
+    async def __call__(
+        self, messages: list[ChatMessage], *, force_text: bool, max_tokens: int | None
+    ) -> LLMResponse:
+        try:
+            return await self._once(messages, force_text=force_text, max_tokens=max_tokens)
+        except LLMContextOverflowError:
+            if self.run.shrunk:
+                raise
+            before = sum(message_chars(m) for m in messages)
+            messages[:] = shrink_to(messages, before // 2)
+            self.run.shrunk = True
+            log.warning(
+                "context_overflow_shrunk",
+                session_id=self.session_id,
+                chars_before=before,
+                chars_after=sum(message_chars(m) for m in messages),
+            )
+            return await self._once(messages, force_text=force_text, max_tokens=max_tokens)
+
+    async def _once(
+        self, messages: Sequence[ChatMessage], *, force_text: bool, max_tokens: int | None
+    ) -> LLMResponse:
+        started = time.perf_counter()
+        try:
+            response = await self.llm.complete(
+                self.system_prompt,
+                messages,
+                self.tools.specs(),
+                max_tokens=max_tokens,
+                force_text=force_text,
+            )
+        except LLMError as exc:
+            duration = (time.perf_counter() - started) * 1000
+            await self.observer.on_llm_call(
+                LLMCallRecord(self.purpose, self.llm.model, duration_ms=duration, error=str(exc))
+            )
+            raise
         duration = (time.perf_counter() - started) * 1000
-        await observer.on_llm_call(
-            LLMCallRecord(purpose, llm.model, duration_ms=duration, error=str(exc))
+        await self.observer.on_llm_call(
+            LLMCallRecord(self.purpose, response.model or self.llm.model, response.usage, duration)
         )
-        raise
-    duration = (time.perf_counter() - started) * 1000
-    await observer.on_llm_call(
-        LLMCallRecord(purpose, response.model or llm.model, response.usage, duration)
-    )
-    return response
+        return response
 
 
 async def _execute(
@@ -112,6 +171,11 @@ async def _execute(
     return execution
 
 
+def _raised(max_tokens: int | None) -> int:
+    base = max_tokens or LLMConfig.model_fields["max_tokens"].default
+    return max(base, min(base * TRUNCATION_ROOM_FACTOR, MAX_RAISED_OUTPUT_TOKENS))
+
+
 async def run_agent_loop(
     llm: LLMService,
     tools: ToolRegistry,
@@ -123,28 +187,76 @@ async def run_agent_loop(
     observer: LoopObserver | None = None,
     purpose: str = "agent",
     finish_tools: Collection[str] = (),
+    max_tokens: int | None = None,
 ) -> AgentRun:
     """Run the model with tools until it answers in text (or `max_turns` forces it to).
 
     A round in which one of `finish_tools` succeeds also ends the loop, without another call
-    (the analytical brain's `everything_is_ready`).
+    (the analytical brain's `everything_is_ready`). How each response ended decides what comes
+    next: a refusal ends the turn with an honest line; a paused turn is sent back to go on; tool
+    calls cut by the token limit are never run (the model is told, and gets twice the room
+    once); a text answer cut by the limit is continued once, else marked as cut.
     """
     context = context or ToolContext()
     observer = observer or NullObserver()
     messages = list(history)
     run = AgentRun(text="", turns=0, transcript=messages)
-    for turn in range(1, max_turns + 1):
-        run.turns = turn
-        response = await _call(
-            llm, system_prompt, messages, tools, observer, purpose=purpose, force_text=False
-        )
+    call = _Caller(llm, system_prompt, tools, observer, run, purpose, context.session_id)
+    output_limit = max_tokens
+    parts: list[str] = []  # pieces of the answer being written (paused or cut, then continued)
+    pauses = 0
+    continued = False
+    while run.turns < max_turns:
+        run.turns += 1
+        response = await call(messages, force_text=False, max_tokens=output_limit)
+        if response.stop_reason == "refusal":
+            return _refused(run, response, context)
+        if response.stop_reason == "pause_turn" and pauses < MAX_PAUSE_CONTINUATIONS:
+            # Sent back as it is, the paused turn goes on where it stopped: not a tool round.
+            pauses += 1
+            run.turns -= 1
+            parts.append(response.text)
+            messages.append(
+                ChatMessage("assistant", response.text, replay_blocks=response.replay_blocks)
+            )
+            continue
         if not response.tool_calls:
-            run.text = response.text
-            messages.append(ChatMessage("assistant", response.text))
-            return run
-        messages.append(ChatMessage("assistant", response.text, tool_calls=response.tool_calls))
+            parts.append(response.text)
+            if response.truncated and not continued:
+                continued = True
+                run.turns -= 1
+                messages.append(ChatMessage("assistant", response.text))
+                messages.append(ChatMessage("user", CONTINUE_NOTE))
+                log.info("answer_cut_continued", session_id=context.session_id)
+                continue
+            return _finished(run, parts, cut=response.truncated)
+        parts.clear()
+        messages.append(
+            ChatMessage(
+                "assistant",
+                response.text,
+                tool_calls=response.tool_calls,
+                replay_blocks=response.replay_blocks,
+            )
+        )
+        if response.truncated:
+            # The last call's input was still being written when the limit hit: running any of
+            # them would act on a guess (a half-written file saved as if it were complete).
+            log.warning(
+                "tool_calls_truncated",
+                session_id=context.session_id,
+                response_id=response.response_id,
+                tools=[c.name for c in response.tool_calls],
+            )
+            room = ""
+            if output_limit == max_tokens:
+                output_limit, room = _raised(max_tokens), MORE_ROOM
+            note = TRUNCATED_CALL_RESULT.format(room=room)
+            results = tuple(ToolResult(c.id, c.name, note, True) for c in response.tool_calls)
+            messages.append(ChatMessage("user", tool_results=results))
+            continue
         executions = await asyncio.gather(
-            *(_execute(call, turn, tools, context, observer) for call in response.tool_calls)
+            *(_execute(c, run.turns, tools, context, observer) for c in response.tool_calls)
         )
         run.executions.extend(executions)
         messages.append(ChatMessage("user", tool_results=tuple(e.result for e in executions)))
@@ -156,10 +268,39 @@ async def run_agent_loop(
     log.info("agent_max_turns_reached", max_turns=max_turns, session_id=context.session_id)
     last = messages.pop()
     messages.append(ChatMessage("user", FORCE_FINAL_NOTE, tool_results=last.tool_results))
-    response = await _call(
-        llm, system_prompt, messages, tools, observer, purpose=purpose, force_text=True
-    )
+    response = await call(messages, force_text=True, max_tokens=output_limit)
     run.forced_final = True
-    run.text = response.text
-    messages.append(ChatMessage("assistant", response.text))
+    if response.stop_reason == "refusal":
+        return _refused(run, response, context)
+    if response.tool_calls:
+        # Some servers ignore `tool_choice: none`; what the model still wanted to call is not run.
+        log.warning(
+            "forced_final_tool_calls_ignored",
+            session_id=context.session_id,
+            tools=[c.name for c in response.tool_calls],
+        )
+    if not response.text.strip():
+        return _finished(run, [NO_FINAL_TEXT], cut=False)
+    return _finished(run, [response.text], cut=response.truncated)
+
+
+def _finished(run: AgentRun, parts: Sequence[str], *, cut: bool) -> AgentRun:
+    run.text = join_text_parts(parts).strip()
+    if cut:
+        run.cut = True
+        run.text += CUT_MARK
+    run.transcript.append(ChatMessage("assistant", run.text))
+    return run
+
+
+def _refused(run: AgentRun, response: LLMResponse, context: ToolContext) -> AgentRun:
+    log.warning(
+        "model_refused",
+        session_id=context.session_id,
+        response_id=response.response_id,
+        model=response.model,
+    )
+    run.refused = True
+    run.text = REFUSAL_REPLY
+    run.transcript.append(ChatMessage("assistant", REFUSAL_REPLY))
     return run

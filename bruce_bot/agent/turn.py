@@ -19,12 +19,14 @@ from datetime import datetime
 import structlog
 
 from bruce_bot.agent.brain.library import Document, Library
+from bruce_bot.agent.budget import ContextBudget, newest_within, shrink_to
 from bruce_bot.agent.context import (
     SCHEDULING_TOOLS,
     build_system_prompt,
     in_conversation_order,
     to_chat_messages,
 )
+from bruce_bot.agent.failures import OutageMemory, notice_for
 from bruce_bot.agent.guard import correction_request, find_unbacked_claim
 from bruce_bot.agent.loop import AgentRun, run_agent_loop
 from bruce_bot.agent.summarizer import Summarizer, over_budget
@@ -39,17 +41,13 @@ from bruce_bot.domain import (
     utcnow,
 )
 from bruce_bot.inbox import QueuedMessage
-from bruce_bot.llm.base import (
-    LLMNotConfiguredError,
-    LLMRequestError,
-    LLMService,
-    LLMUnavailableError,
-)
+from bruce_bot.llm.base import LLMContextOverflowError, LLMService
 from bruce_bot.outbox import Outbox
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
+from bruce_bot.storage.summaries import Summary
 from bruce_bot.tools.registry import ToolContext, ToolRegistry, arguments_json
 
 log = structlog.get_logger(__name__)
@@ -91,16 +89,6 @@ class _TurnRecorder:
         )
 
 
-def _trim_to_chars(history: list[StoredMessage], max_chars: int) -> list[StoredMessage]:
-    """Drop the oldest messages until the history fits `max_chars` (the newest always stays)."""
-    total = sum(len(m.content) for m in history)
-    start = 0
-    while total > max_chars and start < len(history) - 1:
-        total -= len(history[start].content)
-        start += 1
-    return history[start:]
-
-
 class TurnRunner:
     def __init__(
         self,
@@ -125,28 +113,156 @@ class TurnRunner:
         self._outbox = outbox
         self._summarizer = summarizer
         self._clock = clock
+        self._outages = OutageMemory()
 
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
         agent = self._config.agent
-        summary = await self._stores.summaries.latest(session.id)
-        if (
-            summary is not None
-            and summary.covers_until_message_id <= session.context_start_message_id
-        ):
-            summary = None  # set aside by `/new` together with the messages it covers
+        summary = await self._current_summary(session)
         after = max(
             session.context_start_message_id, summary.covers_until_message_id if summary else 0
         )
         stored = await self._stores.messages.start_turn(
             session.id, [item.id for item in batch], after, agent.history_max_messages
         )
-        history = in_conversation_order(_trim_to_chars(stored, agent.history_max_chars))
         is_task = any(item.kind == "task" for item in batch)
+        title = next((i.metadata.get("title") for i in batch if i.metadata.get("title")), "")
         # A scheduled briefing must not schedule more work: no feedback loops.
         tools = self._tools.without(SCHEDULING_TOOLS) if is_task else self._tools
+        recorder = _TurnRecorder(self._stores, session.id)
+        context = ToolContext(
+            session_id=session.id, channel=session.channel, chat_id=session.chat_id
+        )
+        reply_kind: MessageKind = "briefing" if is_task else "chat"
+        inbound_status = "done"
+        reply: str | None
+        shortened = False
+        try:
+            async with self._typing(session):
+                run, shortened = await self._answer(
+                    session, stored, summary, tools, context, recorder
+                )
+            reply = run.text.strip() or "I don't have an answer to that; could you rephrase it?"
+            if is_task and title:
+                reply = f"📋 {title}\n\n{reply}"
+            self._outages.recovered(session.id)
+        except Exception as exc:
+            notice = notice_for(exc, session.id)
+            reply_kind, inbound_status = "notice", "failed"
+            shortened = isinstance(exc, LLMContextOverflowError)
+            if is_task:
+                reply = f"⚠️ Couldn't run {title}: {notice.text}" if title else notice.text
+            else:
+                reply = notice.text if self._outages.should_tell(session.id, notice) else None
+        message_id, at = await self._stores.messages.finish_turn(
+            session.id,
+            [item.id for item in batch],
+            inbound_status,
+            reply,
+            reply_kind,
+            recorder.llm_calls,
+        )
+        self._stores.sessions.touch(session.id, at)
+        delivery = "sent"
+        if reply is not None and message_id is not None:
+            delivery = await self._outbox.deliver(
+                OutboundMessage(
+                    session.channel,
+                    session.chat_id,
+                    reply,
+                    message_id,
+                    reply_kind,
+                    batch[-1].metadata,
+                )
+            )
+        if inbound_status == "done" and self._exchange_finished is not None:
+            self._exchange_finished(session.id)
+        if self._briefing_finished is not None:
+            for item in batch:
+                if run_id := item.metadata.get("task_run_id"):
+                    error = reply if inbound_status == "failed" else None
+                    if delivery != "sent":
+                        error = f"{error or ''} (delivery {delivery})".strip()
+                    await self._briefing_finished(run_id, error is None, error)
+        if shortened or (inbound_status == "done" and over_budget(stored, agent)):
+            await self._summarizer.fold(session.id, session.context_start_message_id)
+
+    async def _current_summary(self, session: SessionRecord) -> Summary | None:
+        summary = await self._stores.summaries.latest(session.id)
+        if (
+            summary is not None
+            and summary.covers_until_message_id <= session.context_start_message_id
+        ):
+            return None  # set aside by `/new` together with the messages it covers
+        return summary
+
+    async def _answer(
+        self,
+        session: SessionRecord,
+        stored: Sequence[StoredMessage],
+        summary: Summary | None,
+        tools: ToolRegistry,
+        context: ToolContext,
+        recorder: _TurnRecorder,
+    ) -> tuple[AgentRun, bool]:
+        """The turn's run, and whether the history had to be shortened to fit the model.
+
+        When the server still finds the prompt too long, the older messages are folded into
+        the summary and the turn is tried once more with half the room for the history.
+        """
+        try:
+            return await self._attempt(session, stored, summary, tools, context, recorder, 1.0)
+        except LLMContextOverflowError:
+            log.warning("context_overflow_folding", session_id=session.id)
+        await self._summarizer.fold(session.id, session.context_start_message_id)
+        summary = await self._current_summary(session)
+        covered = summary.covers_until_message_id if summary else 0
+        newer = [m for m in stored if m.id > covered]
+        run, _ = await self._attempt(session, newer, summary, tools, context, recorder, 0.5)
+        return run, True
+
+    async def _attempt(
+        self,
+        session: SessionRecord,
+        stored: Sequence[StoredMessage],
+        summary: Summary | None,
+        tools: ToolRegistry,
+        context: ToolContext,
+        recorder: _TurnRecorder,
+        room_share: float,
+    ) -> tuple[AgentRun, bool]:
+        agent = self._config.agent
+        system_prompt = await self._system_prompt(session, summary, tools)
+        budget = self._budget()
+        room = min(agent.history_max_chars, budget.history_chars(system_prompt, tools.specs()))
+        room = int(room * room_share)
+        kept = newest_within(stored, room)
+        history = to_chat_messages(in_conversation_order(kept))
+        fitted = shrink_to(history, room)
+        shortened = len(kept) < len(stored) or fitted != history
+        run = await run_agent_loop(
+            self._llm,
+            tools,
+            system_prompt,
+            fitted,
+            agent.max_turns,
+            context=context,
+            observer=recorder,
+            max_tokens=budget.reply_reserve(),
+        )
+        run = await self._check_claims(run, tools, system_prompt, context, recorder)
+        return run, shortened or run.shrunk
+
+    def _budget(self) -> ContextBudget:
+        llm = self._config.llm
+        return ContextBudget(llm.effective_context_window, llm.max_tokens)
+
+    async def _system_prompt(
+        self, session: SessionRecord, summary: Summary | None, tools: ToolRegistry
+    ) -> SystemPrompt:
+        agent = self._config.agent
         base_prompt = await self._stores.settings.get(SYSTEM_PROMPT_SETTING, agent.system_prompt)
         skills, workflow, goals = await self._kept_by_brain(session)
-        system_prompt = build_system_prompt(
+        return build_system_prompt(
             base_prompt=base_prompt,
             summary=summary.content if summary else None,
             tool_names=tools.names(),
@@ -157,60 +273,6 @@ class TurnRunner:
             workflow=workflow,
             goals=goals,
         )
-        recorder = _TurnRecorder(self._stores, session.id)
-        context = ToolContext(
-            session_id=session.id, channel=session.channel, chat_id=session.chat_id
-        )
-        reply_kind: MessageKind = "briefing" if is_task else "chat"
-        inbound_status = "done"
-        try:
-            async with self._typing(session):
-                run = await run_agent_loop(
-                    self._llm,
-                    tools,
-                    system_prompt,
-                    to_chat_messages(history),
-                    agent.max_turns,
-                    context=context,
-                    observer=recorder,
-                )
-                run = await self._check_claims(run, tools, system_prompt, context, recorder)
-            reply = run.text.strip() or "I don't have an answer to that; could you rephrase it?"
-            if is_task:
-                title = next(
-                    (i.metadata.get("title") for i in batch if i.metadata.get("title")), ""
-                )
-                reply = f"📋 {title}\n\n{reply}" if title else reply
-        except Exception as exc:
-            reason = self._failure_reply(exc, session, batch)
-            reply_kind, inbound_status = "notice", "failed"
-            title = next((i.metadata.get("title") for i in batch if i.metadata.get("title")), "")
-            reply = f"⚠️ Couldn't run {title}: {reason}" if is_task and title else reason
-        message_id, at = await self._stores.messages.finish_turn(
-            session.id,
-            [item.id for item in batch],
-            inbound_status,
-            reply,
-            reply_kind,
-            recorder.llm_calls,
-        )
-        self._stores.sessions.touch(session.id, at)
-        delivery = await self._outbox.deliver(
-            OutboundMessage(
-                session.channel, session.chat_id, reply, message_id, reply_kind, batch[-1].metadata
-            )
-        )
-        if inbound_status == "done" and self._exchange_finished is not None:
-            self._exchange_finished(session.id)
-        if self._briefing_finished is not None:
-            for item in batch:
-                if run_id := item.metadata.get("task_run_id"):
-                    error = reply if inbound_status == "failed" else None
-                    if delivery != "sent":
-                        error = f"{error or ''} (delivery {delivery})".strip()
-                    await self._briefing_finished(run_id, error is None, error)
-        if inbound_status == "done" and over_budget(stored, agent):
-            await self._summarizer.fold(session.id, session.context_start_message_id)
 
     async def _kept_by_brain(
         self, session: SessionRecord
@@ -256,6 +318,7 @@ class TurnRunner:
             self._config.agent.max_turns,
             context=context,
             observer=recorder,
+            max_tokens=self._budget().reply_reserve(),
         )
         retry.executions[:0] = run.executions
         still = find_unbacked_claim(retry.text, retry.executions)
@@ -268,34 +331,6 @@ class TurnRunner:
             )
             retry.text += UNCONFIRMED_NOTE[still.kind]
         return retry
-
-    def _failure_reply(
-        self, exc: Exception, session: SessionRecord, batch: Sequence[QueuedMessage]
-    ) -> str:
-        if isinstance(exc, LLMUnavailableError):
-            log.warning("turn_llm_unavailable", session_id=session.id, reason=exc.reason)
-            return (
-                f"I couldn't reach the language model ({exc.reason}); I'll be here when it's back."
-            )
-        if isinstance(exc, LLMNotConfiguredError):
-            return (
-                "I'm not connected to a language model yet. The owner needs to set llm.api_key "
-                "(for example api_key: ${ANTHROPIC_API_KEY}) in config.yml, or point llm.base_url "
-                "at an OpenAI-compatible server, and restart me."
-            )
-        if isinstance(exc, LLMRequestError):
-            log.error(
-                "turn_llm_refused", session_id=session.id, reason=exc.reason, detail=exc.detail
-            )
-            return (
-                f"The language model refused the request ({exc.reason}). The owner should check "
-                "the llm settings in config.yml."
-            )
-        log.exception("turn_failed", session_id=session.id, message_ids=[i.id for i in batch])
-        return (
-            "Something went wrong on my side while answering. It has been logged "
-            f"(session {session.id}); please try again."
-        )
 
     @contextlib.asynccontextmanager
     async def _typing(self, session: SessionRecord) -> AsyncIterator[None]:

@@ -204,14 +204,15 @@ class MessageStore:
         session_id: int,
         inbound_ids: Sequence[int],
         inbound_status: str,
-        reply: str,
+        reply: str | None,
         reply_kind: MessageKind,
         usage: Sequence[LLMCallRecord] = (),
-    ) -> tuple[int, datetime]:
+    ) -> tuple[int | None, datetime]:
         """Store the reply, settle the inbound messages and record usage, in one commit.
 
         The reply remembers the messages it answers (`extra["answers"]`): messages that arrived
         during the turn have lower ids than the reply, yet come after it in the conversation.
+        Without a reply (a failure the chat was already told about) only the rest is stored.
         """
         now = utcnow()
         reply_row = {
@@ -223,8 +224,11 @@ class MessageStore:
             "extra": {ANSWERS: list(inbound_ids)} if inbound_ids else None,
             "created_at": now,
         }
+        reply_id: int | None = None
         async with self._engine.begin() as connection:
-            result = await connection.execute(INSERT_MESSAGE, reply_row)
+            if reply is not None:
+                result = await connection.execute(INSERT_MESSAGE, reply_row)
+                reply_id = int(result.inserted_primary_key[0])
             if inbound_ids:
                 await connection.execute(
                     SET_STATUS, {"ids": list(inbound_ids), "new_status": inbound_status}
@@ -234,7 +238,7 @@ class MessageStore:
                 await connection.execute(
                     INSERT_LLM_CALLS, [usage_row(session_id, record, now) for record in usage]
                 )
-        return int(result.inserted_primary_key[0]), now
+        return reply_id, now
 
     async def add_settled(
         self, session_id: int, role: str, content: str, status: str
