@@ -139,7 +139,7 @@ class Bruce:
         )
         summarizer = Summarizer(
             llm,
-            config.llm.effective_background_model,
+            config.llm,
             config.agent,
             stores.messages,
             stores.summaries,

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import structlog
 
-from bruce_bot.config import AgentConfig
+from bruce_bot.agent.budget import ContextBudget
+from bruce_bot.config import AgentConfig, LLMConfig, default_context_window
 from bruce_bot.domain import ChatMessage, LLMCallRecord, SystemPrompt
 from bruce_bot.llm.base import LLMError, LLMService
 from bruce_bot.storage.audit import AuditStore
@@ -30,12 +31,25 @@ SUMMARY_INSTRUCTIONS = (
     "were produced. Drop greetings and small talk. Write only the summary."
 )
 MAX_CHARS_PER_MESSAGE = 4_000
+SUMMARY_MAX_TOKENS = 1024
 
 
 def over_budget(history: Sequence[StoredMessage], config: AgentConfig) -> bool:
     if len(history) >= config.history_max_messages:
         return True
     return sum(len(m.content) for m in history) > config.history_max_chars
+
+
+def _oldest_within(messages: Sequence[StoredMessage], max_chars: int) -> list[StoredMessage]:
+    """The oldest messages whose transcript lines fit `max_chars` (at least one)."""
+    taken: list[StoredMessage] = []
+    total = 0
+    for message in messages:
+        total += min(len(message.content), MAX_CHARS_PER_MESSAGE) + 40  # + time and speaker
+        if taken and total > max_chars:
+            break
+        taken.append(message)
+    return taken
 
 
 def _transcript(previous: str | None, messages: Sequence[StoredMessage]) -> str:
@@ -59,14 +73,20 @@ class Summarizer:
     def __init__(
         self,
         llm: LLMService,
-        model: str,
+        llm_config: LLMConfig,
         config: AgentConfig,
         messages: MessageStore,
         summaries: SummaryStore,
         audit: AuditStore,
     ) -> None:
         self._llm = llm
-        self._model = model
+        self._model = llm_config.effective_background_model
+        # What the background model can read at once: a long backlog is folded in several
+        # steps rather than overflowing a small local model's window.
+        window = llm_config.context_window or default_context_window(self._model)
+        self._max_transcript_chars = ContextBudget(window, SUMMARY_MAX_TOKENS).history_chars(
+            SystemPrompt(stable=(SUMMARY_INSTRUCTIONS,)), ()
+        )
         self._config = config
         self._messages = messages
         self._summaries = summaries
@@ -83,7 +103,9 @@ class Summarizer:
             session_id, after, self._config.history_max_messages * 2
         )
         keep = self._config.summary_keep_messages
-        to_fold = window[: len(window) - keep] if keep else window
+        to_fold = _oldest_within(
+            window[: len(window) - keep] if keep else window, self._max_transcript_chars
+        )
         if not to_fold:
             return False
         started = time.perf_counter()
@@ -92,7 +114,7 @@ class Summarizer:
                 SystemPrompt(stable=(SUMMARY_INSTRUCTIONS,)),
                 [ChatMessage("user", _transcript(previous.content if previous else None, to_fold))],
                 model=self._model,
-                max_tokens=1024,
+                max_tokens=SUMMARY_MAX_TOKENS,
             )
         except LLMError as exc:
             log.warning("summary_failed", session_id=session_id, error=str(exc))
