@@ -1,19 +1,37 @@
 """OpenAI-compatible chat completions behind `LLMService`: the only module that imports `openai`.
 
 One provider serves OpenAI itself and every server that speaks its `/v1/chat/completions` dialect
-(Ollama, vLLM, LM Studio, gateways): `llm.base_url` picks the server, and a local one needs no key.
-The system prompt becomes one `system` message, tool calls travel as `tool_calls` with JSON-string
-arguments, and tool results as one `tool` message each. Arguments the model garbled arrive as a
-`ToolCall` with `arguments=None` and the raw text kept, so the agent loop can tell the model.
-Retries are the SDK's job (`max_retries`); failures map onto the errors of `base.py`.
+(Ollama, vLLM, llama.cpp, LM Studio, gateways): `llm.base_url` picks the server, and a local one
+needs no key. The system prompt becomes one `system` message, tool calls travel as `tool_calls`
+with JSON-string arguments, and tool results as one `tool` message each. Retries are the SDK's
+job (`max_retries`); failures map onto the errors of `base.py`.
+
+Answers are read as servers really send them, not as the spec says:
+
+- tool calls with arguments as an object or double-encoded, without `type`, with missing, empty
+  or repeated ids (each call gets a unique id, the one the next request pairs results with), or
+  without a name (skipped, logged);
+- tool calls written into the text by models without native tool calling (`tool_markup`): kept
+  as calls when the tool was offered in this request, removed from the text otherwise;
+- reasoning as `<think>` in the text (removed) or in `reasoning_content` / `reasoning` fields
+  (ignored: never shown, never sent back);
+- `finish_reason: "stop"` (or none) with tool calls, `"tool_calls"` without any, a `tool_choice:
+  "none"` the server ignored, a `refusal`, no `usage`.
+
+`finish_reason` maps onto `StopReason`: stop → end_turn, length → max_tokens, tool_calls →
+tool_use, content_filter (or a `refusal`) → refusal. A missing finish_reason means end_turn
+(llama-cpp-python, LocalAI and several gateways omit it on complete answers); a value nobody
+documents means other. Arguments the model garbled arrive as a `ToolCall` with `arguments=None`
+and the raw text kept, so the agent loop can tell the model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -21,13 +39,47 @@ import openai
 import structlog
 
 from bruce_bot.config import LLMConfig
-from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolCall, ToolSpec, Usage
-from bruce_bot.llm.base import LLMError, LLMRequestError, LLMUnavailableError
+from bruce_bot.domain import (
+    ChatMessage,
+    LLMResponse,
+    StopReason,
+    SystemPrompt,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from bruce_bot.llm.base import (
+    LLMAuthenticationError,
+    LLMContextOverflowError,
+    LLMError,
+    LLMModelNotFoundError,
+    LLMQuotaExceededError,
+    LLMRequestError,
+    LLMUnavailableError,
+    is_context_overflow,
+    is_quota_exhausted,
+)
+from bruce_bot.llm.text import join_text_parts
+from bruce_bot.llm.tool_markup import parse_arguments, parse_text
 
 log = structlog.get_logger(__name__)
 
 # Without llm.api_key (Ollama, vLLM) the SDK still insists on a non-empty key.
 PLACEHOLDER_API_KEY = "not-needed"
+
+_FINISH_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "end_turn": "end_turn",
+    "eos": "end_turn",
+    "stop_sequence": "end_turn",
+    "length": "max_tokens",
+    "max_tokens": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "tool_use": "tool_use",
+    "content_filter": "refusal",
+    "refusal": "refusal",
+}
 
 
 class OpenAICompatibleLLM:
@@ -75,9 +127,9 @@ class OpenAICompatibleLLM:
         started = time.monotonic()
         try:
             completion = await self._client.chat.completions.create(**params)
-            response = from_openai_completion(completion)
+            response = from_openai_completion(completion, tools, force_text=force_text)
         except openai.APIError as exc:
-            error = map_openai_error(exc, secret=self._config.api_key)
+            error = map_openai_error(exc, secret=self._config.api_key, model=model_name)
             log.warning(
                 "llm_call_failed",
                 provider="openai",
@@ -91,11 +143,22 @@ class OpenAICompatibleLLM:
         except LLMError as error:
             log.warning("llm_call_failed", provider="openai", model=model_name, reason=error.reason)
             raise
+        except (AttributeError, TypeError, ValueError) as exc:
+            # A body of a shape nobody foresaw: the turn fails briefly instead of the daemon.
+            log.warning(
+                "llm_call_failed",
+                provider="openai",
+                model=model_name,
+                reason="invalid response",
+                error=repr(exc),
+            )
+            raise LLMUnavailableError("invalid response", type(exc).__name__) from exc
 
         log.debug(
             "llm_call_finished",
             provider="openai",
             model=response.model,
+            response_id=response.response_id,
             stop_reason=response.stop_reason,
             tool_calls=len(response.tool_calls),
             malformed_tool_calls=sum(call.arguments is None for call in response.tool_calls),
@@ -115,6 +178,9 @@ def _is_openai_platform(base_url: str | None) -> bool:
         return True
     host = urlparse(base_url).hostname or ""
     return host == "api.openai.com" or host.endswith(".openai.azure.com")
+
+
+# ---- requests --------------------------------------------------------------------------------
 
 
 def to_openai_messages(
@@ -167,85 +233,241 @@ def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def from_openai_completion(completion: openai.types.chat.ChatCompletion) -> LLMResponse:
-    if not completion.choices:
-        raise LLMUnavailableError("invalid response", "the server returned no choices")
-    choice = completion.choices[0]
-    message = choice.message
-    calls: list[ToolCall] = []
-    for tool_call in message.tool_calls or []:
-        if tool_call.type != "function":
-            continue
-        raw = tool_call.function.arguments or ""
-        calls.append(
-            ToolCall(
-                # Some local servers omit the id; the next request must still pair results.
-                id=tool_call.id or f"call_{uuid.uuid4().hex[:24]}",
-                name=tool_call.function.name,
-                arguments=parse_arguments(raw),
-                raw_arguments=raw,
-            )
+# ---- answers ---------------------------------------------------------------------------------
+
+
+def from_openai_completion(
+    completion: openai.types.chat.ChatCompletion,
+    tools: Sequence[ToolSpec] = (),
+    *,
+    force_text: bool = False,
+) -> LLMResponse:
+    """Bruce's view of one completion (see the module docstring for what is tolerated)."""
+    response_id = str(getattr(completion, "id", "") or "")
+    choices = getattr(completion, "choices", None)
+    if not choices:
+        raise LLMUnavailableError("invalid response", f"no choices in response {response_id!r}")
+    choice = choices[0]
+    message = getattr(choice, "message", None)
+    if message is None:
+        raise LLMUnavailableError("invalid response", f"no message in response {response_id!r}")
+
+    offered = {tool.name: tool.parameters for tool in tools}
+    parsed = parse_text(_content_text(getattr(message, "content", None)), offered)
+    calls = _native_calls(getattr(message, "tool_calls", None), response_id)
+    native = {(call.name, _canonical(call.arguments)) for call in calls}
+    for written in parsed.calls:
+        if (written.name, _canonical(written.arguments)) not in native:
+            calls.append(ToolCall("", written.name, written.arguments, written.raw_arguments))
+    if parsed.had_markup:
+        log.info(
+            "llm_tool_markup_in_text",
+            provider="openai",
+            response_id=response_id,
+            calls=[call.name for call in parsed.calls],
+            ignored=list(parsed.ignored),
         )
-    usage = Usage()
-    if completion.usage is not None:
-        details = completion.usage.prompt_tokens_details
-        usage = Usage(
-            input_tokens=completion.usage.prompt_tokens,
-            output_tokens=completion.usage.completion_tokens,
-            cache_read_tokens=(details.cached_tokens or 0) if details is not None else 0,
-        )
+    calls = _with_unique_ids(calls)
+
+    text = parsed.text
+    finish = getattr(choice, "finish_reason", None)
+    refusal = getattr(message, "refusal", None)
+    stop_reason: StopReason
+    if isinstance(refusal, str) and refusal.strip():
+        text = join_text_parts([text, refusal.strip()]) if text else refusal.strip()
+        stop_reason = "refusal"
+        calls = _dropped(calls, response_id, "refusal")
+    elif finish == "content_filter":
+        stop_reason = "refusal"
+        calls = _dropped(calls, response_id, "content_filter")
+    elif calls and force_text:
+        # tool_choice "none" was sent and ignored: the answer must be the text.
+        stop_reason = "end_turn"
+        calls = _dropped(calls, response_id, "tool_choice none")
+    elif calls and finish == "length":
+        stop_reason = "max_tokens"
+        # The output was cut: the last call's arguments may be incomplete even if they parse.
+        calls[-1] = dataclasses.replace(calls[-1], arguments=None)
+    elif calls:
+        stop_reason = "tool_use"
+    elif finish is None:
+        stop_reason = "end_turn"
+    else:
+        stop_reason = _FINISH_REASONS.get(str(finish), "other")
+        if stop_reason == "tool_use":  # "tool_calls" with no call at all (vLLM, gateways)
+            stop_reason = "end_turn"
+
     return LLMResponse(
-        text=message.content or "",
+        text=text,
         tool_calls=tuple(calls),
-        stop_reason=choice.finish_reason or "",
-        usage=usage,
-        model=completion.model,
+        stop_reason=stop_reason,
+        usage=_usage(getattr(completion, "usage", None)),
+        model=str(getattr(completion, "model", "") or ""),
+        response_id=response_id,
     )
 
 
-def parse_arguments(raw: str) -> dict[str, Any] | None:
-    """A tool call's JSON arguments, `{}` when empty, None when they are not a JSON object."""
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+def _content_text(content: object) -> str:
+    """`message.content` as text: a string, or a list of parts (Mistral, some gateways)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+            value = part.get("text") if isinstance(part, dict) else getattr(part, "text", None)
+            if kind == "text" and isinstance(value, str):
+                parts.append(value)
+        return "".join(parts)
+    return ""
 
 
-def map_openai_error(exc: openai.APIError, *, secret: str = "") -> LLMError:
-    """The core's view of an SDK failure (after the SDK's own retries). Never leaks `secret`."""
+def _native_calls(tool_calls: Iterable[Any] | None, response_id: str) -> list[ToolCall]:
+    calls: list[ToolCall] = []
+    for tool_call in tool_calls or ():
+        function = getattr(tool_call, "function", None)
+        name = getattr(function, "name", None)
+        if not isinstance(name, str) or not name.strip():
+            log.warning(
+                "llm_tool_call_skipped",
+                provider="openai",
+                response_id=response_id,
+                reason="the call names no function",
+                type=getattr(tool_call, "type", None),
+            )
+            continue
+        arguments, raw = parse_arguments(getattr(function, "arguments", None))
+        call_id = getattr(tool_call, "id", None)
+        calls.append(
+            ToolCall(
+                id=call_id.strip() if isinstance(call_id, str) else "",
+                name=name.strip(),
+                arguments=arguments,
+                raw_arguments=raw,
+            )
+        )
+    return calls
+
+
+def _with_unique_ids(calls: list[ToolCall]) -> list[ToolCall]:
+    """Each call with an id of its own: missing, empty and repeated ids get a fresh one. The id
+    is the one sent back with the call and its result, so replays pair."""
+    seen: set[str] = set()
+    unique: list[ToolCall] = []
+    for call in calls:
+        call_id = call.id
+        if not call_id or call_id in seen:
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+        seen.add(call_id)
+        unique.append(call if call_id == call.id else dataclasses.replace(call, id=call_id))
+    return unique
+
+
+def _dropped(calls: list[ToolCall], response_id: str, why: str) -> list[ToolCall]:
+    if calls:
+        log.warning(
+            "llm_tool_calls_dropped",
+            provider="openai",
+            response_id=response_id,
+            reason=why,
+            names=[call.name for call in calls],
+        )
+    return []
+
+
+def _canonical(arguments: dict[str, Any] | None) -> str:
+    return json.dumps(arguments, sort_keys=True, default=str)
+
+
+def _usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Usage(
+        input_tokens=_int(getattr(usage, "prompt_tokens", 0)),
+        output_tokens=_int(getattr(usage, "completion_tokens", 0)),
+        cache_read_tokens=_int(getattr(details, "cached_tokens", 0)) if details else 0,
+    )
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# ---- failures --------------------------------------------------------------------------------
+
+
+def map_openai_error(exc: openai.APIError, *, secret: str = "", model: str = "") -> LLMError:
+    """The core's view of an SDK failure (after the SDK's own retries). Never leaks `secret`.
+
+    Servers word the same failure differently (OpenAI, vLLM, llama.cpp, Ollama, LM Studio,
+    OpenRouter), so the status is read together with the error's code, type and message.
+    """
     if isinstance(exc, openai.APITimeoutError):
         return LLMUnavailableError("timed out")
     if isinstance(exc, openai.APIConnectionError):
         return LLMUnavailableError("unreachable", _scrub(str(exc.__cause__ or ""), secret))
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        detail = _scrub(_api_message(exc), secret)
-        if isinstance(exc, openai.RateLimitError):
-            return LLMUnavailableError("rate limited", detail)
-        if status == 529:
-            return LLMUnavailableError("overloaded", detail)
-        if isinstance(exc, openai.InternalServerError) or status >= 500:
-            return LLMUnavailableError("server error", f"HTTP {status}: {detail}")
-        if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-            # OpenAI quotes (part of) the key in its 401 message: say only what to check.
-            return LLMRequestError(
-                "authentication failed", f"HTTP {status}: check llm.api_key in config.yml"
-            )
-        if isinstance(exc, openai.NotFoundError):
-            return LLMRequestError("model not found", detail)
-        return LLMRequestError("request rejected", f"HTTP {status}: {detail}")
-    return LLMUnavailableError("invalid response", _scrub(str(exc), secret))
+    if not isinstance(exc, openai.APIStatusError):
+        return LLMUnavailableError("invalid response", _scrub(str(exc), secret))
+    status = exc.status_code
+    message, code, kind = _error_fields(exc)
+    detail = _scrub(message, secret)
+    if status in (401, 403):
+        # OpenAI quotes (part of) the key in its 401 message: say only what to check.
+        return LLMAuthenticationError(
+            "authentication failed", f"HTTP {status}: check llm.api_key in config.yml"
+        )
+    if is_quota_exhausted(status, code, kind, message):
+        # Before the rate limit: OpenAI sends insufficient_quota as a 429 that no retry fixes.
+        return LLMQuotaExceededError("no credit", f"HTTP {status}: {detail}")
+    if status != 429 and is_context_overflow(code, kind, message):
+        return LLMContextOverflowError("context too long", f"HTTP {status}: {detail}")
+    if status == 404 or _names_a_missing_model(message):
+        return LLMModelNotFoundError(
+            "model not found",
+            f"HTTP {status}: {detail} (asked for {model!r}: check llm.model and llm.base_url)",
+            model=model,
+        )
+    if status == 429:
+        return LLMUnavailableError("rate limited", detail)
+    if status == 529:
+        return LLMUnavailableError("overloaded", detail)
+    if status >= 500:
+        return LLMUnavailableError("server error", f"HTTP {status}: {detail}")
+    return LLMRequestError("request rejected", f"HTTP {status}: {detail}")
 
 
-def _api_message(exc: openai.APIStatusError) -> str:
-    # The SDK unwraps `{"error": {...}}`, so `body` is the inner error object.
+def _error_fields(exc: openai.APIStatusError) -> tuple[str, str, str]:
+    """(message, code, type) of an error body, whatever its shape. The SDK unwraps
+    `{"error": {...}}`, so `body` is the inner object; vLLM's older bodies are flat
+    (`{"object": "error", "message": ...}`) and some servers send `{"error": "text"}`."""
     body = exc.body
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return body["message"]
-    return exc.message
+    if isinstance(body, dict):
+        message = body.get("message")
+        error = body.get("error")
+        if not isinstance(message, str) and isinstance(error, str):
+            message = error
+        return (
+            message if isinstance(message, str) else exc.message,
+            str(body.get("code") or ""),
+            str(body.get("type") or ""),
+        )
+    if isinstance(body, str) and body.strip():
+        return body, "", ""
+    return exc.message, "", ""
+
+
+def _names_a_missing_model(message: str) -> bool:
+    """LM Studio ("No models loaded"), OpenRouter ("is not a valid model ID") and others say it
+    with a 400."""
+    lowered = message.lower()
+    return "no models loaded" in lowered or (
+        "model" in lowered
+        and any(
+            words in lowered
+            for words in ("not found", "does not exist", "not a valid model", "not loaded")
+        )
+    )
 
 
 def _scrub(text: str, secret: str) -> str:

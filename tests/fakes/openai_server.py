@@ -17,23 +17,35 @@ nothing was scripted::
 
     FakeOpenAIServer(responder=lambda body: f"echo: {last_user_text(body)}")
 
+Bodies recorded from real servers replay as captured (nothing added, nothing checked), and errors
+can take the shape each server gives them::
+
+    server.replay(FIXTURES / "ollama_llama32_json_in_content.json")   # a 200 body from a file
+    server.replay({"error": {...}}, status=400)                        # or a dict, any status
+    server.script(error=400, error_message="...", error_shape="llamacpp")
+
 A responder returns an `OpenAIReply` or a string (a text answer); it may be async. Every request
 body is kept in `server.requests` (headers in `server.request_headers`); wait for them with
 `await server.wait_for_requests(n)`. Like the real API, the fake refuses (400) an empty `tools`
 list, `tool_choice` without tools, `tool` messages that answer no preceding `tool_calls`, and
 assistant `tool_calls` left unanswered; pass `validate=False` to switch that off. With
 `tool_choice: "none"` scripted tool calls are dropped (the model answers in text, `NO_TOOLS_TEXT`
-if the reply had none).
+if the reply had none), as OpenAI does. Servers that ignore `tool_choice` (Ollama, some vLLM
+versions) are played by `script(..., ignores_tool_choice=True)`, by a responder (it sees the
+request and its reply is sent as it returns it) and by replayed bodies (sent as captured).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import itertools
 import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from tests.fakes.scripted_server import (
     HTTPAnswer,
@@ -59,6 +71,12 @@ ERRORS: dict[int, tuple[str, str | None, str]] = {
     503: ("server_error", None, "The engine is currently overloaded, please try again later."),
 }
 
+# How each server wraps an error (see `_error_body`): OpenAI and gateways nest
+# {message, type, param, code}; vLLM (before 0.9) sends it flat with "object": "error" and the
+# status as code; llama.cpp nests {code: <status>, message, type}; Ollama nests OpenAI's shape
+# with type "api_error"; LM Studio nests {message, type, param} without code.
+ErrorShape = Literal["openai", "vllm", "llamacpp", "ollama", "lmstudio"]
+
 
 @dataclass(frozen=True, slots=True)
 class OpenAIReply:
@@ -73,8 +91,12 @@ class OpenAIReply:
     error_type: str | None = None
     error_code: str | None = None
     error_message: str | None = None
+    error_shape: ErrorShape = "openai"
     retry_after: float | None = None  # sent as the `retry-after` header (seconds)
     delay_seconds: float | None = None  # default: the server's delay_seconds
+    raw: Mapping[str, Any] | None = None  # a recorded body, sent as is with `status`
+    status: int = 200
+    ignores_tool_choice: bool = False  # tool calls even with tool_choice "none"
 
 
 class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
@@ -93,6 +115,15 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
         super().__init__(responder=responder, delay_seconds=delay_seconds, validate=validate)
         self._ids = itertools.count(1)
 
+    @property
+    def responder(self) -> Responder[OpenAIReply] | None:
+        return self._responder
+
+    @responder.setter
+    def responder(self, responder: Responder[OpenAIReply] | None) -> None:
+        # A responder sees the request (tool_choice included): its replies go out as returned.
+        self._responder = None if responder is None else _as_returned(responder)
+
     def script(
         self,
         text: str | None = None,
@@ -107,8 +138,10 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
         error_type: str | None = None,
         error_code: str | None = None,
         error_message: str | None = None,
+        error_shape: ErrorShape = "openai",
         retry_after: float | None = None,
         delay_seconds: float | None = None,
+        ignores_tool_choice: bool = False,
         times: int = 1,
     ) -> OpenAIReply:
         """Queue a reply for the next `times` requests; returns it.
@@ -129,8 +162,28 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
             error_type=error_type,
             error_code=error_code,
             error_message=error_message,
+            error_shape=error_shape,
             retry_after=retry_after,
             delay_seconds=delay_seconds,
+            ignores_tool_choice=ignores_tool_choice,
+        )
+        self.enqueue(reply, times=times)
+        return reply
+
+    def replay(
+        self,
+        body: Mapping[str, Any] | str | Path,
+        *,
+        status: int = 200,
+        retry_after: float | None = None,
+        delay_seconds: float | None = None,
+        times: int = 1,
+    ) -> OpenAIReply:
+        """Queue a recorded body (a dict, or the path of a JSON file) sent exactly as captured."""
+        if not isinstance(body, Mapping):
+            body = json.loads(Path(body).read_text(encoding="utf-8"))
+        reply = OpenAIReply(
+            raw=body, status=status, retry_after=retry_after, delay_seconds=delay_seconds
         )
         self.enqueue(reply, times=times)
         return reply
@@ -141,6 +194,11 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
         if isinstance(reply, str):
             reply = OpenAIReply(text=reply)
         model = reply.model or str(body.get("model", ""))
+        if reply.raw is not None:
+            headers = {"x-request-id": f"req_fake{len(self.requests):06d}"}
+            if reply.retry_after is not None:
+                headers["retry-after"] = _seconds(reply.retry_after)
+            return HTTPAnswer(reply.status, dict(reply.raw), headers)
         if reply.error is not None:
             kind, code, message = ERRORS.get(
                 reply.error,
@@ -151,6 +209,7 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
                 reply.error_message or message.format(model=model, key="sk-fake***"),
                 reply.error_type or kind,
                 reply.error_code or code,
+                shape=reply.error_shape,
             )
             headers = dict(answer.headers)
             if reply.retry_after is not None:
@@ -159,7 +218,7 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
 
         scripted_calls = reply.tool_calls
         text = reply.text
-        if body.get("tool_choice") == "none":
+        if body.get("tool_choice") == "none" and not reply.ignores_tool_choice:
             # With tool_choice "none" the model cannot call tools: it answers in words.
             scripted_calls = ()
             text = text or NO_TOOLS_TEXT
@@ -218,15 +277,10 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
         message: str,
         error_type: str | None = None,
         code: str | None = None,
+        *,
+        shape: ErrorShape = "openai",
     ) -> HTTPAnswer:
-        body = {
-            "error": {
-                "message": message,
-                "type": error_type or "invalid_request_error",
-                "param": None,
-                "code": code,
-            }
-        }
+        body = _error_body(shape, status, message, error_type, code)
         return HTTPAnswer(status, body, {"x-request-id": f"req_fake{len(self.requests):06d}"})
 
     # ---- the API's rules ---------------------------------------------------------------------
@@ -234,6 +288,56 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
     def _check(self, body: dict[str, Any]) -> HTTPAnswer | None:
         problem = _problem_with(body)
         return None if problem is None else self._error(400, problem)
+
+
+def _as_returned(responder: Responder[OpenAIReply]) -> Responder[OpenAIReply]:
+    def mark(reply: OpenAIReply | str) -> OpenAIReply | str:
+        if isinstance(reply, OpenAIReply):
+            return dataclasses.replace(reply, ignores_tool_choice=True)
+        return reply
+
+    def answer(body: dict[str, Any]) -> Any:
+        produced = responder(body)
+        if inspect.isawaitable(produced):
+
+            async def later() -> OpenAIReply | str:
+                return mark(await produced)
+
+            return later()
+        return mark(produced)
+
+    return answer
+
+
+def _error_body(
+    shape: ErrorShape, status: int, message: str, error_type: str | None, code: str | None
+) -> dict[str, Any]:
+    if shape == "vllm":
+        kind = error_type or ("NotFoundError" if status == 404 else "BadRequestError")
+        return {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+    if shape == "llamacpp":
+        kind = error_type or ("server_error" if status >= 500 else "invalid_request_error")
+        return {"error": {"code": status, "message": message, "type": kind}}
+    if shape == "ollama":
+        return {
+            "error": {
+                "message": message,
+                "type": error_type or "api_error",
+                "param": None,
+                "code": code,
+            }
+        }
+    if shape == "lmstudio":
+        kind = error_type or "invalid_request_error"
+        return {"error": {"message": message, "type": kind, "param": code}}
+    return {
+        "error": {
+            "message": message,
+            "type": error_type or "invalid_request_error",
+            "param": None,
+            "code": code,
+        }
+    }
 
 
 def _problem_with(body: dict[str, Any]) -> str | None:
