@@ -19,6 +19,13 @@ from bruce_bot.domain import ChatMessage, SystemPrompt
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.messages import ANSWERS, StoredMessage
 
+# The status of a message that did not fit the model even after the history was shortened; the
+# model then sees a stub in its place.
+TOO_LONG = "too_long"
+TOO_LONG_STUB = (
+    "[An earlier message of {chars} characters was here; it was too long for the model to read, "
+    "and the user was told so.]"
+)
 SCHEDULING_TOOLS = frozenset({"proactive_create", "proactive_list", "proactive_cancel"})
 
 
@@ -208,7 +215,9 @@ def to_chat_messages(stored: Sequence[StoredMessage]) -> list[ChatMessage]:
             messages.append(ChatMessage("assistant", row.content))
             continue
         text = row.content
-        if row.kind == "task":
+        if row.status == TOO_LONG:
+            text = TOO_LONG_STUB.format(chars=len(row.content))
+        elif row.kind == "task":
             text = (
                 "[Scheduled task, written earlier by the user; carry it out now and reply with "
                 f"the result]\n{text}"

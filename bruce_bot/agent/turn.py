@@ -22,6 +22,7 @@ from bruce_bot.agent.brain.library import Document, Library
 from bruce_bot.agent.budget import ContextBudget, newest_within, shrink_to
 from bruce_bot.agent.context import (
     SCHEDULING_TOOLS,
+    TOO_LONG,
     build_system_prompt,
     in_conversation_order,
     to_chat_messages,
@@ -148,7 +149,10 @@ class TurnRunner:
         except Exception as exc:
             notice = notice_for(exc, session.id)
             reply_kind, inbound_status = "notice", "failed"
-            shortened = isinstance(exc, LLMContextOverflowError)
+            if isinstance(exc, LLMContextOverflowError):
+                # Marked so that later turns show the model a stub in its place: a message that
+                # never fits must not keep the chat from being answered.
+                shortened, inbound_status = True, TOO_LONG
             if is_task:
                 reply = f"⚠️ Couldn't run {title}: {notice.text}" if title else notice.text
             else:
@@ -179,7 +183,7 @@ class TurnRunner:
         if self._briefing_finished is not None:
             for item in batch:
                 if run_id := item.metadata.get("task_run_id"):
-                    error = reply if inbound_status == "failed" else None
+                    error = reply if inbound_status != "done" else None
                     if delivery != "sent":
                         error = f"{error or ''} (delivery {delivery})".strip()
                     await self._briefing_finished(run_id, error is None, error)

@@ -6,9 +6,15 @@ by the `responder`, else with a 400 that says nothing was scripted::
 
     async with FakeAnthropicServer() as server:
         server.script("Hello!")                                   # a text answer (end_turn)
+        server.script(["Part one.", "Part two."])                 # two text blocks
         server.script(tool_calls=[("web_search", {"query": "x"})])  # a tool_use (id toolu_fake0001)
         server.script(error=529, retry_after=0.01, times=3)       # overloaded, three times
         server.script("slow", delay_seconds=0.5)                  # think for half a second first
+        server.script("42", thinking="Let me add it up.")         # a signed thinking block first
+        server.script(tool_calls=[("write", {})], stop_reason="max_tokens")  # a cut tool_use
+        server.replay(FIXTURES_DIR / "pause_turn_web_search.json")  # a recorded body, as captured
+        server.replay(FIXTURES_DIR / "error_prompt_too_long.json", status=400)
+        server.replay("<html>502 Bad Gateway</html>", content_type="text/html")  # raw bytes
         ...
         assert server.requests[1]["messages"][-1]["content"][0]["type"] == "tool_result"
 
@@ -24,17 +30,33 @@ to switch that off. With `tool_choice: {"type": "none"}` scripted tool calls are
 model answers in text, `NO_TOOLS_TEXT` if the reply had none). It also
 simulates prompt caching: a prefix up to a `cache_control` breakpoint that an earlier request
 wrote is reported as `cache_read_input_tokens` (4 characters a token, no minimum length).
+
+Extended thinking, as the real API does it (error wordings are the API's, as captured):
+- A scripted `thinking` (or `redacted_thinking`) block is only sent when the request enables
+  thinking, first in the content, with a `signature` (or `data`) the fake issues. Thinking blocks
+  in recorded bodies replayed with `replay()` count as issued too.
+- A request is refused when a thinking block comes back changed (its signature unknown, or its
+  text not the one signed), a redacted block's data is unknown, a thinking block carries
+  `cache_control`, `max_tokens` is not above `thinking.budget_tokens` (or the budget is under
+  1024), `tool_choice` forces tool use, `temperature` is not 1, or, while the current turn is in a
+  tool loop (its messages after the last user message without tool results hold a
+  `tool_use`), the turn's first assistant message does not begin with a thinking block.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from aiohttp import web
 
 from tests.fakes.scripted_server import (
     HTTPAnswer,
@@ -43,12 +65,16 @@ from tests.fakes.scripted_server import (
     estimate_tokens,
 )
 
+# Recorded Anthropic bodies (their origins are in the folder's README.md).
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic"
+
 # (name, input) or (name, input, id)
 ScriptedToolCall = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str]
 
 ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
+    402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",
@@ -59,6 +85,7 @@ ERROR_TYPES: dict[int, str] = {
 ERROR_MESSAGES: dict[int, str] = {
     401: "invalid x-api-key",
     403: "Your API key does not have permission to use the specified resource.",
+    413: "Request exceeds the maximum size",
     429: "Number of request tokens has exceeded your per-minute rate limit.",
     500: "Internal server error",
     529: "Overloaded",
@@ -68,13 +95,39 @@ NO_TOOLS_TEXT = "(fake) Tools are switched off, so here is my answer in words."
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _MAX_CACHE_BREAKPOINTS = 4
 _CACHE_LOOKBACK_BLOCKS = 20
+_THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+_THINKING_TYPES = ("thinking", "redacted_thinking")
+# Block types a request may carry besides text, tool_use and tool_result (server tools' blocks
+# come back in assistant turns, e.g. after a pause_turn).
+_OTHER_BLOCK_TYPES = frozenset(
+    {
+        "image",
+        "document",
+        "search_result",
+        *_THINKING_TYPES,
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "container_upload",
+        "mcp_tool_use",
+        "mcp_tool_result",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
 class AnthropicReply:
-    """One scripted answer: a message (text and/or tool calls) or, with `error`, an HTTP error."""
+    """One scripted answer: a message (text and/or tool calls) or, with `error`, an HTTP error.
 
-    text: str = ""
+    With `raw`, the body is sent as given (a recorded body; `str`/`bytes` go out verbatim with
+    `content_type`) and with `status`, instead of a message built from the other fields.
+    """
+
+    text: str | Sequence[str] = ""  # a sequence: one text block each
     tool_calls: Sequence[ScriptedToolCall] = ()
     stop_reason: str | None = None  # default: "tool_use" with tool calls, else "end_turn"
     usage: Mapping[str, int] | None = None  # overrides the estimated/simulated usage fields
@@ -84,6 +137,27 @@ class AnthropicReply:
     error_message: str | None = None
     retry_after: float | None = None  # sent as the `retry-after` header (seconds)
     delay_seconds: float | None = None  # default: the server's delay_seconds
+    thinking: str | None = None  # a signed thinking block first (when the request thinks)
+    redacted_thinking: bool = False  # a redacted_thinking block first (when the request thinks)
+    blocks: Sequence[Mapping[str, Any]] = ()  # more content blocks, as given, after the text
+    stop_details: Mapping[str, Any] | None = None  # e.g. a refusal's category
+    raw: Any = None  # a whole body: a dict or list (sent as JSON), or str/bytes (verbatim)
+    status: int = 200  # the HTTP status of a `raw` body
+    content_type: str = "application/json"  # of a `raw` str/bytes body
+
+
+@dataclass(frozen=True, slots=True)
+class _VerbatimAnswer(HTTPAnswer):
+    """An answer whose body bytes go out as they are (not necessarily JSON)."""
+
+    payload: bytes = b""
+    content_type: str = "application/json"
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def load_fixture(name: str) -> Any:
+    """A recorded body from `tests/fixtures/anthropic/`, parsed."""
+    return json.loads((FIXTURES_DIR / name).read_text(encoding="utf-8"))
 
 
 class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
@@ -101,10 +175,12 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
         super().__init__(responder=responder, delay_seconds=delay_seconds, validate=validate)
         self._ids = itertools.count(1)
         self._cached_prefixes: set[str] = set()
+        self._signatures: dict[str, str] = {}  # signature -> the thinking text it signed
+        self._redacted: set[str] = set()  # redacted_thinking data issued
 
     def script(
         self,
-        text: str = "",
+        text: str | Sequence[str] = "",
         *,
         tool_calls: Sequence[ScriptedToolCall] = (),
         stop_reason: str | None = None,
@@ -115,11 +191,15 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
         error_message: str | None = None,
         retry_after: float | None = None,
         delay_seconds: float | None = None,
+        thinking: str | None = None,
+        redacted_thinking: bool = False,
+        blocks: Sequence[Mapping[str, Any]] = (),
+        stop_details: Mapping[str, Any] | None = None,
         times: int = 1,
     ) -> AnthropicReply:
         """Queue a reply for the next `times` requests; returns it."""
         reply = AnthropicReply(
-            text=text,
+            text=text if isinstance(text, str) else tuple(text),
             tool_calls=tuple(tool_calls),
             stop_reason=stop_reason,
             usage=usage,
@@ -127,6 +207,36 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
             error=error,
             error_type=error_type,
             error_message=error_message,
+            retry_after=retry_after,
+            delay_seconds=delay_seconds,
+            thinking=thinking,
+            redacted_thinking=redacted_thinking,
+            blocks=tuple(blocks),
+            stop_details=stop_details,
+        )
+        self.enqueue(reply, times=times)
+        return reply
+
+    def replay(
+        self,
+        source: os.PathLike[str] | Mapping[str, Any] | Sequence[Any] | str | bytes,
+        *,
+        status: int = 200,
+        content_type: str = "application/json",
+        retry_after: float | None = None,
+        delay_seconds: float | None = None,
+        times: int = 1,
+    ) -> AnthropicReply:
+        """Queue a body to be sent as captured: a path (a JSON file, e.g. a fixture), a parsed
+        body, or `str`/`bytes` sent verbatim. Thinking blocks in it count as issued by the fake,
+        so sending them back unchanged passes the signature check."""
+        raw: Any = source
+        if isinstance(source, os.PathLike):
+            raw = json.loads(Path(source).read_text(encoding="utf-8"))
+        reply = AnthropicReply(
+            raw=copy.deepcopy(raw),
+            status=status,
+            content_type=content_type,
             retry_after=retry_after,
             delay_seconds=delay_seconds,
         )
@@ -139,34 +249,45 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
         if isinstance(reply, str):
             reply = AnthropicReply(text=reply)
         request_id = f"req_fake{len(self.requests):06d}"
+        headers = {"request-id": request_id}
+        if reply.retry_after is not None:
+            headers["retry-after"] = _seconds(reply.retry_after)
+        if reply.raw is not None:
+            return self._render_raw(reply, headers)
         if reply.error is not None:
             answer = self._error(
                 reply.error,
                 reply.error_message or ERROR_MESSAGES.get(reply.error, "error"),
                 reply.error_type,
             )
-            headers = dict(answer.headers)
-            if reply.retry_after is not None:
-                headers["retry-after"] = _seconds(reply.retry_after)
-            return HTTPAnswer(answer.status, answer.body, headers)
+            return HTTPAnswer(answer.status, answer.body, {**answer.headers, **headers})
 
         tool_calls = reply.tool_calls
-        text = reply.text
+        texts = [reply.text] if isinstance(reply.text, str) else list(reply.text)
+        texts = [text for text in texts if text]
         if _tools_switched_off(body):
             # With tool_choice none the model cannot call tools: it answers in words.
             tool_calls = ()
-            text = text or NO_TOOLS_TEXT
+            texts = texts or [NO_TOOLS_TEXT]
         content: list[dict[str, Any]] = []
-        if text:
-            content.append({"type": "text", "text": text})
+        if _thinking_enabled(body):
+            # Like the real model: no thinking blocks unless the request asks for thinking.
+            if reply.thinking is not None:
+                content.append(self._issue_thinking(reply.thinking))
+            if reply.redacted_thinking:
+                content.append(self._issue_redacted())
+        content.extend({"type": "text", "text": text} for text in texts)
+        content.extend(copy.deepcopy(dict(block)) for block in reply.blocks)
         for call in tool_calls:
             name, arguments = call[0], call[1]
             call_id = call[2] if len(call) > 2 else f"toolu_fake{next(self._ids):04d}"
-            content.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
+            content.append(
+                {"type": "tool_use", "id": call_id, "name": name, "input": dict(arguments)}
+            )
         usage = self._usage(body, content)
         if reply.usage:
             usage.update(reply.usage)
-        message = {
+        message: dict[str, Any] = {
             "id": f"msg_fake{len(self.requests):06d}",
             "type": "message",
             "role": "assistant",
@@ -176,7 +297,47 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
             "stop_sequence": None,
             "usage": usage,
         }
-        return HTTPAnswer(200, message, {"request-id": request_id})
+        if reply.stop_details is not None:
+            message["stop_details"] = dict(reply.stop_details)
+        return HTTPAnswer(200, message, headers)
+
+    def _render_raw(self, reply: AnthropicReply, headers: dict[str, str]) -> HTTPAnswer:
+        raw = reply.raw
+        if isinstance(raw, dict):
+            body = copy.deepcopy(raw)
+            self._register(body)
+            return HTTPAnswer(reply.status, body, headers)
+        if isinstance(raw, str):
+            payload = raw.encode()
+        elif isinstance(raw, bytes):
+            payload = raw
+        else:
+            payload = json.dumps(raw).encode()
+        return _VerbatimAnswer(
+            reply.status, {}, headers, payload=payload, content_type=reply.content_type
+        )
+
+    def _issue_thinking(self, thinking: str) -> dict[str, Any]:
+        digest = hashlib.sha256(f"{next(self._ids)}:{thinking}".encode()).hexdigest()
+        signature = f"EfakeSig{digest}"
+        self._signatures[signature] = thinking
+        return {"type": "thinking", "thinking": thinking, "signature": signature}
+
+    def _issue_redacted(self) -> dict[str, Any]:
+        data = f"EfakeRedacted{hashlib.sha256(str(next(self._ids)).encode()).hexdigest()}"
+        self._redacted.add(data)
+        return {"type": "redacted_thinking", "data": data}
+
+    def _register(self, body: dict[str, Any]) -> None:
+        """Thinking blocks of a replayed body count as issued by this server."""
+        content = body.get("content")
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "thinking" and isinstance(block.get("signature"), str):
+                self._signatures[block["signature"]] = str(block.get("thinking", ""))
+            elif block.get("type") == "redacted_thinking" and isinstance(block.get("data"), str):
+                self._redacted.add(block["data"])
 
     def _error(self, status: int, message: str, error_type: str | None = None) -> HTTPAnswer:
         kind = error_type or ERROR_TYPES.get(
@@ -215,11 +376,135 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
             "cache_creation_input_tokens": written,
         }
 
+    # ---- serving -----------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        # As the base class does, but a verbatim answer keeps its own bytes and content type.
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        async with self._received:
+            self.requests.append(body if isinstance(body, dict) else {})
+            self.request_headers.append(dict(request.headers))
+            self._received.notify_all()
+        answer = await self._answer(body)
+        if isinstance(answer, _VerbatimAnswer):
+            return web.Response(
+                body=answer.payload,
+                status=answer.status,
+                headers=dict(answer.headers),
+                content_type=answer.content_type,
+            )
+        return web.json_response(answer.body, status=answer.status, headers=dict(answer.headers))
+
     # ---- the API's rules ---------------------------------------------------------------------
 
     def _check(self, body: dict[str, Any]) -> HTTPAnswer | None:
         problem = _problem_with(body)
+        if problem is None:
+            problem = self._thinking_problem(body)
         return None if problem is None else self._error(400, problem)
+
+    def _thinking_problem(self, body: dict[str, Any]) -> str | None:
+        thinking = body.get("thinking")
+        if thinking is not None:
+            if not isinstance(thinking, dict) or thinking.get("type") not in (
+                "enabled",
+                "disabled",
+                "adaptive",
+            ):
+                return (
+                    "thinking: Input tag does not match any of the expected tags: 'enabled', "
+                    "'disabled', 'adaptive'"
+                )
+            if thinking["type"] == "enabled":
+                budget = thinking.get("budget_tokens")
+                if not isinstance(budget, int):
+                    return "thinking.enabled.budget_tokens: Field required"
+                if budget < 1024:
+                    return (
+                        "thinking.enabled.budget_tokens: Input should be greater than or "
+                        "equal to 1024"
+                    )
+                if body["max_tokens"] <= budget:
+                    return (
+                        "`max_tokens` must be greater than `thinking.budget_tokens`. Please "
+                        f"consult our documentation at {_THINKING_DOCS}"
+                        "#max-tokens-and-context-window-size"
+                    )
+        if _thinking_enabled(body):
+            choice = body.get("tool_choice")
+            if isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
+                return "Thinking may not be enabled when tool_choice forces tool use."
+            temperature = body.get("temperature")
+            if temperature is not None and temperature != 1:
+                return (
+                    "`temperature` may only be set to 1 when thinking is enabled. Please consult "
+                    f"our documentation at {_THINKING_DOCS}"
+                    "#important-considerations-when-using-extended-thinking"
+                )
+            if (problem := _tool_loop_thinking_problem(body["messages"])) is not None:
+                return problem
+        for index, message in enumerate(body["messages"]):
+            content = message.get("content")
+            for block_index, block in enumerate(content if isinstance(content, list) else []):
+                kind = block.get("type")
+                if kind not in _THINKING_TYPES:
+                    continue
+                where = f"messages.{index}.content.{block_index}"
+                if "cache_control" in block:
+                    return f"{where}.{kind}.cache_control: Extra inputs are not permitted"
+                if kind == "thinking":
+                    signature = block.get("signature")
+                    signed = self._signatures.get(signature) if isinstance(signature, str) else None
+                    if signed is None or signed != block.get("thinking"):
+                        return f"{where}: Invalid `signature` in `thinking` block"
+                elif block.get("data") not in self._redacted:
+                    # Not seen captured; worded like the signature error.
+                    return f"{where}: Invalid `data` in `redacted_thinking` block"
+        return None
+
+
+def _thinking_enabled(body: dict[str, Any]) -> bool:
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
+def _tool_loop_thinking_problem(messages: list[dict[str, Any]]) -> str | None:
+    """With thinking on, a turn in a tool loop must begin with the thinking it was given."""
+
+    def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+        content = message.get("content")
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}]
+        return content if isinstance(content, list) else []
+
+    turn_start = 0
+    for index, message in enumerate(messages):
+        # A user message with tool results goes on with the turn, even with text beside them.
+        if message.get("role") == "user" and all(
+            block.get("type") != "tool_result" for block in blocks(message)
+        ):
+            turn_start = index + 1
+    turn = list(enumerate(messages))[turn_start:]
+    assistants = [(index, message) for index, message in turn if message["role"] == "assistant"]
+    in_tool_loop = any(
+        block.get("type") == "tool_use" for _, message in assistants for block in blocks(message)
+    )
+    if not in_tool_loop:
+        return None
+    index, first = assistants[0]
+    found = (blocks(first) or [{"type": "nothing"}])[0].get("type")
+    if found in _THINKING_TYPES:
+        return None
+    return (
+        f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+        f"`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+        "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+        "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+        f"disable `thinking`. Please consult our documentation at {_THINKING_DOCS}"
+    )
 
 
 def _problem_with(body: dict[str, Any]) -> str | None:
@@ -358,7 +643,7 @@ def _blocks_problem(where: str, content: list[Any]) -> str | None:
         elif kind == "tool_result":
             if not block.get("tool_use_id"):
                 return f"{where}.content.{index}.tool_result.tool_use_id: Field required"
-        elif kind not in ("image", "document", "thinking", "redacted_thinking"):
+        elif kind not in _OTHER_BLOCK_TYPES:
             return f"{where}.content.{index}: unknown content block type {kind!r}"
     return None
 

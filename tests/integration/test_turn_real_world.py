@@ -204,6 +204,8 @@ async def test_a_prompt_that_never_fits_gets_one_clear_notice_and_the_next_messa
         assert await next_reply(console.replies) == CONTEXT_OVERFLOW
         assert await console.say("Something small.")
         assert await next_reply(console.replies) == "Fine again."
+    # The message that never fitted is kept, marked, and shown to the model as a stub only.
+    assert [r["status"] for r in messages_of(tmp_path, "user")] == ["too_long", "done"]
 
 
 async def test_a_message_bigger_than_the_window_is_cut_for_the_model_with_a_note(
