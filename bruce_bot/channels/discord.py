@@ -6,10 +6,20 @@ This is the only module that imports `discord`. A supervised background task run
 such as a failed login over the network). Fatal set-up problems — a bad token, the Message Content
 intent switched off — are logged once in words that say what to fix, and the channel stays off.
 
-Bruce answers direct messages, and guild messages (threads included) that mention it; each channel
-or thread is one session. The allowlist is checked before anything else: a stranger gets one
+Bruce answers direct messages, and guild messages (threads included) addressed to it: a mention
+of Bruce or of its role, or a reply to one of its messages (with or without the reply ping). Each
+channel or thread is one session. The allowlist is checked right after that: a stranger gets one
 polite refusal per hour naming their user id, and nothing of theirs is stored or shown to an LLM.
 `/new`, `/reminders` and `/help` (or `!new`, ...) are answered here, without the LLM.
+
+What Discord really sends is handled here too. A forwarded message carries its text in a snapshot;
+that text (and the descriptions of its attachments and embeds) is read as "[forwarded] ...". A
+message with nothing to read (poll, sticker, voice message, bare attachment) gets one short notice;
+system messages (joins, pins, "thread created") and edits are ignored; messages from bots,
+webhooks and applications too. Which messages a reply points at: Discord includes the replied-to
+message (`referenced_message`), sends null when it was deleted and sometimes leaves it out; then
+Bruce checks the id against the messages it sent recently and, only when Discord left it out,
+fetches that one message once.
 """
 
 from __future__ import annotations
@@ -57,22 +67,57 @@ TOKEN_FIX = (
     "$DISCORD_BOT_TOKEN), then restart Bruce"
 )
 HELP_TEXT = (
-    "I'm Bruce, your personal assistant. Write to me here (in a server, mention me) and I'll "
-    "answer; I can search the web, read pages, write reports and keep reminders.\n"
+    "I'm Bruce, your personal assistant. Write to me here and I'll answer; I can search the web, "
+    "read pages, write reports and keep reminders.\n"
     "/new — start a new conversation (I set the earlier messages aside)\n"
     "/reminders — list the scheduled reminders and briefings of this chat\n"
     "/help — this message\n"
     "(!new, !reminders and !help work too.)"
 )
+# In a server Bruce only sees what is addressed to it: say how (never in a DM).
+SERVER_HELP_TEXT = HELP_TEXT + "\nIn a server, mention me or reply to one of my messages."
 ONLY_TEXT_REPLY = "I can only read text for now; please type your message."
 EMPTY_MENTION_REPLY = "Yes? Write your message after the mention and I'll answer."
 NOT_STORED_REPLY = "I couldn't take your message just now; please send it again in a minute."
+FORWARDED_MARK = "[forwarded]"
+RECENT_IDS_KEPT = 2000  # Bruce's own sent messages, and messages already handled
+FETCH_REFERENCE_TIMEOUT_SECONDS = 5.0
 
 _USER_MENTION = r"[ \t]*<@!?{id}>[ \t]*"  # with the spaces around it, not the text's own
 _COMMANDS = frozenset({"new", "reminders", "help"})
 _ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 # Parsers whose failure leaves the session unusable: let them end the client (and restart it).
 _UNGUARDED_EVENTS = frozenset({"READY", "RESUMED"})
+# An edit is not a new message (and Discord's partial updates, e.g. a link preview arriving, carry
+# no author or content): Bruce has no use for them, so they are not parsed at all.
+_IGNORED_EVENTS = frozenset({"MESSAGE_UPDATE"})
+# Fields discord.py requires but Discord sometimes leaves out, which would lose the whole message:
+# a reply to a forward carries snapshots without `type` (discord/discord-api-docs#7814), and a
+# poll's text "should always be non-null ... but please do not depend on that" (Discord's docs).
+_SNAPSHOT_DEFAULTS: dict[str, Any] = {
+    "type": 0,
+    "content": "",
+    "embeds": [],
+    "attachments": [],
+    "edited_timestamp": None,
+}
+
+
+class _RecentIds:
+    """The last `size` ids added; the oldest are forgotten first."""
+
+    def __init__(self, size: int = RECENT_IDS_KEPT) -> None:
+        self._size = size
+        self._ids: dict[int, None] = {}
+
+    def add(self, item: int) -> None:
+        self._ids.pop(item, None)
+        self._ids[item] = None
+        if len(self._ids) > self._size:
+            del self._ids[next(iter(self._ids))]
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids
 
 
 def _point_library_at(config: DiscordConfig) -> None:
@@ -108,8 +153,19 @@ def _guard_parsers(client: discord.Client) -> None:
         log.debug("discord_parsers_not_guarded")
         return
     for event, parse in list(parsers.items()):
-        if event not in _UNGUARDED_EVENTS:
+        if event in _IGNORED_EVENTS:
+            parsers[event] = _ignored(event)
+        elif event == "MESSAGE_CREATE":
+            parsers[event] = _guarded(event, _completing(parse))
+        elif event not in _UNGUARDED_EVENTS:
             parsers[event] = _guarded(event, parse)
+
+
+def _ids_of(data: Any) -> dict[str, Any]:
+    """The ids that find a gateway event's message again (for the logs)."""
+    if not isinstance(data, dict):
+        return {}
+    return {"message_id": data.get("id"), "channel_id": data.get("channel_id")}
 
 
 def _guarded(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -117,9 +173,58 @@ def _guarded(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
         try:
             parse(data)
         except Exception as exc:
-            log.warning("discord_event_malformed", gateway_event=event, error=repr(exc))
+            log.warning(
+                "discord_event_malformed", gateway_event=event, error=repr(exc), **_ids_of(data)
+            )
 
     return parse_or_skip
+
+
+def _ignored(event: str) -> Callable[[Any], None]:
+    def skip(data: Any) -> None:
+        log.debug("discord_event_ignored", gateway_event=event, **_ids_of(data))
+
+    return skip
+
+
+def _completing(parse: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`parse` of a MESSAGE_CREATE whose optional-in-practice fields are filled in first."""
+
+    def parse_completed(data: Any) -> None:
+        if isinstance(data, dict):
+            for message in (data, data.get("referenced_message")):
+                if isinstance(message, dict):
+                    _complete_snapshots(message)
+                    _complete_poll(message.get("poll"))
+        parse(data)
+
+    return parse_completed
+
+
+def _complete_poll(poll: Any) -> None:
+    if not isinstance(poll, dict):
+        return
+    media = [poll.get("question")]
+    answers = poll.get("answers")
+    if isinstance(answers, list):
+        media += [answer.get("poll_media") for answer in answers if isinstance(answer, dict)]
+    for item in media:
+        if isinstance(item, dict):
+            item.setdefault("text", "")
+
+
+def _complete_snapshots(message: dict[str, Any]) -> None:
+    snapshots = message.get("message_snapshots")
+    if not isinstance(snapshots, list):
+        return
+    for snapshot in snapshots:
+        inner = snapshot.get("message") if isinstance(snapshot, dict) else None
+        if not isinstance(inner, dict):
+            continue
+        for key, default in _SNAPSHOT_DEFAULTS.items():
+            if key not in inner:
+                inner[key] = list(default) if isinstance(default, list) else default
+        inner.setdefault("timestamp", message.get("timestamp"))
 
 
 def _delivery_error(exc: Exception, chat_id: str) -> DeliveryError:
@@ -140,6 +245,46 @@ def _delivery_error(exc: Exception, chat_id: str) -> DeliveryError:
     if isinstance(exc, discord.InvalidData):
         return DeliveryError(f"Discord channel {chat_id} cannot take messages", permanent=True)
     raise exc
+
+
+def _is_reply(message: discord.Message) -> bool:
+    """A reply (not a forward, a pin notice or a crosspost, which carry references too)."""
+    ref = message.reference
+    return (
+        message.type is discord.MessageType.reply
+        and ref is not None
+        and ref.type is discord.MessageReferenceType.reply
+        and ref.message_id is not None
+    )
+
+
+def _without_my_mentions(text: str, my_id: int, my_role_id: int | None) -> str:
+    text = re.sub(_USER_MENTION.format(id=my_id), " ", text)
+    if my_role_id is not None:
+        text = re.sub(rf"[ \t]*<@&{my_role_id}>[ \t]*", " ", text)
+    return text
+
+
+def _snapshot_text(snapshot: discord.MessageSnapshot, my_id: int, my_role_id: int | None) -> str:
+    """What a forwarded message says: its text, then its attachments' and embeds' descriptions."""
+    parts = [_without_my_mentions(snapshot.content, my_id, my_role_id)]
+    parts += [attachment.description or "" for attachment in snapshot.attachments]
+    for embed in snapshot.embeds:
+        parts += [embed.title or "", embed.description or ""]
+    return "\n".join(part.strip() for part in parts if part.strip())
+
+
+def _carries_something(message: discord.Message) -> bool:
+    """True when a message without text still carries something (file, sticker, poll...)."""
+    return bool(
+        message.attachments
+        or message.stickers
+        or message.embeds
+        or message.poll is not None
+        or message.flags.voice
+        or message.message_snapshots
+        or message.components
+    )
 
 
 def _command_of(text: str) -> str | None:
@@ -173,6 +318,8 @@ class DiscordChannel:
         self._stopping = asyncio.Event()
         self._channels: dict[int, Any] = {}  # channel id -> a discord.py messageable
         self._strangers_told: dict[int, float] = {}  # user id -> when they were last told
+        self._sent_ids = _RecentIds()  # messages Bruce posted: a reply to one is addressed
+        self._handled_ids = _RecentIds()  # messages already answered (Discord may send one twice)
         self._session_started = False  # the current client reached a gateway session
         self.gave_up: str | None = None  # why the channel stopped for good, if it did
 
@@ -352,27 +499,39 @@ class DiscordChannel:
         if me is None or author is None:
             log.debug("discord_message_skipped", reason="no author", message_id=message.id)
             return
-        if author.id == me.id or author.bot or message.webhook_id is not None:
+        if author.id == me.id:
+            self._sent_ids.add(message.id)  # Discord echoes Bruce's own messages
             return
+        if author.bot or message.webhook_id is not None or message.application_id is not None:
+            return  # bots, webhooks, applications' interaction responses
         if message.type not in _ANSWERED_TYPES:
             return  # joins, pins, thread notices...
-        in_guild = message.guild is not None
-        if in_guild and not self._addresses_me(message, me):
+        guild = message.guild
+        in_guild = guild is not None
+        my_role = guild.self_role if guild is not None else None
+        my_role_id = my_role.id if my_role is not None else None
+        if in_guild and not await self._addresses_me(client, message, me.id, my_role_id):
             return
+        if message.id in self._handled_ids:
+            log.info("discord_message_repeated", message_id=message.id)
+            return
+        self._handled_ids.add(message.id)
         channel = message.channel
         if author.id not in self._allowed:
             await self._refuse_stranger(channel, author)
             return
         self._channels[channel.id] = channel
         chat_id = str(channel.id)
-        text = self._without_mentions(message, me).strip() if in_guild else message.content.strip()
+        text = self._text_of(message, me.id, my_role_id)
         command = _command_of(text)
         if command is not None:
-            await self._say(channel, await self._run_command(inbox, command, chat_id))
+            await self._say(channel, await self._run_command(inbox, command, chat_id, in_guild))
             return
         if not text:
-            non_text = message.attachments or message.stickers or message.embeds
-            await self._say(channel, ONLY_TEXT_REPLY if non_text else EMPTY_MENTION_REPLY)
+            # In a DM there is no mention to write after: anything without text is non-text.
+            bare_mention = in_guild and not _carries_something(message)
+            log.info("discord_message_without_text", message_id=message.id, chat_id=chat_id)
+            await self._say(channel, EMPTY_MENTION_REPLY if bare_mention else ONLY_TEXT_REPLY)
             return
         inbound = InboundMessage(
             DISCORD_CHANNEL,
@@ -386,7 +545,9 @@ class DiscordChannel:
         try:
             submission = await inbox.submit(inbound)
         except Exception as exc:
-            log.exception("discord_submit_failed", chat_id=chat_id, error=repr(exc))
+            log.exception(
+                "discord_submit_failed", chat_id=chat_id, message_id=message.id, error=repr(exc)
+            )
             await self._say(channel, NOT_STORED_REPLY)
             return
         if not submission.accepted:
@@ -397,20 +558,67 @@ class DiscordChannel:
                 reason=submission.reason,
             )
 
-    @staticmethod
-    def _addresses_me(message: discord.Message, me: discord.ClientUser) -> bool:
-        if me.id in message.raw_mentions or any(user.id == me.id for user in message.mentions):
+    async def _addresses_me(
+        self, client: discord.Client, message: discord.Message, my_id: int, my_role_id: int | None
+    ) -> bool:
+        """In a guild: a mention of Bruce or its role, a forward of a message that mentions it,
+        or a reply to one of Bruce's messages."""
+        if my_id in message.raw_mentions or any(user.id == my_id for user in message.mentions):
             return True
         # Mentioning the bot's own role (Discord's autocomplete offers it) addresses it too.
-        return any(role.tags and role.tags.bot_id == me.id for role in message.role_mentions)
+        if any(role.tags and role.tags.bot_id == my_id for role in message.role_mentions):
+            return True
+        for snapshot in message.message_snapshots:
+            if my_id in snapshot.raw_mentions or my_role_id in snapshot.raw_role_mentions:
+                return True
+        return _is_reply(message) and await self._replies_to_me(client, message, my_id)
+
+    async def _replies_to_me(
+        self, client: discord.Client, message: discord.Message, my_id: int
+    ) -> bool:
+        ref = message.reference
+        if ref is None or ref.message_id is None:
+            return False
+        replied = ref.resolved
+        if isinstance(replied, discord.Message):
+            replied_author = getattr(replied, "author", None)
+            return replied_author is not None and replied_author.id == my_id
+        if ref.message_id in self._sent_ids:
+            return True
+        if isinstance(replied, discord.DeletedReferencedMessage):
+            return False  # Discord sent null: deleted, nothing left to fetch
+        # Discord left the replied-to message out: ask for that one message, once.
+        channel = client.get_partial_messageable(ref.channel_id, guild_id=ref.guild_id)
+        try:
+            async with asyncio.timeout(FETCH_REFERENCE_TIMEOUT_SECONDS):
+                fetched = await channel.fetch_message(ref.message_id)
+        except Exception as exc:  # gone, forbidden, unreachable or unreadable: not for Bruce
+            log.info(
+                "discord_reference_not_fetched",
+                message_id=message.id,
+                referenced_message_id=ref.message_id,
+                error=repr(exc),
+            )
+            return False
+        fetched_author = getattr(fetched, "author", None)
+        if fetched_author is None or fetched_author.id != my_id:
+            return False
+        self._sent_ids.add(fetched.id)
+        return True
 
     @staticmethod
-    def _without_mentions(message: discord.Message, me: discord.ClientUser) -> str:
-        text = re.sub(_USER_MENTION.format(id=me.id), " ", message.content)
-        for role in message.role_mentions:
-            if role.tags and role.tags.bot_id == me.id:
-                text = re.sub(rf"[ \t]*<@&{role.id}>[ \t]*", " ", text)
-        return text
+    def _text_of(message: discord.Message, my_id: int, my_role_id: int | None) -> str:
+        """The message's own text (in a guild without the mention that addressed Bruce), then
+        the text of what it forwards, each forwarded part marked."""
+        own = message.content
+        if message.guild is not None:
+            own = _without_my_mentions(own, my_id, my_role_id)
+        parts = [own.strip()]
+        for snapshot in message.message_snapshots:
+            forwarded = _snapshot_text(snapshot, my_id, my_role_id)
+            if forwarded:
+                parts.append(f"{FORWARDED_MARK} {forwarded}")
+        return "\n".join(part for part in parts if part)
 
     async def _refuse_stranger(self, channel: Any, author: discord.abc.User) -> None:
         now = self._clock()
@@ -433,20 +641,24 @@ class DiscordChannel:
             "channels.discord.allowed_user_ids in config.yml.",
         )
 
-    async def _run_command(self, inbox: InboxPort, command: str, chat_id: str) -> str:
+    async def _run_command(
+        self, inbox: InboxPort, command: str, chat_id: str, in_guild: bool
+    ) -> str:
         log.info("discord_command", command=command, chat_id=chat_id)
         if command == "new":
             return await inbox.new_conversation(DISCORD_CHANNEL, chat_id)
         if command == "reminders":
             return await inbox.describe_reminders(DISCORD_CHANNEL, chat_id)
-        return HELP_TEXT
+        return SERVER_HELP_TEXT if in_guild else HELP_TEXT
 
     async def _say(self, channel: Any, text: str) -> None:
         """A direct answer from the adapter itself (not stored); failures are only logged."""
         try:
-            await channel.send(text)
+            sent = await channel.send(text)
         except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             log.warning("discord_reply_failed", chat_id=channel.id, error=repr(exc))
+            return
+        self._sent_ids.add(sent.id)
 
     # ---- delivery -----------------------------------------------------------------------------
 
@@ -460,7 +672,7 @@ class DiscordChannel:
         client = self._usable_client()
         try:
             channel = await self._channel(client, channel_id)
-            await channel.send(message.text)
+            sent = await channel.send(message.text)
         except Exception as exc:
             if client.is_closed():  # closed under our feet (stop, restart): try again later
                 raise DeliveryError("the Discord client closed during the send") from exc
@@ -468,6 +680,7 @@ class DiscordChannel:
             if error.permanent:
                 self._channels.pop(channel_id, None)
             raise error from exc
+        self._sent_ids.add(sent.id)
 
     async def typing(self, chat_id: str) -> None:
         client = self._usable_client()

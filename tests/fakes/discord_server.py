@@ -18,6 +18,12 @@ heartbeats acknowledged, RESUME replaying what the client missed, then RESUMED::
         discord_fake.fail_sends(429, retry_after=0.05)                 # next send is rate limited
         await discord_fake.drop_connection()                           # server-side close
         FakeDiscordServer(message_content_intent=False)                # IDENTIFY → close 4014
+        await discord_fake.replay("dm_poll.json", {CAPTURED_AUTHOR_ID: OWNER_ID, ...})
+
+`replay` dispatches a payload recorded from real Discord (tests/fixtures/discord/, origins in its
+README) as captured, with the captured ids replaced by the fake's (`adapt_ids`); a replayed
+MESSAGE_CREATE gets a fresh message id unless the mapping names one. The bot's messages, and every
+MESSAGE_CREATE dispatched, can be fetched back (`GET /channels/{id}/messages/{id}`), as on Discord.
 
 Like Discord, the fake refuses a message over 2000 characters (400, code 50035), answers a wrong
 token with 401, echoes the bot's own messages back over the gateway as MESSAGE_CREATE, and keeps
@@ -29,12 +35,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Self
 
 from aiohttp import WSMsgType, web
@@ -48,6 +56,24 @@ PRIVILEGED_INTENTS = {
     1 << 15: "MESSAGE_CONTENT",
 }
 HEARTBEAT_INTERVAL_MS = 41_250
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "discord"
+
+
+def load_fixture(name: str) -> dict[str, Any]:
+    """A recorded gateway frame (`{"t": event, "d": payload}`) from tests/fixtures/discord/."""
+    frame = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+    if not isinstance(frame, dict) or "t" not in frame or "d" not in frame:
+        raise ValueError(f"{name}: a fixture is a gateway frame with 't' and 'd'")
+    return frame
+
+
+def adapt_ids(payload: Any, ids: Mapping[int | str, int | str]) -> Any:
+    """`payload` with each captured id replaced wherever it stands: as a field's value, or inside
+    a mention in a text (`<@id>`, `<@&id>`, `<#id>`). Nothing else is changed."""
+    text = json.dumps(payload, ensure_ascii=False)
+    for captured, ours in ids.items():
+        text = re.sub(rf"(?<![0-9]){captured}(?![0-9])", str(ours), text)
+    return json.loads(text)
 
 
 def user_payload(
@@ -133,6 +159,7 @@ class FakeDiscordServer:
         self._failures: deque[_SendFailure] = deque()
         self._ids = itertools.count(1)
         self._channels: dict[int, dict[str, Any]] = {}
+        self._messages: dict[int, dict[str, Any]] = {}  # message id -> payload, for GET
         self._dm_by_user: dict[int, int] = {}
         self._session_id: str | None = None
         self._history: list[dict[str, Any]] = []  # dispatched frames of the current session
@@ -304,8 +331,51 @@ class FakeDiscordServer:
         await self.dispatch("MESSAGE_CREATE", message)
         return message
 
+    def new_id(self) -> int:
+        """A fresh snowflake (its timestamp is now)."""
+        return self._snowflake()
+
+    def add_channel(self, channel: dict[str, Any]) -> int:
+        """Make a channel (e.g. a thread the client was never told about) exist on the REST side."""
+        channel_id = int(channel["id"])
+        self._channels[channel_id] = channel
+        return channel_id
+
+    def remember_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Keep a message so that `GET /channels/{channel}/messages/{id}` finds it (as if it had
+        been posted earlier, e.g. by the bot before a restart)."""
+        self._messages[int(message["id"])] = message
+        return message
+
+    async def replay(
+        self,
+        fixture: str | dict[str, Any],
+        ids: Mapping[int | str, int | str] | None = None,
+        **fields: Any,
+    ) -> Any:
+        """Dispatch a recorded gateway frame (a fixture's name, or a loaded frame) as captured,
+        with the captured ids replaced by `ids`; `fields` overwrite top-level fields of the
+        payload. Returns the payload as dispatched."""
+        frame = load_fixture(fixture) if isinstance(fixture, str) else fixture
+        event, data = frame["t"], adapt_ids(frame["d"], ids or {})
+        if isinstance(data, dict):
+            captured_id = frame["d"].get("id") if isinstance(frame["d"], dict) else None
+            if event == "MESSAGE_CREATE" and captured_id is not None:
+                if not any(str(key) == str(captured_id) for key in ids or {}):
+                    data["id"] = str(self._snowflake())
+            data.update(fields)
+            if event in ("THREAD_CREATE", "CHANNEL_CREATE") and "id" in data:
+                self.add_channel(data)
+        await self.dispatch(event, data)
+        return data
+
     async def dispatch(self, event: str, data: Any) -> None:
         """Send a DISPATCH (op 0) on the live session; kept for a RESUME if there is none."""
+        if event == "MESSAGE_CREATE" and isinstance(data, dict):
+            try:
+                self._messages[int(data["id"])] = data
+            except (KeyError, TypeError, ValueError):
+                pass  # a malformed payload, sent on purpose
         if self._session_id is None:
             self._before_session.append((event, data))
             return
@@ -386,6 +456,8 @@ class FakeDiscordServer:
                     return await self._typing(channel_id)
                 if method == "POST" and parts[2:] == ["messages"]:
                     return await self._post_message(channel_id, request)
+                if method == "GET" and len(parts) == 4 and parts[2] == "messages":
+                    return self._get_message(channel_id, int(parts[3]))
         except (ValueError, KeyError) as exc:
             return _json({"message": f"Invalid Form Body ({exc})", "code": 50035}, 400)
         return _json({"message": "404: Not Found", "code": 0}, 404)
@@ -395,6 +467,12 @@ class FakeDiscordServer:
         if channel is None:
             return _json({"message": "Unknown Channel", "code": 10003}, 404)
         return _json(channel)
+
+    def _get_message(self, channel_id: int, message_id: int) -> web.Response:
+        message = self._messages.get(message_id)
+        if message is None or int(message["channel_id"]) != channel_id:
+            return _json({"message": "Unknown Message", "code": 10008}, 404)
+        return _json(message)
 
     async def _typing(self, channel_id: int) -> web.Response:
         if channel_id not in self._channels:
@@ -438,6 +516,7 @@ class FakeDiscordServer:
             self.bot, content, channel_id=channel_id, guild=channel["type"] != 1
         )
         message.pop("member", None)
+        self._messages[int(message["id"])] = message
         self.sent.append({**message, "allowed_mentions": body.get("allowed_mentions")})
         await self._changed_now()
         if self.echo_own_messages:
