@@ -243,6 +243,9 @@ class WebConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     auth_token: str = ""
+    # Host names the web app answers besides loopback and the host of app.public_url.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    session_max_age_days: int = Field(default=30, ge=1, le=3650)
 
     @property
     def is_loopback(self) -> bool:
@@ -263,6 +266,9 @@ class WebFetchConfig(_Section):
     enabled: bool = True
     allow_private_addresses: bool = False
     max_chars: int = Field(default=20_000, ge=100)
+    # Domains (and their subdomains) never fetched; when allowed_domains is set, only those are.
+    blocked_domains: list[str] = Field(default_factory=list)
+    allowed_domains: list[str] = Field(default_factory=list)
 
 
 class ArtifactsConfig(_Section):
@@ -288,6 +294,8 @@ class ToolsConfig(_Section):
 
 class SchedulerConfig(_Section):
     misfire_grace_seconds: int = Field(default=86_400, ge=0)
+    min_agent_interval_minutes: int = Field(default=30, ge=1)
+    max_active_tasks_per_chat: int = Field(default=50, ge=1)
 
 
 class SkillsConfig(_Section):
