@@ -30,15 +30,17 @@ from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.gateway import Gateway
-from bruce_bot.inbox import Inbox
+from bruce_bot.inbox import Inbox, QueuedMessage
 from bruce_bot.instance_lock import AlreadyRunningError, InstanceLock
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
+from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import RETRY_SECONDS, SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
 from bruce_bot.storage.database import Database, sync_url, upgrade_schema
+from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.proactive import proactive_tools
@@ -98,6 +100,8 @@ class Bruce:
         self.ready_seconds: float | None = None
         self.outbox: Outbox | None = None
         self.tasks: TaskService | None = None
+        self.confirmations: TaskConfirmations | None = None
+        self._turns: TurnRunner | None = None
         self.brain: AnalyticalBrain | None = None
         self._background: list[asyncio.Task[None]] = []
         self._lock = InstanceLock(config.app.data_dir)
@@ -166,9 +170,10 @@ class Bruce:
             library=library,
             exchange_finished=self.brain.observe if self.brain is not None else None,
         )
+        self._turns = turns
         self.inbox = inbox = Inbox(
             stores,
-            turns.run,
+            self._run_turn,
             max_concurrent_sessions=config.agent.max_concurrent_sessions,
             max_message_chars=config.agent.max_message_chars,
         )
@@ -188,13 +193,14 @@ class Bruce:
                 config.scheduler.misfire_grace_seconds,
             ),
             app_zone=config.app.zone,
-            grace_seconds=config.scheduler.misfire_grace_seconds,
+            rules=config.scheduler,
             channels=set(self.channels),
             leadership=leadership,
             clock=self._clock,
         )
+        self.confirmations = confirmations = TaskConfirmations(tasks, stores, outbox, turns.run)
         if self._tools_override is None and config.tools.proactive.enabled:
-            for tool in proactive_tools(tasks):
+            for tool in proactive_tools(confirmations):
                 tools.add(tool)
         if self._tools_override is None and config.tools.subagents.enabled:
             tools.add(
@@ -234,6 +240,13 @@ class Bruce:
             llm=config.llm.provider,
             model=config.llm.model,
         )
+
+    async def _run_turn(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
+        # A bare yes/no may answer a task confirmation; the confirmations pass the rest on.
+        if self.confirmations is not None:
+            await self.confirmations.run(session, batch)
+        elif self._turns is not None:
+            await self._turns.run(session, batch)
 
     async def _briefing_finished(self, run_id: int, delivered: bool, error: str | None) -> None:
         if self.tasks is not None:

@@ -55,6 +55,16 @@ class InboundMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class Choice:
+    """A button under a message: a channel that has buttons shows `label`, and a press comes
+    back as `data` through `InboxPort.choose`. Channels without buttons show the text only,
+    which always says how to answer in words too."""
+
+    label: str
+    data: str
+
+
+@dataclass(frozen=True, slots=True)
 class OutboundMessage:
     """A reply (or a reminder) on its way out through a channel adapter."""
 
@@ -64,6 +74,7 @@ class OutboundMessage:
     message_id: int | None = None  # the stored `messages` row this delivers
     kind: MessageKind = "chat"
     metadata: dict[str, Any] = field(default_factory=dict)
+    choices: tuple[Choice, ...] = ()  # buttons, shown under the message's last part
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +95,9 @@ class ToolResult:
     name: str
     content: str
     is_error: bool = False
+    # The content came from the outside world (a web page, search results): it is wrapped for
+    # the model as untrusted data, and what the turn does after reading it needs the user.
+    untrusted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

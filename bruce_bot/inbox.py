@@ -33,6 +33,7 @@ class QueuedMessage:
     id: int
     kind: MessageKind = "chat"
     metadata: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
 
 
 TurnProcessor = Callable[[SessionRecord, list[QueuedMessage]], Awaitable[None]]
@@ -91,7 +92,7 @@ class Inbox:
                 platform_message_id=message.platform_message_id,
             )
             return Submission(False, reason="duplicate")
-        self._enqueue(session, QueuedMessage(message_id, message.kind, message.metadata))
+        self._enqueue(session, QueuedMessage(message_id, message.kind, message.metadata, text))
         return Submission(True, message_id=message_id)
 
     async def recover(self) -> int:
@@ -100,7 +101,9 @@ class Inbox:
         for row in unfinished:
             session = await self._stores.sessions.get(row.session_id)
             if session is not None:
-                self._enqueue(session, QueuedMessage(row.id, row.kind, row.extra or {}))  # type: ignore[arg-type]
+                self._enqueue(
+                    session, QueuedMessage(row.id, row.kind, row.extra or {}, row.content)
+                )  # type: ignore[arg-type]
         if unfinished:
             log.info("inbox_recovered", messages=len(unfinished), sessions=len(self._queues))
         return len(unfinished)

@@ -114,10 +114,16 @@ class Outbox:
             return "failed"
         attempts: list[DeliveryAttempt] = []
         status = "sent"
-        for index, part in enumerate(split_text(message.text, channel.max_message_chars)):
+        parts = split_text(message.text, channel.max_message_chars)
+        for index, part in enumerate(parts):
             if index in skip_parts:
                 continue
-            piece = replace(message, text=part, metadata={**message.metadata, "part": index})
+            piece = replace(
+                message,
+                text=part,
+                metadata={**message.metadata, "part": index},
+                choices=message.choices if index == len(parts) - 1 else (),
+            )
             outcome = await self._send_with_retry(channel, piece, index, attempts)
             if outcome != "sent":
                 status = outcome

@@ -11,6 +11,7 @@ what happened; storing and delivering is done by the parts whose job that is.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -198,6 +199,8 @@ async def run_agent_loop(
     once); a text answer cut by the limit is continued once, else marked as cut.
     """
     context = context or ToolContext()
+    if not context.untrusted_input and any(r.untrusted for m in history for r in m.tool_results):
+        context = dataclasses.replace(context, untrusted_input=True)  # e.g. the guard's retry
     observer = observer or NullObserver()
     messages = list(history)
     run = AgentRun(text="", turns=0, transcript=messages)
@@ -259,6 +262,8 @@ async def run_agent_loop(
             *(_execute(c, run.turns, tools, context, observer) for c in response.tool_calls)
         )
         run.executions.extend(executions)
+        if not context.untrusted_input and any(e.result.untrusted for e in executions):
+            context = dataclasses.replace(context, untrusted_input=True)
         messages.append(ChatMessage("user", tool_results=tuple(e.result for e in executions)))
         if any(e.call.name in finish_tools and not e.result.is_error for e in executions):
             run.text = response.text

@@ -31,6 +31,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.date import DateTrigger
 
+from bruce_bot.config import SchedulerConfig
 from bruce_bot.domain import InboundMessage, OutboundMessage, utcnow
 from bruce_bot.inbox import Inbox
 from bruce_bot.outbox import Outbox
@@ -39,9 +40,11 @@ from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.timing import (
     ScheduleError,
     cron_trigger,
+    describe_gap,
     describe_time,
     next_cron_time,
     parse_run_at,
+    shortest_cron_gap,
     zone_of,
 )
 from bruce_bot.storage.database import SQLITE_BUSY_TIMEOUT_MS
@@ -52,6 +55,9 @@ log = structlog.get_logger(__name__)
 
 LATE_AFTER_SECONDS = 60.0  # a firing later than this says so ("late: was due at 09:00")
 JOBSTORE_TABLE = "apscheduler_jobs"
+# A task set up after the turn read untrusted content: stored, but it fires only once the user
+# confirms it.
+UNCONFIRMED = "unconfirmed"
 
 
 def describe_lateness(scheduled_for: datetime, now: datetime, zone: ZoneInfo) -> str:
@@ -115,7 +121,7 @@ class TaskService:
         scheduler: BackgroundScheduler,
         *,
         app_zone: ZoneInfo,
-        grace_seconds: int,
+        rules: SchedulerConfig,
         channels: Collection[str] | None = None,
         leadership: SchedulerLeadership | None = None,
         clock: Callable[[], datetime] = utcnow,
@@ -130,7 +136,9 @@ class TaskService:
         # None: this process is the only scheduler (SQLite: the instance lock sees to that).
         self._leadership = leadership
         self._zone = app_zone
-        self._grace = timedelta(seconds=grace_seconds)
+        self._grace = timedelta(seconds=rules.misfire_grace_seconds)
+        self._rules = rules
+        self._creating = asyncio.Lock()
         self._clock = clock
         self._firing: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -191,7 +199,9 @@ class TaskService:
         run_at: str | None,
         cron: str | None,
         timezone: str | None,
+        confirmed: bool = True,
     ) -> TaskRecord:
+        """A new task; an unconfirmed one is stored but does not fire until `confirm`."""
         if bool(run_at) == bool(cron):
             raise ScheduleError(
                 "give exactly one of run_at (a one-shot time) or cron (a recurring schedule)"
@@ -205,28 +215,92 @@ class TaskService:
             first = next_cron_time(cron, zone, now)
             if first is None:
                 raise ScheduleError(f"cron '{cron}' never fires")
-        task = await self._stores.tasks.create(
-            session_id=session_id,
-            channel=channel,
-            chat_id=chat_id,
-            title=title.strip()[:200],
+            if mode == "agent":
+                self._check_interval(cron, zone, now)
+        async with self._creating:  # the count and the insert as one step: calls run at once
+            await self._check_room(session_id)
+            task = await self._stores.tasks.create(
+                session_id=session_id,
+                channel=channel,
+                chat_id=chat_id,
+                title=title.strip()[:200],
+                mode=mode,
+                content=content,
+                run_at=first if run_at else None,
+                cron=cron,
+                timezone=zone.key,
+                next_run_at=first,
+                status="active" if confirmed else UNCONFIRMED,
+            )
+        if confirmed:
+            await self._schedule(task, first)
+        log.info(
+            "task_created",
+            task_id=task.id,
             mode=mode,
-            content=content,
-            run_at=first if run_at else None,
-            cron=cron,
-            timezone=zone.key,
-            next_run_at=first,
+            next_run_at=first.isoformat(),
+            confirmed=confirmed,
         )
-        await self._schedule(task, first)
-        log.info("task_created", task_id=task.id, mode=mode, next_run_at=first.isoformat())
+        return task
+
+    def _check_interval(self, cron: str, zone: ZoneInfo, now: datetime) -> None:
+        least = timedelta(minutes=self._rules.min_agent_interval_minutes)
+        gap = shortest_cron_gap(cron, zone, now)
+        if gap is not None and gap < least:
+            raise ScheduleError(
+                f"cron '{cron}' would run a briefing every {describe_gap(gap)}; an agent-mode "
+                f"task may run at most every {describe_gap(least)} "
+                "(scheduler.min_agent_interval_minutes). Choose a sparser schedule, or use "
+                "execution_mode 'message' for a plain reminder."
+            )
+
+    async def _check_room(self, session_id: int) -> None:
+        most = self._rules.max_active_tasks_per_chat
+        if await self._stores.tasks.count_open(session_id) >= most:
+            raise ScheduleError(
+                f"this chat already has {most} active tasks, the most allowed "
+                "(scheduler.max_active_tasks_per_chat). Cancel one with proactive_cancel first."
+            )
+
+    async def unconfirmed(self, session_id: int) -> list[TaskRecord]:
+        return await self._stores.tasks.with_status(UNCONFIRMED, session_id)
+
+    async def confirm(self, task_id: int, session_id: int) -> TaskRecord | None:
+        """Activate an unconfirmed task of the session; None when there is none such."""
+        task = await self._stores.tasks.get(task_id)
+        if task is None or task.session_id != session_id or task.status != UNCONFIRMED:
+            return None
+        now = self._clock()
+        due = task.next_run_at
+        if task.cron:
+            due = next_cron_time(task.cron, zone_of(task.timezone), now)
+        await self._stores.tasks.update(task.id, status="active", next_run_at=due)
+        task = await self._refreshed(task)
+        if due is not None and due > now:
+            await self._schedule(task, due)
+        elif due is not None:
+            self._fire_soon(task.id)  # it came due while it waited for the user
+        log.info("task_confirmed", task_id=task.id)
+        return task
+
+    async def discard(self, task_id: int, session_id: int) -> TaskRecord | None:
+        """Delete an unconfirmed task the user refused: nothing of it is left behind."""
+        task = await self._stores.tasks.get(task_id)
+        if task is None or task.session_id != session_id or task.status != UNCONFIRMED:
+            return None
+        await self._stores.tasks.delete(task.id)
+        log.info("task_refused", task_id=task.id)
         return task
 
     async def list_active(self, session_id: int) -> list[TaskRecord]:
-        return await self._stores.tasks.active(session_id)
+        """The session's active tasks, and those waiting for the user's confirmation."""
+        active = await self._stores.tasks.active(session_id)
+        return active + await self.unconfirmed(session_id)
 
     async def cancel(self, task_id: int, session_id: int) -> TaskRecord:
         task = await self._stores.tasks.get(task_id)
-        if task is None or task.session_id != session_id or task.status not in ("active", "paused"):
+        open_statuses = ("active", "paused", UNCONFIRMED)
+        if task is None or task.session_id != session_id or task.status not in open_statuses:
             raise ScheduleError(
                 f"there is no active task {task_id} in this conversation; "
                 "call proactive_list to see the task ids"
@@ -249,7 +323,8 @@ class TaskService:
     def describe(self, task: TaskRecord) -> str:
         when = self.describe_next_run(task)
         schedule = f"cron '{task.cron}'" if task.cron else "once"
-        return f"#{task.id} {task.title} — {task.mode} mode, {schedule}, next run {when}"
+        waiting = " (waiting for the user's confirmation)" if task.status == UNCONFIRMED else ""
+        return f"#{task.id} {task.title} — {task.mode} mode, {schedule}, next run {when}{waiting}"
 
     async def describe_session(self, session_id: int) -> str:
         tasks = await self.list_active(session_id)

@@ -212,6 +212,37 @@ def next_cron_time(expression: str, zone: ZoneInfo, after: datetime) -> datetime
     return moment.astimezone(_UTC) if moment else None
 
 
+def shortest_cron_gap(
+    expression: str, zone: ZoneInfo, after: datetime, runs: int = 60
+) -> timedelta | None:
+    """The shortest time between two of the next `runs` firings (None: it fires at most once).
+
+    Sixty firings cover the densest hour of an hourly pattern and a few days of a daily one;
+    '*/5 9 * * *' is caught by its first two firings.
+    """
+    trigger = cron_trigger(expression, zone)
+    previous: datetime | None = None
+    shortest: timedelta | None = None
+    moment = after
+    for _ in range(runs):
+        fire = trigger.get_next_fire_time(previous, moment + timedelta(microseconds=1))
+        if fire is None:
+            break
+        if previous is not None and (shortest is None or fire - previous < shortest):
+            shortest = fire - previous
+        previous, moment = fire, fire
+    return shortest
+
+
+def describe_gap(gap: timedelta) -> str:
+    minutes = int(gap.total_seconds() // 60)
+    if minutes < 1:
+        return f"{int(gap.total_seconds())} seconds"
+    if minutes < 120:
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{minutes // 60} hours"
+
+
 def describe_time(moment: datetime, zone: ZoneInfo) -> str:
     local = moment.astimezone(zone)
     return f"{local:%A, %Y-%m-%d %H:%M} ({zone.key}, UTC{local:%z})"

@@ -82,9 +82,50 @@ class TaskStore:
         async with self._engine.connect() as connection:
             return [TaskRecord(*row) for row in await connection.execute(query)]
 
+    async def with_status(self, status: str, session_id: int) -> list[TaskRecord]:
+        query = (
+            select(*_COLUMNS)
+            .where(_tasks.c.status == status, _tasks.c.session_id == session_id)
+            .order_by(_tasks.c.id)
+        )
+        async with self._engine.connect() as connection:
+            return [TaskRecord(*row) for row in await connection.execute(query)]
+
+    async def count_open(self, session_id: int) -> int:
+        """Tasks of the session that may still fire: active, paused or awaiting confirmation."""
+        query = select(func.count()).where(
+            _tasks.c.session_id == session_id,
+            _tasks.c.status.in_(("active", "paused", "unconfirmed")),
+        )
+        async with self._engine.connect() as connection:
+            return int((await connection.execute(query)).scalar() or 0)
+
+    async def delete(self, task_id: int) -> None:
+        """Remove a task that never ran (a refused confirmation): it leaves nothing behind."""
+        async with self._engine.begin() as connection:
+            await connection.execute(_runs.delete().where(_runs.c.task_id == task_id))
+            await connection.execute(_tasks.delete().where(_tasks.c.id == task_id))
+
     async def update(self, task_id: int, **values: Any) -> None:
         async with self._engine.begin() as connection:
             await connection.execute(update(_tasks).where(_tasks.c.id == task_id).values(**values))
+
+    async def move_chat(
+        self, channel: str, old_chat_id: str, new_chat_id: str, *, to_session: int | None = None
+    ) -> int:
+        """Tasks addressed to a chat that changed its id go to the new id (and, given
+        `to_session`, belong to that session from now on); returns how many moved."""
+        values: dict[str, Any] = {"chat_id": new_chat_id}
+        if to_session is not None:
+            values["session_id"] = to_session
+        query = (
+            update(_tasks)
+            .where(_tasks.c.channel == channel, _tasks.c.chat_id == old_chat_id)
+            .values(**values)
+        )
+        async with self._engine.begin() as connection:
+            result = await connection.execute(query)
+        return int(result.rowcount or 0)
 
     async def start_run(
         self, task_id: int, scheduled_for: datetime, late_seconds: float

@@ -67,11 +67,20 @@ class ProactiveCreate(Tool):
                 run_at=arguments.get("run_at"),
                 cron=arguments.get("cron"),
                 timezone=arguments.get("timezone"),
+                untrusted=context.untrusted_input,
             )
         except ScheduleError as exc:
             raise ToolError(str(exc)) from None
         when = self._tasks.describe_next_run(task)
         repeat = f", then on cron '{task.cron}'" if task.cron else ""
+        if task.status == "unconfirmed":
+            return (
+                f"Task {task.id} was stored but is NOT scheduled yet: this turn read content from "
+                "outside (web pages or search results), so the user must confirm it first. "
+                "Bruce has asked the user, with the details, in the chat. Tell the user it waits "
+                f"for their yes; do not say it is scheduled. Would run ({task.mode} mode): "
+                f"{when}{repeat}."
+            )
         return f"Task {task.id} scheduled ({task.mode} mode): next run {when}{repeat}."
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -36,6 +37,9 @@ class ToolContext:
     session_id: int | None = None
     channel: str = ""
     chat_id: str = ""
+    # Content from the outside world entered this turn before the call: whatever the call sets
+    # up might have been asked for by that content, not by the user.
+    untrusted_input: bool = False
 
 
 class Tool:
@@ -46,6 +50,8 @@ class Tool:
     parameters: ClassVar[dict[str, Any]]
     timeout_seconds: ClassVar[float | None] = None  # None: the registry's default
     max_output_chars: ClassVar[int] = DEFAULT_MAX_OUTPUT_CHARS
+    # The tool reads the outside world (pages, search results): its output is untrusted data.
+    reads_outside_world: ClassVar[bool] = False
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
         raise NotImplementedError
@@ -53,6 +59,18 @@ class Tool:
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
+
+
+UNTRUSTED_OPEN = '<untrusted_content source="{source}">\n'
+UNTRUSTED_CLOSE = "\n</untrusted_content>"
+# Written inside the content, a closing tag would let a page end the boundary early.
+_TAG_INSIDE = re.compile(r"<\s*/?\s*untrusted_content", re.IGNORECASE)
+
+
+def as_untrusted(text: str, source: str) -> str:
+    """`text` from the outside world, fenced so the model reads it as data."""
+    fenced = _TAG_INSIDE.sub("<untrusted-content-tag", text)
+    return UNTRUSTED_OPEN.format(source=source) + fenced + UNTRUSTED_CLOSE
 
 
 def truncate(text: str, limit: int) -> str:
@@ -140,7 +158,10 @@ class ToolRegistry:
             )
             message = f"Error: '{call.name}' failed: {type(exc).__name__}: {exc}"
             return ToolResult(call.id, call.name, message, is_error=True)
-        return ToolResult(call.id, call.name, truncate(str(output), tool.max_output_chars))
+        content = truncate(str(output), tool.max_output_chars)
+        if tool.reads_outside_world:
+            return ToolResult(call.id, call.name, as_untrusted(content, call.name), untrusted=True)
+        return ToolResult(call.id, call.name, content)
 
 
 def arguments_json(arguments: Mapping[str, Any] | None, raw: str) -> str:

@@ -68,6 +68,8 @@ class _ChildRecorder:
 
 class SpawnSubagentTool(Tool):
     name = NAME
+    # The child may have read pages and search results: its answer carries what they said.
+    reads_outside_world = True
     description = (
         "Delegate a self-contained task (e.g. research a topic across several pages and "
         "summarise it) to a sub-agent with the same tools, and get its final answer back. The "

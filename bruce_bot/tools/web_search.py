@@ -255,6 +255,7 @@ def format_results(query: str, results: list[SearchResult]) -> str:
 
 class WebSearchTool(Tool):
     name = "web_search"
+    reads_outside_world = True
     description = (
         "Search the web. Returns a numbered list of results, each with its title, URL and a "
         "short snippet. Use it for current events and facts you are not sure of; read a result "

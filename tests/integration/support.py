@@ -15,6 +15,13 @@ from tests.conftest import make_config
 REPLY_TIMEOUT = 10.0
 
 
+def untrusted_body(text: str, source: str) -> str:
+    """The content of a tool result fenced as untrusted data (failing if it is not fenced)."""
+    opening = f'<untrusted_content source="{source}">\n'
+    assert text.startswith(opening) and text.endswith("\n</untrusted_content>"), text[:120]
+    return text[len(opening) : -len("\n</untrusted_content>")]
+
+
 # ---- configs -------------------------------------------------------------------------------
 
 

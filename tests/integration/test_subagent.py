@@ -24,6 +24,7 @@ from tests.integration.support import (
     last_tool_results,
     next_reply,
     system_text,
+    untrusted_body,
     user_texts,
 )
 
@@ -117,7 +118,8 @@ async def test_the_parent_delegates_a_task_and_answers_the_user_with_the_childs_
     assert {"web_search", "web_fetch", "artifact_save"} <= tool_names(child_request)
     assert "<temporal_context>" in system_text(child_request)
     (result,) = last_tool_results(last)
-    assert block_text(result) == CHILD_ANSWER and not result.get("is_error")
+    assert untrusted_body(block_text(result), "spawn_subagent") == CHILD_ANSWER
+    assert not result.get("is_error")
 
     parent, child = parent_session(tmp_path), child_session(tmp_path)
     assert (child["parent_id"], child["channel"]) == (parent["id"], "subagent")
@@ -159,7 +161,7 @@ async def test_a_tool_the_child_calls_is_recorded_under_the_child_session(
     assert (saved["session_id"], saved["tool_name"]) == (child["id"], "artifact_save")
     assert saved["error"] is None and "Artifact saved at" in saved["output"]
     assert (spawned["session_id"], spawned["tool_name"]) == (parent["id"], "spawn_subagent")
-    assert spawned["output"] == "Saved the notes."
+    assert untrusted_body(spawned["output"], "spawn_subagent") == "Saved the notes."
     (artifact,) = db_rows(tmp_path, "SELECT session_id FROM artifacts")
     assert artifact["session_id"] == child["id"]
 
