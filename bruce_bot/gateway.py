@@ -1,8 +1,15 @@
 """The gateway: the single port through which channel adapters reach Bruce's core.
 
 Adapters see only `InboxPort` (channels/base.py): submit a message, start a new conversation,
-list reminders. This class implements it by composing the inbox and the stores, so adapters
-never depend on storage or the agent.
+list reminders, follow a chat that changed its id. This class implements it by composing the
+inbox and the stores, so adapters never depend on storage or the agent.
+
+A chat that changed its id (a Telegram group upgraded to a supergroup) keeps its conversation:
+the session's chat_id becomes the new id, and its scheduled tasks are addressed to the new id.
+If the new id already has a session (someone talked to Bruce in the supergroup before the
+upgrade was known), that session stays the chat's conversation: the old session is kept, under
+the old id, as history, and its tasks move to the new session. Moving twice is harmless (the
+second time there is nothing left under the old id).
 """
 
 from __future__ import annotations
@@ -36,6 +43,29 @@ class Gateway:
         await self._stores.sessions.set_context_start(session.id, start)
         log.info("conversation_reset", session_id=session.id, context_start_message_id=start)
         return "Started a new conversation: I've set the earlier messages aside. What's next?"
+
+    async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
+        if old_chat_id == new_chat_id:
+            return
+        sessions = self._stores.sessions
+        moved = await sessions.move_chat(SessionKey(channel, old_chat_id), new_chat_id)
+        target = None
+        if moved is None:
+            old = await sessions.find(SessionKey(channel, old_chat_id))
+            existing = await sessions.find(SessionKey(channel, new_chat_id))
+            target = existing.id if old is not None and existing is not None else None
+        tasks = await self._stores.tasks.move_chat(
+            channel, old_chat_id, new_chat_id, to_session=target
+        )
+        log.info(
+            "chat_migrated",
+            channel=channel,
+            old_chat_id=old_chat_id,
+            new_chat_id=new_chat_id,
+            session_id=moved.id if moved is not None else target,
+            kept_apart=target is not None,
+            tasks=tasks,
+        )
 
     async def describe_reminders(self, channel: str, chat_id: str) -> str:
         session = await self._stores.sessions.get_or_create(SessionKey(channel, chat_id))

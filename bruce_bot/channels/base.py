@@ -37,6 +37,11 @@ class InboxPort(Protocol):
         """`/reminders`: the chat's active scheduled tasks as text."""
         ...
 
+    async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
+        """The platform gave the chat a new id (a Telegram group upgraded to a supergroup):
+        its conversation and scheduled tasks follow it."""
+        ...
+
 
 class DeliveryError(Exception):
     """A send failed. `permanent` failures (chat gone, bot blocked) must not be retried."""

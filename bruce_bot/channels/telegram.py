@@ -4,10 +4,18 @@ The only module that imports `telegram`. Updates arrive by long polling (default
 (`mode: webhook`, secret header checked by PTB). Each addressed message (a private chat; in a
 group, an @mention, a text_mention or a reply to one of the bot's messages) passes the allowlist
 first, then becomes an `InboundMessage` that the inbox stores before the update is acknowledged
-(see `_ProcessedUpdateQueue`). A stranger gets one polite reply an hour naming their user id;
+(see telegram_intake.py). A stranger gets one polite reply an hour naming their user id;
 nothing of theirs is stored. `/start`, `/help`, `/new` and `/reminders` are answered here. Replies
 go out as Telegram HTML (telegram_markup.py) with a plain-text re-send when Telegram refuses the
 markup; failures become `DeliveryError`s, and the outbox is the one place that retries them.
+
+Telegram as it really arrives: the parts of an album become one message (telegram_albums.py);
+each forum topic is its own conversation, and everything for it is sent into that topic
+(telegram_chats.py names the sessions); service messages (members, titles, pins, topics, video
+chats...) and channel posts copied into a discussion group are passed over in silence; a group
+upgraded to a supergroup is followed to its new id, whether Telegram announces it or a send
+fails with ChatMigrated (the answer is re-sent there at once); an update PTB cannot parse gets
+a short notice when an allowed person sent it (telegram_raw.py).
 """
 
 from __future__ import annotations
@@ -24,16 +32,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
-from telegram import (
-    Bot,
-    BotCommand,
-    Message,
-    MessageEntity,
-    ReplyParameters,
-    Update,
-    User,
-)
-from telegram.constants import ChatAction, ChatType, MessageEntityType, ParseMode
+from telegram import Bot, BotCommand, Message, ReplyParameters, Update, User
+from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -43,15 +43,38 @@ from telegram.error import (
     RetryAfter,
     TelegramError,
 )
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler, filters
 from telegram.request import HTTPXRequest
 
 from bruce_bot.channels.base import DeliveryError, InboxPort
+from bruce_bot.channels.telegram_albums import AlbumBook, AlbumPart
+from bruce_bot.channels.telegram_chats import ChatAddress
+from bruce_bot.channels.telegram_entities import (
+    command_of,
+    mentions_of_bot,
+    without_bot_mentions,
+)
+from bruce_bot.channels.telegram_intake import ProcessedUpdateQueue
 from bruce_bot.channels.telegram_markup import (
     TELEGRAM_TEXT_LIMIT,
+    DeliveredPieces,
     Piece,
     fit_plain,
     render_pieces,
+)
+from bruce_bot.channels.telegram_raw import UnreadableMessage, UnreadableUpdates, chat_id_of
+from bruce_bot.channels.telegram_refusals import RefusalLog
+from bruce_bot.channels.telegram_texts import (
+    ANONYMOUS_REPLY,
+    COMMAND_FAILED,
+    COMMANDS,
+    GREETING,
+    HELP,
+    NOT_SAVED,
+    ONLY_TEXT,
+    RESTARTING,
+    STRANGER_REPLY,
+    UNREADABLE,
 )
 from bruce_bot.config import TelegramConfig
 from bruce_bot.domain import InboundMessage, OutboundMessage
@@ -67,82 +90,17 @@ POLL_TIMEOUT = timedelta(seconds=25)
 BOOTSTRAP_RETRIES = 3
 RECONNECT_FIRST_DELAY_SECONDS = 1.0
 RECONNECT_MAX_DELAY_SECONDS = 60.0
-STRANGER_REPLY_INTERVAL_SECONDS = 3600.0
 ALLOWED_UPDATES = ("message", "edited_message")
 _SUPPORTED_CHATS = (ChatType.PRIVATE, ChatType.GROUP, ChatType.SUPERGROUP)
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
-_MAX_TRACKED_PARTS = 256
-
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("start", "Say hello and see what Bruce can do"),
-    ("help", "How to talk to Bruce"),
-    ("new", "Start a new conversation (earlier messages are set aside)"),
-    ("reminders", "List your scheduled reminders and briefings"),
+_ALBUM_KINDS = (
+    ("photo", "photo"),
+    ("video", "video"),
+    ("document", "file"),
+    ("audio", "audio file"),
 )
-GREETING = (
-    "Hi {name}! I'm Bruce, your personal assistant. Just write to me in plain words: I can "
-    "search the web and read pages for you, write reports you can open in a browser, and "
-    'remind you of things or send you a briefing at a time you choose ("remind me tomorrow at '
-    '9 to call Ana").\n\n'
-    "/new starts a fresh conversation · /reminders lists what is scheduled · /help shows this "
-    "again."
-)
-HELP = (
-    "Write to me as you would to a person; I remember our conversation until you send /new.\n\n"
-    "• Ask questions, or ask me to look something up on the web.\n"
-    "• Ask for a report or a summary: I save it and send you the link.\n"
-    "• Ask me to remind you, once or every day/week, or to send you a briefing.\n\n"
-    "/new: start a new conversation\n/reminders: what is scheduled\n/help: this message\n\n"
-    "In a group, mention me (@{username}) or reply to one of my messages."
-)
-STRANGER_REPLY = (
-    "Sorry, I only talk to people my owner has allowed. Your Telegram user id is {user_id}. If "
-    "you are the owner, add {user_id} to channels.telegram.allowed_user_ids in config.yml and "
-    "restart me."
-)
-ONLY_TEXT = "I can only read text for now. Please write your message (a caption works too)."
-NOT_SAVED = "Sorry, I couldn't save your message just now. Please send it again in a minute."
-RESTARTING = "I'm restarting right now. Please send that again in a minute."
-COMMAND_FAILED = "Sorry, that didn't work on my side. It has been logged; please try again."
 
-
-class _ProcessedUpdateQueue(asyncio.Queue):  # type: ignore[type-arg]
-    """PTB's update queue, changed so that `put` returns only after the update was processed.
-
-    Why: PTB's updater puts a fetched batch into this queue and then at once moves its offset
-    past the batch; the very next getUpdates call carries that offset, which confirms the
-    updates to Telegram, whether or not a handler has run yet. A crash in between would lose
-    them. With this queue the updater's `await put(update)` waits until the application called
-    `task_done()` for that update, i.e. until our handler returned, and our handler returns only
-    after `inbox.submit` stored the message. So an update is confirmed (by the next getUpdates;
-    on stop, by the updater's final getUpdates) only once the message is durable. The same holds
-    for webhooks: PTB's webhook handler awaits `put` before answering 200, and Telegram
-    redelivers an update that was not answered 200.
-
-    It relies on the application processing updates one at a time, in order
-    (`concurrent_updates(False)`), so the n-th `task_done` belongs to the n-th update put.
-    Updates cut off by a stop before being processed are simply not confirmed: Telegram sends
-    them again, and the inbox drops duplicates by platform message id.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._processed: list[asyncio.Future[None]] = []
-
-    def put_nowait(self, item: Any) -> None:
-        super().put_nowait(item)
-        self._processed.append(asyncio.get_running_loop().create_future())
-
-    async def put(self, item: Any) -> None:
-        self.put_nowait(item)
-        await self._processed[-1]
-
-    def task_done(self) -> None:
-        super().task_done()
-        if self._processed:
-            done = self._processed.pop(0)
-            if not done.done():
-                done.set_result(None)
+_COMMAND_NAMES = frozenset(name for name, _ in COMMANDS)
 
 
 class _UpdateCheckingRequest(HTTPXRequest):
@@ -151,27 +109,55 @@ class _UpdateCheckingRequest(HTTPXRequest):
     PTB parses a whole batch at once; one malformed update makes it log the failure and fetch
     the same batch again, forever, so nobody would be answered any more. Here each update of a
     batch is parsed on its own first, and one that fails is replaced by an empty update with the
-    same id, so the offset moves past it and the rest are handled.
+    same id, so the offset moves past it and the rest are handled. `seen` is told of every
+    update of the batch (the parsed one, or None for one that could not be parsed) before any
+    of them is handled.
     """
+
+    def __init__(self, seen: Callable[[Any, Update | None], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._seen = seen
 
     async def post(self, url: str, *args: Any, **kwargs: Any) -> Any:
         result = await super().post(url, *args, **kwargs)
-        if url.endswith("/getUpdates") and isinstance(result, list):
-            return [checked for item in result if (checked := _checked_update(item)) is not None]
-        return result
+        if not (url.endswith("/getUpdates") and isinstance(result, list)):
+            return result
+        checked: list[dict[str, Any]] = []
+        for item in result:
+            raw, parsed = _checked_update(item)
+            if raw is not None:
+                checked.append(raw)
+                _tell(self._seen, item, parsed)
+        return checked
 
 
-def _checked_update(item: Any) -> dict[str, Any] | None:
+def _checked_update(item: Any) -> tuple[dict[str, Any] | None, Update | None]:
+    """(the update to hand to PTB or None to drop it, the parsed update or None)."""
     update_id = item.get("update_id") if isinstance(item, dict) else None
     if not isinstance(update_id, int) or isinstance(update_id, bool):
         log.warning("telegram_update_unreadable", reason="no update_id")
-        return None
+        return None, None
     try:
-        Update.de_json(item, None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PTB's deprecation notes are not parse errors
+            parsed = Update.de_json(item, None)
     except Exception as exc:
-        log.warning("telegram_update_malformed", update_id=update_id, error=repr(exc))
-        return {"update_id": update_id}
-    return item  # type: ignore[no-any-return]
+        log.warning(
+            "telegram_update_malformed",
+            update_id=update_id,
+            chat_id=chat_id_of(item),
+            error=repr(exc),
+        )
+        return {"update_id": update_id}, None
+    return item, parsed  # type: ignore[return-value]
+
+
+def _tell(listener: Callable[..., None], *args: Any) -> None:
+    """Intake bookkeeping must never stop intake."""
+    try:
+        listener(*args)
+    except Exception:
+        log.exception("telegram_intake_note_failed")
 
 
 class TelegramChannel:
@@ -183,16 +169,16 @@ class TelegramChannel:
     ) -> None:
         self._config = config
         self._allowed = frozenset(config.allowed_user_ids)
-        self._clock = clock
         self._app: Application | None = None  # type: ignore[type-arg]
         self._inbox: InboxPort | None = None
         self._can_send = False
         self._bot_id = 0
         self._bot_username = ""
-        self._refused_at: dict[int, float] = {}
-        # Pieces already delivered of a part that became several messages, so that a retry of
-        # the part by the outbox does not send them twice: (chat, message id, part) -> count.
-        self._delivered_pieces: dict[tuple[str, int, int], int] = {}
+        self._port: InboxPort | None = None  # for chat migrations, which sends follow too
+        self._refusals = RefusalLog(clock)
+        self._albums = AlbumBook()
+        self._unreadable = UnreadableUpdates()
+        self._delivered = DeliveredPieces()
         self._updates_request: _UpdateCheckingRequest | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._commands_registered = False
@@ -213,7 +199,7 @@ class TelegramChannel:
         app.add_handler(TypeHandler(Update, self._on_update))
         app.add_error_handler(self._on_error)
         self._app = app
-        self._inbox = inbox
+        self._inbox = self._port = inbox
         try:
             await self._connect(app)
         except (NetworkError, RetryAfter) as exc:
@@ -322,18 +308,19 @@ class TelegramChannel:
         """Release the HTTP connections; `send` fails (transiently) from now on."""
         app, self._app = self._app, None
         self._can_send = False
+        self._port = None
         if app is not None:
             await app.shutdown()
 
     def _build_application(self) -> Application:  # type: ignore[type-arg]
         config = self._config
-        updates_request = _UpdateCheckingRequest(connection_pool_size=1)
+        updates_request = _UpdateCheckingRequest(self._saw_raw, connection_pool_size=1)
         self._updates_request = updates_request
         builder = (
             ApplicationBuilder()
             .token(config.token)
-            .concurrent_updates(False)  # one update at a time, in order: see the queue above
-            .update_queue(_ProcessedUpdateQueue())
+            .concurrent_updates(False)  # one update at a time, in order: see telegram_intake.py
+            .update_queue(ProcessedUpdateQueue(self._saw_update))
             .get_updates_request(updates_request)
             .job_queue(None)
             # No AIORateLimiter: its RetryAfter retries would stack on the outbox's, and its
@@ -347,21 +334,7 @@ class TelegramChannel:
 
     async def _start_webhook(self, app: Application) -> None:  # type: ignore[type-arg]
         webhook = self._config.webhook
-        if not webhook.url:
-            raise RuntimeError(
-                "channels.telegram.mode is webhook but channels.telegram.webhook.url is empty: "
-                "set it to the public https URL that reaches Bruce, or use mode: polling."
-            )
-        secret = webhook.secret_token
-        if not secret:
-            # Bruce registers the webhook itself, so it can choose a secret Telegram will send.
-            secret = secrets.token_urlsafe(32)
-            log.info("telegram_webhook_secret_generated")
-        elif not _SECRET_TOKEN.fullmatch(secret):
-            raise RuntimeError(
-                "channels.telegram.webhook.secret_token may only contain letters, digits, _ and "
-                "- (1-256 characters), as Telegram requires."
-            )
+        secret = _webhook_secret(self._config)
         assert app.updater is not None
         await app.updater.start_webhook(
             listen=webhook.listen,
@@ -380,19 +353,32 @@ class TelegramChannel:
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.message
         if message is None:
-            if update.edited_message is not None:
+            unreadable = self._unreadable.pop(update.update_id)
+            if unreadable is not None:
+                await self._tell_unreadable(unreadable)
+            elif update.edited_message is not None:
                 # An edit is not a new message; answering it again would confuse the chat.
                 log.debug("telegram_edit_ignored", update_id=update.update_id)
             return
-        user = message.from_user
         chat = message.chat
-        if user is None or user.is_bot or chat.type not in _SUPPORTED_CHATS:
+        if chat.type not in _SUPPORTED_CHATS:
             return
+        moved = _migration_of(message)
+        if moved is not None:
+            await self._follow_migration(*moved)
+            return
+        if _is_service(update) or message.is_automatic_forward:
+            # Service messages (members, title, pins, topics, video chats...) and channel posts
+            # copied into their discussion group: nobody is speaking to Bruce.
+            return
+        user = message.from_user
+        if user is None or (user.is_bot and message.sender_chat is None):
+            return
+        address = _address_of(message)
         in_group = chat.type != ChatType.PRIVATE
-        is_text = message.text is not None
-        body = message.text if is_text else message.caption
-        entities = tuple(message.entities if is_text else message.caption_entities)
-        command, command_target = _command_of(body, entities)
+        body = message.text if message.text is not None else message.caption
+        entities = message.entities if message.text is not None else message.caption_entities
+        command, command_target = command_of(body, entities, _COMMAND_NAMES)
         for_me = command_target.lower() == self._bot_username.lower()
         if command_target and not for_me:
             command = None  # "/new@other_bot" is another bot's business
@@ -400,34 +386,67 @@ class TelegramChannel:
             not in_group
             or for_me
             or command is not None
-            or bool(self._my_mentions(body, entities))
-            or self._replies_to_me(message)
+            or bool(mentions_of_bot(body, entities, self._bot_username, self._bot_id))
+            or _replies_to(message, self._bot_id)
         )
         if not addressed:
             return
-        # The allowlist comes before anything else: a stranger's words are never stored.
+        # Who speaks comes before anything else: a stranger's words are never stored.
+        if message.sender_chat is not None:  # an anonymous admin, or someone posting as a channel
+            await self._refuse(message, message.sender_chat.id, ANONYMOUS_REPLY)
+            return
         if user.id not in self._allowed:
-            await self._refuse(message, user)
+            await self._refuse(message, user.id, STRANGER_REPLY.format(user_id=user.id))
             return
         if command is not None:
-            await self._run_command(command, message, user)
+            await self._run_command(command, message, user, address)
+            return
+        if message.media_group_id:
+            turn = self._albums.take(
+                _album_part(message, address, self._bot_username, self._bot_id)
+            )
+            if turn.action == "notice":
+                await self._reply(message, ONLY_TEXT)
+            elif turn.action == "submit":
+                await self._submit(message, user, turn.text, address)
             return
         if body is None:
-            await self._reply(message, ONLY_TEXT)
+            if _has_content(message):  # a sticker, a voice note, a location, a bare photo...
+                await self._reply(message, ONLY_TEXT)
             return
-        await self._submit(message, user, self._without_my_mentions(body, entities), in_group)
+        text = without_bot_mentions(body, entities, self._bot_username, self._bot_id)
+        await self._submit(message, user, text, address)
 
-    async def _submit(self, message: Message, user: User, text: str, in_group: bool) -> None:
+    def _saw_raw(self, item: Any, parsed: Update | None) -> None:
+        """Every update of a getUpdates batch, before any of it is handled."""
+        if parsed is not None:
+            self._saw_update(parsed)
+            return
+        self._unreadable.note(item)
+
+    def _saw_update(self, update: Any) -> None:
+        """An update queued (webhook posts wait their turn here) or fetched in a batch."""
+        if not isinstance(update, Update):
+            return
+        message = update.message
+        if message is not None and message.media_group_id:
+            self._albums.expect(
+                _album_part(message, _address_of(message), self._bot_username, self._bot_id)
+            )
+
+    async def _submit(self, message: Message, user: User, text: str, address: ChatAddress) -> None:
         inbox = self._inbox
         if inbox is None:
             await self._reply(message, RESTARTING)
             return
         metadata: dict[str, Any] = (
-            {"group": True, "reply_to": message.message_id} if in_group else {}
+            {"group": True, "reply_to": message.message_id}
+            if message.chat.type != ChatType.PRIVATE
+            else {}
         )
         inbound = InboundMessage(
             TELEGRAM_CHANNEL,
-            str(message.chat.id),
+            str(address),
             text,
             user_id=str(user.id),
             user_name=_display_name(user),
@@ -438,37 +457,47 @@ class TelegramChannel:
             submission = await inbox.submit(inbound)
         except Exception:
             log.exception(
-                "telegram_submit_failed", chat_id=message.chat.id, message_id=message.message_id
+                "telegram_submit_failed", chat_id=str(address), message_id=message.message_id
             )
             await self._reply(message, NOT_SAVED)
             return
         if not submission.accepted:
             log.info(
                 "telegram_message_not_accepted",
-                chat_id=message.chat.id,
+                chat_id=str(address),
                 message_id=message.message_id,
                 reason=submission.reason,
             )
             if submission.reason == "stopping":
                 await self._reply(message, RESTARTING)
 
-    async def _refuse(self, message: Message, user: User) -> None:
-        now = self._clock()
-        last = self._refused_at.get(user.id)
-        if last is not None and now - last < STRANGER_REPLY_INTERVAL_SECONDS:
-            log.debug("telegram_stranger_ignored", user_id=user.id, chat_id=message.chat.id)
+    async def _refuse(self, message: Message, sender_id: int, reply: str) -> None:
+        """One polite reply an hour to a sender Bruce may not answer (a user id, or the id of
+        the group or channel an anonymous sender speaks as)."""
+        if not self._refusals.due(sender_id):
+            log.debug("telegram_stranger_ignored", sender_id=sender_id, chat_id=message.chat.id)
             return
-        self._refused_at = {
-            uid: at
-            for uid, at in self._refused_at.items()
-            if now - at < STRANGER_REPLY_INTERVAL_SECONDS
-        }
-        self._refused_at[user.id] = now
-        log.warning("telegram_stranger_refused", user_id=user.id, chat_id=message.chat.id)
-        await self._reply(message, STRANGER_REPLY.format(user_id=user.id))
+        log.warning("telegram_stranger_refused", sender_id=sender_id, chat_id=message.chat.id)
+        await self._reply(message, reply)
 
-    async def _run_command(self, command: str, message: Message, user: User) -> None:
-        chat_id = str(message.chat.id)
+    async def _tell_unreadable(self, unreadable: UnreadableMessage) -> None:
+        """The notice for an update PTB could not parse, for an allowed sender only."""
+        chat_id = str(unreadable.address)
+        if unreadable.sender_id not in self._allowed or not unreadable.addressed_to(
+            self._bot_username, self._bot_id
+        ):
+            log.info("telegram_unreadable_not_answered", chat_id=chat_id)
+            return
+        log.info("telegram_unreadable_answered", chat_id=chat_id)
+        try:
+            await self._send_pieces(unreadable.address, [Piece(UNREADABLE, None)], None)
+        except DeliveryError as exc:
+            log.warning("telegram_reply_failed", chat_id=chat_id, error=str(exc))
+
+    async def _run_command(
+        self, command: str, message: Message, user: User, address: ChatAddress
+    ) -> None:
+        chat_id = str(address)
         log.info("telegram_command", command=command, chat_id=chat_id, user_id=user.id)
         try:
             if command == "start":
@@ -490,57 +519,25 @@ class TelegramChannel:
         """A direct answer from the adapter (not a model reply): best effort, never raises."""
         try:
             await self._send_pieces(
-                message.chat.id,
+                _address_of(message),
                 [Piece(chunk, None) for chunk in fit_plain(text)],
                 message.message_id if message.chat.type != ChatType.PRIVATE else None,
             )
         except DeliveryError as exc:
             log.warning("telegram_reply_failed", chat_id=message.chat.id, error=str(exc))
 
-    def _my_mentions(
-        self, body: str | None, entities: Sequence[MessageEntity]
-    ) -> list[MessageEntity]:
-        if not body:
-            return []
-        mine = f"@{self._bot_username}".lower()
-        return [
-            entity
-            for entity in entities
-            if (entity.type == MessageEntityType.MENTION and _slice(body, entity).lower() == mine)
-            or (
-                entity.type == MessageEntityType.TEXT_MENTION
-                and entity.user is not None
-                and entity.user.id == self._bot_id
+    async def _follow_migration(self, old_chat_id: int, new_chat_id: int) -> None:
+        """The group became a supergroup with a new id: its conversation follows it."""
+        log.info("telegram_chat_migrated", old_chat_id=old_chat_id, new_chat_id=new_chat_id)
+        port = self._port
+        if port is None:
+            return
+        try:
+            await port.migrate_chat(TELEGRAM_CHANNEL, str(old_chat_id), str(new_chat_id))
+        except Exception:
+            log.exception(
+                "telegram_migration_failed", old_chat_id=old_chat_id, new_chat_id=new_chat_id
             )
-        ]
-
-    def _without_my_mentions(self, body: str, entities: Sequence[MessageEntity]) -> str:
-        """The text without "@bruce_bot" (a text_mention is the user's own words: it stays);
-        the text unchanged when the mention is all there is."""
-        spans = [
-            (entity.offset, entity.offset + entity.length)
-            for entity in self._my_mentions(body, entities)
-            if entity.type == MessageEntityType.MENTION
-        ]
-        if not spans:
-            return body
-        units = body.encode("utf-16-le")
-        kept: list[bytes] = []
-        position = 0
-        for start, end in sorted(spans):
-            kept.append(units[position * 2 : start * 2])
-            position = max(position, end)
-        kept.append(units[position * 2 :])
-        text = re.sub(r"[ \t]{2,}", " ", b"".join(kept).decode("utf-16-le", "replace")).strip()
-        return text or body
-
-    def _replies_to_me(self, message: Message) -> bool:
-        replied = message.reply_to_message
-        return (
-            replied is not None
-            and replied.from_user is not None
-            and replied.from_user.id == self._bot_id
-        )
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         error = context.error
@@ -559,7 +556,7 @@ class TelegramChannel:
 
     async def send(self, message: OutboundMessage) -> None:
         try:
-            chat_id = int(message.chat_id)
+            address = ChatAddress.parse(message.chat_id)
         except ValueError:
             raise DeliveryError(
                 f"not a Telegram chat id: {message.chat_id!r}", permanent=True
@@ -568,28 +565,33 @@ class TelegramChannel:
         reply_to = message.metadata.get("reply_to") if part == 0 else None
         pieces = render_pieces(message.text)
         key = (message.chat_id, message.message_id, part) if message.message_id else None
-        done = self._delivered_pieces.get(key, 0) if key else 0
+        done = self._delivered.done(key)
 
         def delivered(count: int) -> None:
-            if key is not None and len(pieces) > 1:
-                if len(self._delivered_pieces) >= _MAX_TRACKED_PARTS:
-                    self._delivered_pieces.pop(next(iter(self._delivered_pieces)))
-                self._delivered_pieces[key] = done + count
+            if len(pieces) > 1:
+                self._delivered.note(key, done + count)
 
-        await self._send_pieces(chat_id, pieces[done:], reply_to, delivered)
-        if key is not None:
-            self._delivered_pieces.pop(key, None)
+        await self._send_pieces(address, pieces[done:], reply_to, delivered)
+        self._delivered.forget(key)
 
     async def typing(self, chat_id: str) -> None:
         bot = self._sending_bot()
         try:
-            await bot.send_chat_action(chat_id=int(chat_id), action=ChatAction.TYPING)
+            address = ChatAddress.parse(chat_id)
+        except ValueError:
+            raise DeliveryError(f"not a Telegram chat id: {chat_id!r}", permanent=True) from None
+        try:
+            await bot.send_chat_action(
+                chat_id=address.chat_id,
+                action=ChatAction.TYPING,
+                message_thread_id=address.thread_id,
+            )
         except TelegramError as exc:
             raise self._delivery_error(exc) from None
 
     async def _send_pieces(
         self,
-        chat_id: int,
+        address: ChatAddress,
         pieces: Sequence[Piece],
         reply_to: int | None,
         delivered: Callable[[int], None] | None = None,
@@ -602,28 +604,41 @@ class TelegramChannel:
                 else None
             )
             try:
-                await self._send_piece(bot, chat_id, piece, replying)
+                try:
+                    await self._send_piece(bot, address, piece, replying)
+                except ChatMigrated as moved:  # the group became a supergroup: follow it now
+                    await self._follow_migration(address.chat_id, moved.new_chat_id)
+                    address = ChatAddress(moved.new_chat_id)
+                    await self._send_piece(bot, address, piece, replying)
             except TelegramError as exc:
                 raise self._delivery_error(exc) from None
             if delivered is not None:
                 delivered(index + 1)
 
     async def _send_piece(
-        self, bot: Bot, chat_id: int, piece: Piece, replying: ReplyParameters | None
+        self, bot: Bot, address: ChatAddress, piece: Piece, replying: ReplyParameters | None
     ) -> None:
+        chat_id, thread = address.chat_id, address.thread_id
         if piece.html is not None:
             try:
                 await bot.send_message(
-                    chat_id, piece.html, parse_mode=ParseMode.HTML, reply_parameters=replying
+                    chat_id,
+                    piece.html,
+                    parse_mode=ParseMode.HTML,
+                    reply_parameters=replying,
+                    message_thread_id=thread,
                 )
                 return
             except BadRequest as exc:
                 if "can't parse entities" not in exc.message.lower():
                     raise
-                log.info("telegram_markup_refused", chat_id=chat_id, error=exc.message)
+                log.info("telegram_markup_refused", chat_id=str(address), error=exc.message)
         for index, chunk in enumerate(fit_plain(piece.source, TELEGRAM_TEXT_LIMIT)):
             await bot.send_message(
-                chat_id, chunk, reply_parameters=replying if index == 0 else None
+                chat_id,
+                chunk,
+                reply_parameters=replying if index == 0 else None,
+                message_thread_id=thread,
             )
 
     def _sending_bot(self) -> Bot:
@@ -673,26 +688,82 @@ def _file_url(base_url: str) -> str:
     return base_url
 
 
-def _slice(text: str, entity: MessageEntity) -> str:
-    """The text an entity covers; Telegram counts offsets in UTF-16 code units."""
-    units = text.encode("utf-16-le")
-    start, end = entity.offset * 2, (entity.offset + entity.length) * 2
-    return units[start:end].decode("utf-16-le", "replace")
+def _webhook_secret(config: TelegramConfig) -> str:
+    """The secret Telegram will send with each post; a wrong webhook setting stops start-up."""
+    webhook = config.webhook
+    if not webhook.url:
+        raise RuntimeError(
+            "channels.telegram.mode is webhook but channels.telegram.webhook.url is empty: "
+            "set it to the public https URL that reaches Bruce, or use mode: polling."
+        )
+    secret = webhook.secret_token
+    if not secret:
+        # Bruce registers the webhook itself, so it can choose a secret Telegram will send.
+        log.info("telegram_webhook_secret_generated")
+        return secrets.token_urlsafe(32)
+    if not _SECRET_TOKEN.fullmatch(secret):
+        raise RuntimeError(
+            "channels.telegram.webhook.secret_token may only contain letters, digits, _ and "
+            "- (1-256 characters), as Telegram requires."
+        )
+    return secret
 
 
-def _command_of(body: str | None, entities: Sequence[MessageEntity]) -> tuple[str | None, str]:
-    """(known command name or None, the bot it names or "") of a message that starts with a
-    bot_command entity; commands without that entity are plain text."""
-    if not body:
-        return None, ""
-    entity = next(
-        (e for e in entities if e.type == MessageEntityType.BOT_COMMAND and e.offset == 0), None
+def _address_of(message: Message) -> ChatAddress:
+    """The conversation a message belongs to: its chat, or its forum topic."""
+    return ChatAddress.of_message(
+        message.chat.id,
+        is_forum=message.chat.is_forum,
+        is_topic_message=message.is_topic_message,
+        thread_id=message.message_thread_id,
     )
-    if entity is None:
-        return None, ""
-    name, _, target = _slice(body, entity).lstrip("/").partition("@")
-    name = name.lower()
-    return (name if name in dict(COMMANDS) else None), target
+
+
+def _album_part(message: Message, address: ChatAddress, username: str, bot_id: int) -> AlbumPart:
+    caption = message.caption
+    if caption is not None:
+        caption = without_bot_mentions(caption, message.caption_entities, username, bot_id)
+    kind = next((name for field, name in _ALBUM_KINDS if message[field]), "part")
+    return AlbumPart(str(address), str(message.media_group_id), message.message_id, kind, caption)
+
+
+def _replies_to(message: Message, bot_id: int) -> bool:
+    """Whether the message replies to one of the bot's own messages."""
+    replied = message.reply_to_message
+    if replied is None or replied.from_user is None or replied.from_user.id != bot_id:
+        return False
+    # In a forum topic every message that replies to nothing "replies" to the topic's first
+    # message; when the bot opened the topic, that is not a reply to the bot.
+    topic_root = bool(message.is_topic_message) and (
+        replied.message_id == message.message_thread_id
+    )
+    return not topic_root and replied.forum_topic_created is None
+
+
+def _migration_of(message: Message) -> tuple[int, int] | None:
+    """(old, new) chat id of the service message announcing a group's upgrade, in the old
+    group (migrate_to_chat_id) or in the new supergroup (migrate_from_chat_id)."""
+    if message.migrate_to_chat_id:
+        return message.chat.id, message.migrate_to_chat_id
+    if message.migrate_from_chat_id:
+        return message.migrate_from_chat_id, message.chat.id
+    return None
+
+
+def _is_service(update: Update) -> bool:
+    """A service message: members joined or left, a new title or photo, a pin, a topic opened,
+    a video chat, an auto-delete timer... (PTB's own list, which follows the Bot API)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PTB's int-or-timedelta transition warnings
+        return bool(filters.StatusUpdate.ALL.check_update(update))
+
+
+def _has_content(message: Message) -> bool:
+    """Something a person sent (media, a location, a poll...), as opposed to an empty or
+    unknown message."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PTB's successful_payment deprecation warning
+        return message.effective_attachment is not None
 
 
 def _display_name(user: User) -> str:

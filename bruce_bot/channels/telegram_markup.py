@@ -127,3 +127,30 @@ def fit_plain(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
     for chunk in split_text(text, len(text) // 2 + 4):
         chunks.extend(fit_plain(chunk, limit))
     return chunks
+
+
+PartKey = tuple[str, int, int]  # (chat, stored message id, part)
+
+
+class DeliveredPieces:
+    """How many pieces of a part that became several messages were already delivered, so
+    that the outbox's retry of the part does not send them twice. Bounded: the oldest entries
+    go first."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._capacity = capacity
+        self._done: dict[PartKey, int] = {}
+
+    def done(self, key: PartKey | None) -> int:
+        return self._done.get(key, 0) if key is not None else 0
+
+    def note(self, key: PartKey | None, count: int) -> None:
+        if key is None:
+            return
+        if key not in self._done and len(self._done) >= self._capacity:
+            self._done.pop(next(iter(self._done)))
+        self._done[key] = count
+
+    def forget(self, key: PartKey | None) -> None:
+        if key is not None:
+            self._done.pop(key, None)

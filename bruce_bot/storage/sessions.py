@@ -93,6 +93,36 @@ class SessionStore:
                 row = (await connection.execute(query)).one()
         return self._remember(SessionRecord(*row))
 
+    async def find(self, key: SessionKey) -> SessionRecord | None:
+        """The session of `key` if there is one (never creates it)."""
+        cached = self._by_key.get(key)
+        if cached is not None:
+            return cached
+        query = select(*_COLUMNS).where(
+            _table.c.channel == key.channel, _table.c.chat_id == key.chat_id
+        )
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(query)).first()
+        return self._remember(SessionRecord(*row)) if row is not None else None
+
+    async def move_chat(self, key: SessionKey, new_chat_id: str) -> SessionRecord | None:
+        """The chat of `key` now has the id `new_chat_id`: the session follows it, keeping its
+        id, history and summary (the cached record changes in place, so a turn running for it
+        replies to the new id). Returns the moved session; None when `key` has no session, or
+        when `new_chat_id` already has one of its own: two sessions are not merged, the old one
+        stays where it is as history (the caller moves what must follow the chat)."""
+        session = await self.find(key)
+        if session is None or await self.find(SessionKey(key.channel, new_chat_id)) is not None:
+            return None
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                update(_table).where(_table.c.id == session.id).values(chat_id=new_chat_id)
+            )
+        self._by_key.pop(key, None)
+        session.chat_id = new_chat_id
+        self._remember(session)
+        return session
+
     async def get(self, session_id: int) -> SessionRecord | None:
         cached = self._by_id.get(session_id)
         if cached is not None:

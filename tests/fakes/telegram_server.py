@@ -8,7 +8,15 @@ setWebhook, getWebhookInfo, setMyCommands, getMyCommands, getUpdates (a real lon
 request is held until an update is queued or `timeout` runs out; an `offset` confirms every
 update below it), sendMessage (refuses texts over 4096 UTF-16 units after entity parsing with
 "message is too long", and bad HTML with "can't parse entities" when `parse_mode` is HTML),
-sendChatAction. Chats the bot never heard from get "chat not found". While a webhook is set,
+sendChatAction. Chats the bot never heard from get "chat not found". Forum supergroups are
+checked the way Telegram checks them: a sendMessage with a `message_thread_id` that is not one
+of the chat's topics gets "message thread not found" (the General topic included: it has no
+thread id to send to); without one it lands in the topic of the message it replies to, else in
+General; `SentMessage.thread_id` records where it landed (None: General, or not a forum). A
+group upgraded with `upgrade_group` answers sendMessage/sendChatAction with Telegram's 400
+"group chat was upgraded to a supergroup chat" and `parameters.migrate_to_chat_id`. Recorded
+payloads (tests/fixtures/telegram/) are served as captured with `replay`, ids adapted. While a
+webhook is set,
 getUpdates answers 409 and queued updates are POSTed to the webhook URL with the
 `X-Telegram-Bot-Api-Secret-Token` header, retried until the receiver answers 200::
 
@@ -19,6 +27,8 @@ getUpdates answers 409 and queued updates are POSTed to the webhook URL with the
         telegram.group_text(-500, alice, "hi", mention=True)  # "@bruce_test_bot hi" + entity
         telegram.photo(alice, caption="what is this?")        # also sticker(), edited_text()
         telegram.push_raw({"update_id": 77, "message": {...}})  # malformed updates
+        telegram.replay(load_fixture("album_caption_on_first"), ids={521070000: alice.id})
+        telegram.upgrade_group(-500, -1001557912345)          # sends to -500 → ChatMigrated
         sent = await telegram.wait_for_messages(alice.id, 1)
         telegram.fail_get_updates(3)                          # next 3 getUpdates → 502
         telegram.fail_next("getMe")                           # the API is down at start-up
@@ -40,14 +50,20 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
 
 TEXT_LIMIT = 4096  # UTF-16 code units, after entity parsing
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "telegram"
+# Keys whose integer values are user or chat ids (adapted by `replay`'s `ids`).
+_ID_KEYS = {"id", "chat_id", "user_id", "migrate_to_chat_id", "migrate_from_chat_id"}
+# Keys whose values are message ids (renumbered by `replay`, keeping their relations).
+_MESSAGE_ID_KEYS = {"message_id", "message_thread_id", "forward_from_message_id"}
 BOT_ID = 999_000
 BOT_USERNAME = "bruce_test_bot"
 
@@ -156,6 +172,7 @@ class SentMessage:
     parse_mode: str | None
     reply_to: int | None
     params: dict[str, str] = field(default_factory=dict)
+    thread_id: int | None = None  # the forum topic it landed in (None: General / not a forum)
 
 
 @dataclass(slots=True)
@@ -190,6 +207,9 @@ class FakeTelegramServer:
         self._message_ids = itertools.count(100)
         self._chats: dict[int, dict[str, Any]] = {}
         self._blocked: set[int] = set()
+        self._migrated: dict[int, int] = {}  # old group id -> supergroup id
+        self._topics: dict[int, set[int]] = {}  # forum chat id -> its topics' thread ids
+        self._threads: dict[tuple[int, int], int] = {}  # (chat, message) -> topic
         self._failures: dict[str, list[_Failure]] = {}
         self._reject_markup = 0
         self._changed = asyncio.Condition()
@@ -264,6 +284,17 @@ class FakeTelegramServer:
         """The user blocked the bot: sendMessage/sendChatAction answer 403 from now on."""
         self._blocked.add(chat_id)
 
+    def upgrade_group(self, old_chat_id: int, new_chat_id: int) -> None:
+        """The group became a supergroup (Telegram announces it with service messages; replay
+        teloxide_migrate_to_chat_id / _from_ for those): sends to the old id fail from now on."""
+        old = self._chats.get(old_chat_id, {"id": old_chat_id, "title": f"Group {old_chat_id}"})
+        self._migrated[old_chat_id] = new_chat_id
+        self._chats[new_chat_id] = {
+            "id": new_chat_id,
+            "title": old.get("title"),
+            "type": "supergroup",
+        }
+
     # ---- building updates --------------------------------------------------------------------
 
     @staticmethod
@@ -284,11 +315,13 @@ class FakeTelegramServer:
         text_mention: bool = False,
         reply_to: SentMessage | None = None,
         chat_type: str = "group",
+        topic: int | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
         """A group message; `mention` prefixes "@bruce_test_bot " with a mention entity,
         `text_mention` names the bot by a text_mention entity, `reply_to` replies to a message
-        the bot sent."""
+        the bot sent, `topic` sends it in that topic of a forum supergroup (`topic=0`: in the
+        forum's General topic)."""
         entities: list[dict[str, Any]] = list(extra.pop("entities", []))
         if mention:
             tag = f"@{BOT_USERNAME}"
@@ -303,10 +336,10 @@ class FakeTelegramServer:
                 {"type": "text_mention", "offset": 0, "length": len(name), "user": self.bot}
             )
         if reply_to is not None:
-            extra["reply_to_message"] = self._bot_message_dict(reply_to)
+            extra["reply_to_message"] = self.bot_message(reply_to)
         if entities:
             extra["entities"] = entities
-        return self.queue_message(chat_id, chat_type, user, text=text, **extra)
+        return self.queue_message(chat_id, chat_type, user, text=text, topic=topic, **extra)
 
     def command(
         self,
@@ -315,6 +348,7 @@ class FakeTelegramServer:
         *,
         chat_id: int | None = None,
         chat_type: str = "private",
+        topic: int | None = None,
     ) -> dict[str, Any]:
         """A command ("/new", "/help@bruce_test_bot ...") with its bot_command entity."""
         name = command.split()[0]
@@ -325,6 +359,7 @@ class FakeTelegramServer:
             user,
             text=command,
             entities=[entity],
+            topic=topic,
         )
 
     def photo(
@@ -373,14 +408,57 @@ class FakeTelegramServer:
         """The same message again in a new update (as after a lost acknowledgement)."""
         self.push_raw({"message": message})
 
+    def replay(
+        self,
+        recorded: Any,
+        *,
+        ids: Mapping[int, int] | None = None,
+        chat: Mapping[str, Any] | None = None,
+        renumber: dict[int, int] | None = None,
+        **fields: Any,
+    ) -> list[dict[str, Any]]:
+        """Queue recorded payloads as captured: an update, a bare message (sent as a new
+        `message`), or a list of them (one getUpdates batch). Adapted: user and chat ids by
+        `ids`; every message id renumbered after the fake's own (a topic's thread id and the
+        messages replied to keep pointing at the same messages); the update ids are the
+        fake's. `chat` replaces the chat of the top-level message(s), `fields` are set on
+        them; pass the same `renumber` dict to replays that must share message ids (messages
+        of one topic). Returns the queued updates."""
+        items = recorded if isinstance(recorded, list) else [recorded]
+        renumbered: dict[int, int] = {} if renumber is None else renumber
+        updates: list[dict[str, Any]] = []
+        for item in items:
+            update = _adapted(item, dict(ids or {}), renumbered, self._message_ids)
+            update.pop("update_id", None)
+            if "update_id" not in item and "message_id" in item:
+                update = {"message": update}
+            for message in update.values():
+                if isinstance(message, dict) and "message_id" in message:
+                    if chat is not None:
+                        message["chat"] = dict(chat)
+                    message.update(fields)
+            updates.append(update)
+        return [{"update_id": self.push_raw(update), **update} for update in updates]
+
     def queue_message(
-        self, chat_id: int, chat_type: str, user: FakeUser, **fields: Any
+        self,
+        chat_id: int,
+        chat_type: str,
+        user: FakeUser,
+        *,
+        topic: int | None = None,
+        **fields: Any,
     ) -> dict[str, Any]:
         chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
         if chat_type == "private":
             chat["first_name"] = user.first_name
         else:
             chat["title"] = f"Group {chat_id}"
+        if topic is not None:
+            chat.update(type="supergroup", is_forum=True)
+            if topic:
+                fields.setdefault("message_thread_id", topic)
+                fields.setdefault("is_topic_message", True)
         message = {
             "message_id": next(self._message_ids),
             "date": int(time.time()),
@@ -394,16 +472,36 @@ class FakeTelegramServer:
     def push_raw(self, update: dict[str, Any]) -> int:
         """Queue any update body (its update_id is added unless given); returns the update_id."""
         update = {"update_id": next(self._update_ids), **update}
-        message = update.get("message")
-        if isinstance(message, dict) and isinstance(message.get("chat"), dict):
-            chat = message["chat"]
-            if isinstance(chat.get("id"), int):
-                self._chats[chat["id"]] = chat
+        for message in update.values():
+            if isinstance(message, dict):
+                self._learn(message)
         self._updates.append(update)
         self._notify()
         if self.webhook_url:
             self._ensure_pushing()
         return int(update["update_id"])
+
+    def _learn(self, message: dict[str, Any]) -> None:
+        """Chats, forum topics and which topic each message is in, as Telegram knows them."""
+        chat = message.get("chat")
+        if not isinstance(chat, dict) or not isinstance(chat.get("id"), int):
+            return
+        chat_id = chat["id"]
+        if chat_id not in self._migrated:
+            self._chats[chat_id] = chat
+        message_id = message.get("message_id")
+        thread = message.get("message_thread_id")
+        if chat.get("is_forum") and isinstance(message_id, int):
+            topics = self._topics.setdefault(chat_id, set())
+            if message.get("forum_topic_created") is not None:
+                topics.add(message_id)
+                self._threads[(chat_id, message_id)] = message_id
+            elif message.get("is_topic_message") and isinstance(thread, int):
+                topics.add(thread)
+                self._threads[(chat_id, message_id)] = thread
+        replied = message.get("reply_to_message")
+        if isinstance(replied, dict):
+            self._learn(replied)
 
     # ---- reading what happened ---------------------------------------------------------------
 
@@ -465,7 +563,7 @@ class FakeTelegramServer:
         try:
             result = await handler(params)
         except _APIError as exc:
-            return _error(exc.status, exc.description)
+            return _error(exc.status, exc.description, exc.parameters)
         return web.json_response({"ok": True, "result": result})
 
     def _next_failure(self, method: str) -> _Failure | None:
@@ -578,17 +676,34 @@ class FakeTelegramServer:
             reply_to = int(json.loads(params["reply_parameters"])["message_id"])
         elif params.get("reply_to_message_id"):
             reply_to = int(params["reply_to_message_id"])
+        thread = self._landing_topic(chat_id, params.get("message_thread_id"), reply_to)
         message_id = next(self._message_ids)
         self.sent.setdefault(chat_id, []).append(
-            SentMessage(chat_id, message_id, text, plain, parse_mode, reply_to, params)
+            SentMessage(chat_id, message_id, text, plain, parse_mode, reply_to, params, thread)
         )
-        return {
+        result: dict[str, Any] = {
             "message_id": message_id,
             "date": int(time.time()),
             "chat": self._chats[chat_id],
             "from": self.bot,
             "text": plain,
         }
+        if thread is not None:
+            self._threads[(chat_id, message_id)] = thread
+            result.update(message_thread_id=thread, is_topic_message=True)
+        return result
+
+    def _landing_topic(self, chat_id: int, thread: str | None, reply_to: int | None) -> int | None:
+        """Where a message lands in a forum, or "message thread not found"."""
+        if not self._chats[chat_id].get("is_forum"):
+            return int(thread) if thread else None
+        if thread:
+            if int(thread) not in self._topics.get(chat_id, set()):
+                raise _APIError(400, "Bad Request: message thread not found")
+            return int(thread)
+        if reply_to is not None:
+            return self._threads.get((chat_id, reply_to))
+        return None
 
     async def _api_sendChatAction(self, params: dict[str, str]) -> Any:
         chat_id = self._known_chat(params)
@@ -600,20 +715,30 @@ class FakeTelegramServer:
             chat_id = int(params.get("chat_id", ""))
         except ValueError:
             raise _APIError(400, "Bad Request: chat not found") from None
+        if chat_id in self._migrated:
+            raise _APIError(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+                {"migrate_to_chat_id": self._migrated[chat_id]},
+            )
         if chat_id not in self._chats:
             raise _APIError(400, "Bad Request: chat not found")
         if chat_id in self._blocked:
             raise _APIError(403, "Forbidden: bot was blocked by the user")
         return chat_id
 
-    def _bot_message_dict(self, sent: SentMessage) -> dict[str, Any]:
-        return {
+    def bot_message(self, sent: SentMessage) -> dict[str, Any]:
+        """A message the bot sent, as it appears in a `reply_to_message`."""
+        message = {
             "message_id": sent.message_id,
             "date": int(time.time()),
             "chat": self._chats[sent.chat_id],
             "from": self.bot,
             "text": sent.plain,
         }
+        if sent.thread_id is not None:
+            message.update(message_thread_id=sent.thread_id, is_topic_message=True)
+        return message
 
     # ---- webhook delivery --------------------------------------------------------------------
 
@@ -653,16 +778,43 @@ class FakeTelegramServer:
 
 
 class _APIError(Exception):
-    def __init__(self, status: int, description: str) -> None:
+    def __init__(
+        self, status: int, description: str, parameters: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(description)
         self.status = status
         self.description = description
+        self.parameters = parameters
 
 
-def _error(status: int, description: str) -> web.Response:
-    return web.json_response(
-        {"ok": False, "error_code": status, "description": description}, status=status
-    )
+def _error(status: int, description: str, parameters: dict[str, Any] | None = None) -> web.Response:
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return web.json_response(body, status=status)
+
+
+def load_fixture(name: str) -> Any:
+    """A recorded payload from tests/fixtures/telegram/ (see its README for the origins)."""
+    return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _adapted(
+    value: Any, ids: dict[int, int], renumbered: dict[int, int], fresh: Any, key: str = ""
+) -> Any:
+    """`value` with ids adapted (see `FakeTelegramServer.replay`)."""
+    if isinstance(value, dict):
+        return {k: _adapted(v, ids, renumbered, fresh, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_adapted(v, ids, renumbered, fresh, key) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if key in _MESSAGE_ID_KEYS:
+            if value not in renumbered:
+                renumbered[value] = next(fresh)
+            return renumbered[value]
+        if key in _ID_KEYS:
+            return ids.get(value, value)
+    return value
 
 
 async def _params(request: web.Request) -> dict[str, str]:

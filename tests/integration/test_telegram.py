@@ -439,6 +439,9 @@ async def test_update_is_confirmed_only_after_the_message_is_stored(
         async def describe_reminders(self, channel: str, chat_id: str) -> str:
             return "none"
 
+        async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
+            return None
+
     channel = TelegramChannel(
         TelegramConfig(
             enabled=True,
@@ -484,6 +487,9 @@ async def test_send_keeps_working_between_stop_and_close(
 
         async def describe_reminders(self, channel: str, chat_id: str) -> str:
             return ""
+
+        async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
+            return None
 
     channel = TelegramChannel(
         TelegramConfig(enabled=True, token=telegram.token, base_url=telegram.base_url)
