@@ -213,7 +213,9 @@ class Bruce:
                     finished=self.brain.observe if self.brain is not None else None,
                 )
             )
-        gateway = Gateway(inbox, stores, reminders=tasks.describe_session)
+        gateway = Gateway(
+            inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose
+        )
         await inbox.recover()
         for adapter in adapters:
             try:

@@ -26,13 +26,22 @@ from bruce_bot.storage.stores import Stores
 log = structlog.get_logger(__name__)
 
 RemindersDescriber = Callable[[int], Awaitable[str]]
+# (session id, the pressed button's data) -> the reply to show, None when the data is unknown.
+ChoiceAnswerer = Callable[[int, str], Awaitable[str | None]]
 
 
 class Gateway:
-    def __init__(self, inbox: Inbox, stores: Stores, reminders: RemindersDescriber) -> None:
+    def __init__(
+        self,
+        inbox: Inbox,
+        stores: Stores,
+        reminders: RemindersDescriber,
+        choices: ChoiceAnswerer | None = None,
+    ) -> None:
         self._inbox = inbox
         self._stores = stores
         self._reminders = reminders
+        self._choices = choices
 
     async def submit(self, message: InboundMessage) -> Submission:
         return await self._inbox.submit(message)
@@ -70,3 +79,11 @@ class Gateway:
     async def describe_reminders(self, channel: str, chat_id: str) -> str:
         session = await self._stores.sessions.get_or_create(SessionKey(channel, chat_id))
         return await self._reminders(session.id)
+
+    async def choose(self, channel: str, chat_id: str, data: str) -> str | None:
+        session = await self._stores.sessions.find(SessionKey(channel, chat_id))
+        if session is None or self._choices is None:
+            return None
+        reply = await self._choices(session.id, data)
+        log.info("choice_answered", session_id=session.id, data=data, known=reply is not None)
+        return reply

@@ -42,6 +42,11 @@ class InboxPort(Protocol):
         its conversation and scheduled tasks follow it."""
         ...
 
+    async def choose(self, channel: str, chat_id: str, data: str) -> str | None:
+        """A button under one of Bruce's messages was pressed (`Choice.data`) by an allowed
+        user: returns the text to show in answer, None when the button is unknown or stale."""
+        ...
+
 
 class DeliveryError(Exception):
     """A send failed. `permanent` failures (chat gone, bot blocked) must not be retried."""
