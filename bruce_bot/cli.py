@@ -1,21 +1,28 @@
-"""The `bruce` command: run, chat, db upgrade, check-config (the CLI contract, DESIGN §6b).
+"""The `bruce` command: run, chat, db upgrade, check-config, token (the CLI contract, DESIGN §6b).
 
 Every command loads the configuration first; an invalid one is printed as a list of problems
-(key, bad value, fix) with exit status 2, never as a traceback.
+(key, what is wrong, fix) with exit status 2, never as a traceback, and never with the value of a
+key that may hold a secret. Everything the command writes to stderr, the traceback of an
+unexpected error included, goes through the log scrubber, so configured secrets and URL passwords
+come out as `***`. `bruce token` prints a new random token for `web.auth_token`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import secrets
 import sys
+import traceback
 from collections.abc import Sequence
 
 from bruce_bot.config import Config, ConfigError, load_config, resolve_path
-from bruce_bot.logs import configure_logging
+from bruce_bot.logs import configure_logging, scrubbed_stderr, scrubber
 
+EXIT_UNEXPECTED = 1
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
+TOKEN_BYTES = 32  # secrets.token_urlsafe(32): 43 characters, 256 bits
 
 
 def _load(path: str | None, quiet: bool = False) -> Config:
@@ -68,8 +75,14 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_token(_args: argparse.Namespace) -> int:
+    print(secrets.token_urlsafe(TOKEN_BYTES))
+    return 0
+
+
 def _cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    scrubber.set_secrets(config.secrets())
     source = resolve_path(args.config)
     print(f"configuration OK ({source or 'built-in defaults'})")
     warnings = config.warnings()
@@ -110,20 +123,30 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(
         commands.add_parser("check-config", help="validate the configuration and exit")
     ).set_defaults(handler=_cmd_check_config)
+    commands.add_parser(
+        "token", help="print a new random token for web.auth_token and exit"
+    ).set_defaults(handler=_cmd_token)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except ConfigError as exc:
-        print(exc.render(), file=sys.stderr)
-        print(
-            "Fix the configuration and try again (bruce check-config validates it).",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
+    with scrubbed_stderr():
+        try:
+            return int(args.handler(args))
+        except ConfigError as exc:
+            print(exc.render(), file=sys.stderr)
+            print(
+                "Fix the configuration and try again (bruce check-config validates it).",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
+        except Exception:
+            print(
+                f"bruce: unexpected error (secrets are shown as ***):\n{traceback.format_exc()}",
+                file=sys.stderr,
+            )
+            return EXIT_UNEXPECTED
 
 
 if __name__ == "__main__":

@@ -3,21 +3,26 @@
 The key names are a public contract (DESIGN §5). Loading happens in three steps: read the YAML,
 replace `${VAR}` / `${VAR:-default}` from the environment, then validate with pydantic models that
 forbid unknown keys. Every problem is reported as a `ConfigError` whose lines name the key, the bad
-value and the fix ("did you mean ...?"), so a wrong config never ends in a traceback.
+value and the fix ("did you mean ...?"), so a wrong config never ends in a traceback. A value that
+may be a secret is never shown: keys named like a token, key, secret or password are named without
+their value, and the password of a URL (`postgresql://bruce:***@host/db`) is masked.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import idna
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -74,6 +79,177 @@ def _check_url(value: str | None, schemes: tuple[str, ...] = ("http", "https")) 
             f"(like {schemes[-1]}://host:port/path)"
         )
     return value.rstrip("/")
+
+
+# ---- web.auth_token strength ---------------------------------------------------------------
+# A rough, documented estimate (README "Web access"): a token guarding a web app reachable from
+# the network must be at least MIN_TOKEN_CHARS long, use MIN_TOKEN_DISTINCT_CHARS different
+# characters, and keep MIN_TOKEN_BITS of estimated randomness once the guessable parts are set
+# aside: a repeated block counts once, and common words (WEAK_TOKEN_WORDS), a character equal to
+# the one before it and sequences of 4 or more (abcd, 4321, qwer) count for nothing. The rest
+# counts log2(alphabet) bits a character, the alphabet being the classes it uses (26 lower case,
+# 26 upper case, 10 digits, 33 others). `bruce token` prints one that passes (token_urlsafe(32)).
+
+MIN_TOKEN_CHARS = 32
+MIN_TOKEN_DISTINCT_CHARS = 10
+MIN_TOKEN_BITS = 128
+WEAK_TOKEN_WORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "admin",
+    "administrator",
+    "bruce",
+    "dashboard",
+    "letmein",
+    "changeme",
+    "welcome",
+    "default",
+    "example",
+    "login",
+    "master",
+    "qwerty",
+    "iloveyou",
+    "monkey",
+    "dragon",
+    "sunshine",
+    "princess",
+    "football",
+    "baseball",
+    "trustno1",
+    "hello",
+    "test",
+    "private",
+    "access",
+    "superuser",
+    "root",
+)
+_SEQUENCES = (
+    "abcdefghijklmnopqrstuvwxyz",
+    "0123456789",
+    "qwertyuiop",
+    "asdfghjkl",
+    "zxcvbnm",
+)
+_CLASS_SIZES = ((str.islower, 26), (str.isupper, 26), (str.isdigit, 10))
+_OTHER_CLASS_SIZE = 33
+
+
+def _shortest_period(text: str) -> str:
+    """The block `text` repeats ("abcabcab" -> "abc"), or `text` itself."""
+    for size in range(1, len(text) // 2 + 1):
+        if all(text[i] == text[i - size] for i in range(size, len(text))):
+            return text[:size]
+    return text
+
+
+def _sequence_step(a: str, b: str) -> int:
+    """+1 or -1 when `b` follows or precedes `a` in a sequence (alphabet, digits, keyboard row)."""
+    for sequence in _SEQUENCES:
+        i, j = sequence.find(a), sequence.find(b)
+        if i != -1 and j != -1 and abs(j - i) == 1:
+            return j - i
+    return 0
+
+
+def _guessable_mask(text: str) -> list[bool]:
+    """For each character of `text` (lower case), whether it is part of a guessable pattern."""
+    mask = [False] * len(text)
+    for word in WEAK_TOKEN_WORDS:
+        start = text.find(word)
+        while start != -1:
+            mask[start : start + len(word)] = [True] * len(word)
+            start = text.find(word, start + 1)
+    for i in range(1, len(text)):
+        if text[i] == text[i - 1]:  # "aaaa": only the first one counts
+            mask[i] = True
+    i = 0
+    while i < len(text) - 1:
+        step = _sequence_step(text[i], text[i + 1])
+        if not step:
+            i += 1
+            continue
+        j = i + 1
+        while j + 1 < len(text) and _sequence_step(text[j], text[j + 1]) == step:
+            j += 1
+        if j - i + 1 >= 4:  # "abcd", "9876", "qwer"
+            mask[i : j + 1] = [True] * (j - i + 1)
+        i = j
+    return mask
+
+
+def token_bits(token: str) -> int:
+    """Estimated bits of randomness of `token` (see the rules above)."""
+    block = _shortest_period(token)
+    lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in block)
+    rest = [
+        c for c, guessable in zip(block, _guessable_mask(lowered), strict=True) if not guessable
+    ]
+    if not rest:
+        return 0
+    alphabet = sum(size for test, size in _CLASS_SIZES if any(test(c) for c in rest))
+    if any(not (c.islower() or c.isupper() or c.isdigit()) for c in rest):
+        alphabet += _OTHER_CLASS_SIZE
+    return int(len(rest) * math.log2(max(alphabet, 2)))
+
+
+def token_weakness(token: str) -> str | None:
+    """Why `token` is too weak to guard a web app open to the network, or None when it is not."""
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"it is {len(token)} characters long; at least {MIN_TOKEN_CHARS} are needed"
+    distinct = len(set(token))
+    if distinct < MIN_TOKEN_DISTINCT_CHARS:
+        return (
+            f"it uses only {distinct} different character{'s' if distinct > 1 else ''}; a "
+            f"random token uses at least {MIN_TOKEN_DISTINCT_CHARS}"
+        )
+    bits = token_bits(token)
+    if bits < MIN_TOKEN_BITS:
+        return (
+            f"it looks guessable: once common words, repeats and sequences (like 'password', "
+            f"'aaaa', '1234') are set aside, about {bits} bits of randomness are left; at least "
+            f"{MIN_TOKEN_BITS} are needed"
+        )
+    return None
+
+
+TOKEN_HOW_TO = (
+    "make one with `bruce token` and set it (e.g. `export BRUCE_WEB_TOKEN=$(bruce token)` with "
+    "web.auth_token: ${BRUCE_WEB_TOKEN})"
+)
+
+
+# ---- web_fetch domain lists ------------------------------------------------------------------
+
+_DOMAIN_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+
+
+def normalise_domain(value: str) -> str:
+    """A bare domain as the fetcher compares it: lower case, no trailing dot, IDNA (punycode)."""
+    domain = value.strip().lower().rstrip(".")
+    if not domain.isascii():
+        domain = idna.encode(domain).decode("ascii")
+    return domain
+
+
+def _bare_domain(value: str) -> str:
+    hint = "write a bare domain like example.com (no scheme, port or path; subdomains are included)"
+    text = value.strip()
+    if "://" in text or any(mark in text for mark in "/:@?#* "):
+        raise ValueError(f"is not a bare domain; {hint}")
+    try:
+        domain = normalise_domain(text)
+    except (idna.IDNAError, UnicodeError):
+        raise ValueError(f"is not a valid domain name; {hint}") from None
+    labels = domain.split(".")
+    if not domain or len(domain) > 253 or not all(_DOMAIN_LABEL.fullmatch(x) for x in labels):
+        raise ValueError(f"is not a valid domain name; {hint}")
+    return domain
+
+
+DomainName = Annotated[str, AfterValidator(_bare_domain)]
 
 
 class AppConfig(_Section):
@@ -267,8 +443,9 @@ class WebFetchConfig(_Section):
     allow_private_addresses: bool = False
     max_chars: int = Field(default=20_000, ge=100)
     # Domains (and their subdomains) never fetched; when allowed_domains is set, only those are.
-    blocked_domains: list[str] = Field(default_factory=list)
-    allowed_domains: list[str] = Field(default_factory=list)
+    # Entries are normalised (lower case, no trailing dot, IDNA) when the config is loaded.
+    blocked_domains: list[DomainName] = Field(default_factory=list)
+    allowed_domains: list[DomainName] = Field(default_factory=list)
 
 
 class ArtifactsConfig(_Section):
@@ -359,6 +536,14 @@ class Config(_Section):
                 f"llm.api_key is empty for provider '{self.llm.provider}': Bruce will start but "
                 f"cannot answer. Set llm.api_key: ${{{env}}} in config.yml and export {env}."
             )
+        web = self.web
+        if web.enabled and web.is_loopback and web.auth_token:
+            weakness = token_weakness(web.auth_token)
+            if weakness:
+                found.append(
+                    f"web.auth_token is weak ({weakness}): fine while web.host is loopback, but "
+                    f"Bruce will refuse it on any other address; {TOKEN_HOW_TO}"
+                )
         for name in ("telegram", "discord"):
             channel = getattr(self.channels, name)
             if channel.enabled and not channel.allowed_user_ids:
@@ -427,10 +612,61 @@ def _model_for(location: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
+# Key names whose values may be secrets: a part of the name (split at "_", "-", ".") among these.
+_SECRET_KEY_PARTS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "pw"})
+_URL_USERINFO = re.compile(r"(?P<scheme>(?:\b[A-Za-z][A-Za-z0-9+.-]*:)?//)(?P<userinfo>[^/\s@]*)@")
+HIDDEN = "(value hidden: it may be a secret)"
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a key named `name` may hold a secret (auth_token, brave_api_key, password...)."""
+    return any(part in _SECRET_KEY_PARTS for part in re.split(r"[_\-.]", name.lower()))
+
+
+def mask_url_userinfo(text: str) -> str:
+    """`postgresql://bruce:pw@host/db` -> `postgresql://bruce:***@host/db` (a lone user: `***@`)."""
+
+    def mask(match: re.Match[str]) -> str:
+        user, colon, _password = match.group("userinfo").partition(":")
+        return f"{match.group('scheme')}{user + ':' if colon else ''}***@"
+
+    return _URL_USERINFO.sub(mask, text)
+
+
+def _redacted(value: Any) -> Any:
+    """`value` with URL passwords masked and values under secret-named keys hidden."""
+    if isinstance(value, str):
+        return mask_url_userinfo(value)
+    if isinstance(value, dict):
+        return {
+            k: "***" if is_secret_key(str(k)) and v not in (None, "") else _redacted(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_redacted(item) for item in value]
+    return value
+
+
+def _key_of(location: tuple[Any, ...]) -> str:
+    key = ""
+    for part in location:
+        key += f"[{part}]" if isinstance(part, int) else f"{'.' if key else ''}{part}"
+    return key
+
+
+def _shown(location: tuple[Any, ...], value: Any) -> str:
+    """How a bad value appears in an error: its repr, unless it may be a secret."""
+    names = [part for part in location if isinstance(part, str)]
+    if names and is_secret_key(names[-1]):
+        return HIDDEN
+    return repr(_redacted(value))
+
+
 def _describe(error: dict[str, Any]) -> str:
-    location = error["loc"]
-    key = ".".join(str(part) for part in location)
+    location = tuple(error["loc"])
+    key = _key_of(location)
     value = error.get("input")
+    shown = _shown(location, value)
     kind = error["type"]
     if kind == "extra_forbidden":
         model = _model_for(location)
@@ -440,21 +676,20 @@ def _describe(error: dict[str, Any]) -> str:
         guess = difflib.get_close_matches(str(location[-1]), known, n=1)
         hint = f"did you mean '{guess[0]}'?" if guess else f"known keys here: {', '.join(known)}"
         return f"{key}: unknown key; {hint}"
-    message = error["msg"].removeprefix("Value error, ")
+    message = mask_url_userinfo(error["msg"].removeprefix("Value error, "))
     if kind == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
-        return f"{key}: {value!r} is not allowed; use one of {expected}"
+        return f"{key}: {shown} is not allowed; use one of {expected}"
     if kind in {"model_type", "dict_type"}:
         return (
-            f"{key}: {value!r} has the wrong type; expected a section of indented "
-            "`key: value` lines"
+            f"{key}: {shown} has the wrong type; expected a section of indented `key: value` lines"
         )
     if kind in {"int_parsing", "float_parsing", "bool_parsing", "list_type", "string_type"}:
-        return f"{key}: {value!r} has the wrong type; {message.lower()}"
+        return f"{key}: {shown} has the wrong type; {message.lower()}"
+    if isinstance(value, dict):  # a check across a whole section: the message names the keys
+        return f"{key}: {message}"
     return (
-        f"{key}: {value!r} {message}"
-        if kind == "value_error"
-        else f"{key}: {message} (got {value!r})"
+        f"{key}: {shown} {message}" if kind == "value_error" else f"{key}: {message} (got {shown})"
     )
 
 
@@ -465,11 +700,18 @@ def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
     except ValidationError as exc:
         raise ConfigError([_describe(error) for error in exc.errors()], source) from None
     problems: list[str] = []
-    if not config.web.is_loopback and config.web.enabled and not config.web.auth_token:
-        problems.append(
-            f"web.host: {config.web.host!r} is reachable beyond this machine but web.auth_token is "
-            "empty; set web.auth_token (e.g. ${BRUCE_WEB_TOKEN}) or bind to 127.0.0.1"
-        )
+    web = config.web
+    if web.enabled and not web.is_loopback:
+        if not web.auth_token:
+            problems.append(
+                f"web.host: {web.host!r} is reachable beyond this machine but web.auth_token is "
+                f"empty; {TOKEN_HOW_TO}, or bind web.host to 127.0.0.1"
+            )
+        elif weakness := token_weakness(web.auth_token):
+            problems.append(
+                f"web.auth_token: too weak to guard web.host {web.host!r}, which is reachable "
+                f"beyond this machine: {weakness}; {TOKEN_HOW_TO}"
+            )
     if config.channels.telegram.enabled and not config.channels.telegram.token:
         problems.append("channels.telegram.token: empty; set it to the token @BotFather gave you")
     if config.channels.discord.enabled and not config.channels.discord.token:
@@ -507,6 +749,21 @@ def _web_search_problems(search: WebSearchConfig) -> list[str]:
     return []
 
 
+# A quoted fragment of a YAML problem: longer than a character or an escape ('\t'), it is the name
+# of an alias, anchor or tag, which may be the start of a secret written without quotes (`*...`).
+_YAML_QUOTED = re.compile(r"'(?!<)[^'\s]{3,}'")
+_YAML_ANY_QUOTED = re.compile(r"'[^'\s]+'")
+_YAML_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:")
+
+
+def _yaml_problem(problem: str, line: str) -> str:
+    """PyYAML's description of a syntax error on `line`, leaving out what could be a value: on
+    the line of a secret-named key, even a single character."""
+    secret_line = any(is_secret_key(name) for name in _YAML_KEY.findall(line))
+    pattern = _YAML_ANY_QUOTED if secret_line else _YAML_QUOTED
+    return mask_url_userinfo(pattern.sub("(hidden)", problem))
+
+
 def resolve_path(explicit: str | os.PathLike[str] | None) -> Path | None:
     """`--config PATH`, else $BRUCE_CONFIG, else ./config.yml when present, else None (defaults)."""
     if explicit:
@@ -539,7 +796,9 @@ def load_config(
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        problem = getattr(exc, "problem", None) or str(exc)
+        lines = text.splitlines()
+        line = lines[mark.line] if mark and mark.line < len(lines) else ""
+        problem = _yaml_problem(getattr(exc, "problem", None) or str(exc), line)
         raise ConfigError([f"YAML syntax error at {where}: {problem}"], source) from None
     if raw is None:
         raw = {}

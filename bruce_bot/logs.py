@@ -3,21 +3,40 @@
 structlog renders events (a snake_case name plus fields) readably on a console or as JSON lines
 (`logging.json: true`). Standard-library loggers of the libraries (httpx, telegram, discord,
 uvicorn) go through the same processors, so a bot token inside a request URL or an API key in an
-error message is replaced by `***` before anything is written.
+error message is replaced by `***` before anything is written. Besides the configured secrets,
+the password of any URL (`postgresql://bruce:***@db/bruce`) and the value of a query parameter
+named like a secret (`?api_key=***`) are masked. The CLI sends its own error output, tracebacks
+included, through the same scrubber (`scrubbed_stderr`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
-from collections.abc import Iterable, MutableMapping
-from typing import Any
+from collections.abc import Iterable, Iterator, MutableMapping
+from typing import Any, TextIO
 
 import structlog
 
 SENSITIVE_KEY = re.compile(r"(token|api_key|apikey|secret|password|authorization)", re.IGNORECASE)
 REDACTED = "***"
+# scheme://user:password@ -> scheme://user:***@ ; scheme://user@ (a token as user) -> scheme://***@
+_URL_USERINFO = re.compile(
+    r"(?P<scheme>(?:\b[A-Za-z][A-Za-z0-9+.-]*:)?//)(?P<userinfo>[^/\s@'\"]*)@"
+)
+_SECRET_QUERY = re.compile(
+    r"(?P<name>[?&][\w.-]*(?:token|key|secret|password|passwd|signature)[\w.-]*=)[^&#\s'\"]+",
+    re.IGNORECASE,
+)
+
+
+def _mask_userinfo(match: re.Match[str]) -> str:
+    user, colon, _password = match.group("userinfo").partition(":")
+    return f"{match.group('scheme')}{user + ':' if colon else ''}{REDACTED}@"
+
+
 # Chatty libraries: their INFO lines repeat request URLs (which may hold tokens) on every poll.
 QUIET_LOGGERS = (
     "alembic",
@@ -42,8 +61,14 @@ class SecretScrubber:
         self._pattern = re.compile("|".join(re.escape(s) for s in unique)) if unique else None
 
     def scrub(self, value: Any) -> Any:
-        if isinstance(value, str) and self._pattern is not None:
-            return self._pattern.sub(REDACTED, value)
+        if not isinstance(value, str):
+            return value
+        if self._pattern is not None:
+            value = self._pattern.sub(REDACTED, value)
+        if "//" in value:
+            value = _URL_USERINFO.sub(_mask_userinfo, value)
+        if "=" in value:
+            value = _SECRET_QUERY.sub(rf"\g<name>{REDACTED}", value)
         return value
 
     def scrub_value(self, key: str, value: Any) -> Any:
@@ -119,3 +144,35 @@ def configure_logging(
 
 def _identity(_logger: Any, _name: str, event: Any) -> Any:
     return event
+
+
+class ScrubbedStream:
+    """A text stream that scrubs everything written to it, delegating all else to `stream`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(scrubber.scrub(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def scrubbed_stderr() -> Iterator[None]:
+    """Within the block, whatever reaches sys.stderr (prints, tracebacks, log lines) is scrubbed."""
+    original = sys.stderr
+    if isinstance(original, ScrubbedStream):
+        yield
+        return
+    sys.stderr = ScrubbedStream(original)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stderr = original

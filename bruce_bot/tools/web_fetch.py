@@ -9,6 +9,11 @@ network backend under httpx refuses to dial anything else, so a DNS answer that 
 the check and the connection (DNS rebinding) cannot redirect it. The URL keeps its host name, so
 the Host header, TLS SNI and certificate checks are those of the real site.
 
+The owner's domain lists come first, before any DNS lookup: a host in
+`tools.web_fetch.blocked_domains`, or outside a non-empty `tools.web_fetch.allowed_domains`, is
+refused (a domain covers its subdomains; names are compared in lower case, without a trailing dot,
+in their IDNA form). The same tool object serves chats and scheduled runs, so both obey them.
+
 Redirects are followed by hand (at most 5, each hop checked again), only HTML, plain text and
 JSON are read, the body is streamed and cut at `MAX_BODY_BYTES`, and the whole fetch has a time
 limit. Readable text comes from trafilatura (in a thread: it is CPU-bound), with a plain
@@ -32,7 +37,7 @@ import certifi
 import httpcore
 import httpx
 
-from bruce_bot.config import WebFetchConfig
+from bruce_bot.config import WebFetchConfig, normalise_domain
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
 
 MAX_BODY_BYTES = 5_000_000
@@ -117,6 +122,45 @@ async def system_resolver(host: str, port: int) -> list[str]:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+# ---- which domains may be fetched --------------------------------------------------------------
+
+BLOCKED_KEY = "tools.web_fetch.blocked_domains"
+ALLOWED_KEY = "tools.web_fetch.allowed_domains"
+
+
+def _covers(domain: str, host: str) -> bool:
+    return host == domain or host.endswith("." + domain)
+
+
+@dataclass(frozen=True, slots=True)
+class DomainPolicy:
+    """The owner's lists of domains (normalised, see `config.normalise_domain`)."""
+
+    blocked: tuple[str, ...] = ()
+    allowed: tuple[str, ...] = ()  # empty: any domain that is not blocked
+
+    @classmethod
+    def from_config(cls, config: WebFetchConfig) -> DomainPolicy:
+        return cls(
+            tuple(normalise_domain(d) for d in config.blocked_domains),
+            tuple(normalise_domain(d) for d in config.allowed_domains),
+        )
+
+    def problem(self, host: str) -> str | None:
+        """Why `host` (a URL's host, IDNA-encoded) must not be fetched, or None when it may be."""
+        name = host.lower().rstrip(".")
+        for domain in self.blocked:
+            if _covers(domain, name):
+                shown = f"{name} is in" if name == domain else f"{name} is under {domain!r} in"
+                return f"{shown} {BLOCKED_KEY}; the owner does not let Bruce read that site"
+        if self.allowed and not any(_covers(domain, name) for domain in self.allowed):
+            return (
+                f"{name} is not in {ALLOWED_KEY}; only those domains (and their subdomains) are "
+                "read, so use one of them or answer without this page"
+            )
+        return None
 
 
 # ---- connecting only to checked addresses ----------------------------------------------------
@@ -274,6 +318,7 @@ class PageFetcher:
         self,
         *,
         allow_private: bool = False,
+        domains: DomainPolicy | None = None,
         resolver: Resolver = system_resolver,
         network_backend: httpcore.AsyncNetworkBackend | None = None,
         max_bytes: int = MAX_BODY_BYTES,
@@ -282,6 +327,7 @@ class PageFetcher:
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.allow_private = allow_private
+        self.domains = domains or DomainPolicy()
         self.ssl_context = ssl_context
         self.resolver = resolver
         self.network_backend = network_backend
@@ -301,6 +347,9 @@ class PageFetcher:
 
     async def _resolve_and_pin(self, url: httpx.URL, backend: PinnedBackend) -> None:
         host = _check_url(url, str(url))
+        refusal = self.domains.problem(host)
+        if refusal:
+            raise FetchRefused(f"refused to fetch {url}: {refusal}")
         port = url.port or (443 if url.scheme == "https" else 80)
         try:
             addresses = [str(ipaddress.ip_address(host))]  # an address literal: no DNS
@@ -559,12 +608,16 @@ class WebFetchTool(Tool):
         "additionalProperties": False,
     }
     timeout_seconds = FETCH_TIMEOUT_SECONDS + 25  # the fetch, then extraction in a thread
+    reads_outside_world = True  # a page is data for the model, never instructions
     # The tool cuts the text to tools.web_fetch.max_chars itself, with a note; this is a backstop.
     max_output_chars = 2_000_000
 
     def __init__(self, config: WebFetchConfig, fetcher: PageFetcher | None = None) -> None:
         self.max_chars = config.max_chars
-        self.fetcher = fetcher or PageFetcher(allow_private=config.allow_private_addresses)
+        self.fetcher = fetcher or PageFetcher(
+            allow_private=config.allow_private_addresses,
+            domains=DomainPolicy.from_config(config),
+        )
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
         page = await self.fetcher.fetch(arguments["url"])

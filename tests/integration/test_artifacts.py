@@ -26,7 +26,13 @@ from bruce_bot.tools.registry import ToolContext, ToolRegistry
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
 from tests.fakes.web_server import FakeWebServer
-from tests.integration.support import block_text, db_rows, last_tool_results, next_reply
+from tests.integration.support import (
+    block_text,
+    db_rows,
+    last_tool_results,
+    next_reply,
+    untrusted_body,
+)
 
 TOKEN = "artifact-test-token"
 LINK = re.compile(r"Artifact saved at (http://\S+/artifacts/([0-9a-f-]{36})/(\S+))$")
@@ -297,7 +303,8 @@ def newsroom_model(body: dict[str, Any]) -> AnthropicReply | str:
             tool_calls=[("web_search", {"query": "recent tech news Brazil", "max_results": 3})],
         )
     outcome = block_text(last_tool_results(body)[0])
-    if outcome.startswith("Search results"):
+    if outcome.startswith('<untrusted_content source="web_search">'):
+        outcome = untrusted_body(outcome, "web_search")
         titles = re.findall(r"^\d\. (.+)$", outcome, flags=re.M)[:3]
         items = "".join(f"<li>{title}</li>" for title in titles)
         html = (

@@ -1,7 +1,8 @@
-"""The `bruce` command (DESIGN §6b) run as a real subprocess: check-config, run, db upgrade, chat
-and `python -m bruce_bot`. Configuration mistakes end with exit status 2 and a list of problems
-that name the keys, never with a traceback. The LLM is the fake Anthropic server in this test's
-event loop, which the subprocess reaches over loopback (hence asyncio subprocesses throughout)."""
+"""The `bruce` command (DESIGN §6b) run as a real subprocess: check-config, run, db upgrade, chat,
+token and `python -m bruce_bot`. Configuration mistakes end with exit status 2 and a list of
+problems that name the keys, never with a traceback and never with a secret's value. The LLM is
+the fake Anthropic server in this test's event loop, which the subprocess reaches over loopback
+(hence asyncio subprocesses throughout)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,13 @@ import httpx
 import pytest
 import yaml
 
+from bruce_bot import cli
+from bruce_bot.config import token_weakness
+from bruce_bot.logs import scrubber
 from tests.fakes.anthropic_server import FakeAnthropicServer
 
 SCRIPT = Path(sys.executable).with_name("bruce")
+SECRET = "sk-live-DoNotShow-7Qx2"
 BRUCE = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "bruce_bot"]
 EXPECTED_TABLES = {
     "sessions",
@@ -182,6 +187,86 @@ async def test_check_config_with_a_missing_file_exits_2(tmp_path: Path) -> None:
     result.assert_no_traceback()
 
 
+async def test_check_config_refuses_a_weak_token_on_a_public_host_and_says_how_to_make_one(
+    tmp_path: Path,
+) -> None:
+    weak = "changeme-changeme-changeme-changeme"
+    path = write_config(tmp_path, web={"host": "0.0.0.0", "auth_token": weak})
+
+    result = await bruce("check-config", "--config", str(path), cwd=tmp_path)
+
+    assert result.code == 2
+    result.assert_no_traceback()
+    [problem] = [line for line in result.err.splitlines() if line.strip().startswith("- ")]
+    assert "web.auth_token: too weak to guard web.host '0.0.0.0'" in problem
+    assert "bruce token" in problem
+    assert weak not in result.out + result.err
+
+
+async def test_check_config_warns_about_a_weak_token_on_loopback_but_passes(
+    tmp_path: Path,
+) -> None:
+    path = write_config(tmp_path, web={"auth_token": "hunter2"})
+
+    result = await bruce("check-config", "--config", str(path), cwd=tmp_path)
+
+    assert result.code == 0, result.err
+    assert "configuration OK" in result.out
+    [warning] = [line for line in result.out.splitlines() if "warning" in line]
+    assert "web.auth_token is weak" in warning and "bruce token" in warning
+    assert "hunter2" not in result.out + result.err
+
+
+async def test_bruce_token_prints_a_new_strong_token_that_opens_the_web_app_to_the_network(
+    tmp_path: Path,
+) -> None:
+    first = await bruce("token", cwd=tmp_path)
+    second = await bruce("token", cwd=tmp_path)
+
+    assert first.code == 0 and second.code == 0, first.err + second.err
+    token = first.out.strip()
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", token), first.out
+    assert second.out.strip() != token
+    assert token_weakness(token) is None
+    path = write_config(tmp_path, web={"host": "0.0.0.0", "auth_token": token})
+    checked = await bruce("check-config", "--config", str(path), cwd=tmp_path)
+    assert checked.code == 0, checked.err
+    assert "warning" not in checked.out
+    assert token not in checked.out + checked.err
+
+
+async def test_a_malformed_database_url_is_named_without_its_password(tmp_path: Path) -> None:
+    path = write_config(tmp_path, database={"url": f"mysql://bruce:{SECRET}@db/bruce"})
+
+    result = await bruce("check-config", "--config", str(path), cwd=tmp_path)
+
+    assert result.code == 2
+    assert "database.url: 'mysql://bruce:***@db/bruce' must start with" in result.err
+    assert SECRET not in result.out + result.err
+
+
+def test_the_traceback_of_an_unexpected_error_is_printed_with_secrets_scrubbed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In process: a failure after the config loaded, carrying the API key and a URL password.
+    path = write_config(tmp_path, llm={"api_key": SECRET})
+
+    def broken(_path: object) -> None:
+        raise RuntimeError(f"lost postgresql://bruce:hunter2-pw@db/bruce while using {SECRET}")
+
+    monkeypatch.setattr(cli, "resolve_path", broken)
+    try:
+        code = cli.main(["check-config", "--config", str(path)])
+    finally:
+        scrubber.set_secrets(())
+
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_UNEXPECTED
+    assert "bruce: unexpected error" in err
+    assert "Traceback" in err and "RuntimeError: lost postgresql://bruce:***@db/bruce" in err
+    assert SECRET not in err and "hunter2-pw" not in err
+
+
 # ---- run -------------------------------------------------------------------------------------
 
 
@@ -190,9 +275,11 @@ async def test_check_config_with_a_missing_file_exits_2(tmp_path: Path) -> None:
     [
         ({"app": {"timezone": "Nowhere/Atlantis"}}, "app.timezone"),
         ({"web": {"host": "0.0.0.0"}}, "web.auth_token"),
+        ({"web": {"host": "0.0.0.0", "auth_token": "password" * 5}}, "web.auth_token"),
         ({"llm": {"provider": "gemini"}}, "llm.provider"),
+        ({"database": {"url": f"postgresql://bruce:{SECRET}@db/bruce"}}, "database.url"),
     ],
-    ids=["timezone", "public-web-without-token", "provider"],
+    ids=["timezone", "public-web-without-token", "public-web-weak-token", "provider", "db-url"],
 )
 async def test_run_with_an_invalid_config_exits_2_without_a_traceback(
     tmp_path: Path, sections: dict[str, Any], named: str
@@ -202,6 +289,7 @@ async def test_run_with_an_invalid_config_exits_2_without_a_traceback(
     assert result.code == 2
     result.assert_no_traceback()
     assert named in result.err
+    assert SECRET not in result.out + result.err and "password" * 5 not in result.err
     assert not (tmp_path / "data" / "bruce.db").exists()  # nothing was started
 
 
@@ -319,7 +407,7 @@ async def test_chat_with_an_invalid_config_exits_2(tmp_path: Path) -> None:
 async def test_python_m_bruce_bot_is_the_same_entry_point(tmp_path: Path) -> None:
     result = await bruce("--help", cwd=tmp_path, command=[sys.executable, "-m", "bruce_bot"])
     assert result.code == 0, result.err
-    for command in ("run", "chat", "db", "check-config"):
+    for command in ("run", "chat", "db", "check-config", "token"):
         assert command in result.out
     path = write_config(tmp_path)
     checked = await bruce(

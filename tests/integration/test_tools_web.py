@@ -1,7 +1,8 @@
 """The web tools against a local fake web: `web_search` through each provider's wire format and
-`web_fetch` with its SSRF policy. Nothing leaves the machine: pages are served on 127.0.0.1, and
-where a test needs a "public" host, an injected resolver plays DNS and an injected network backend
-carries the connection to the local fake while recording the address that was dialled."""
+`web_fetch` with its SSRF policy and the owner's domain lists. Nothing leaves the machine: pages
+are served on 127.0.0.1, and where a test needs a "public" host, an injected resolver plays DNS
+and an injected network backend carries the connection to the local fake while recording the
+address that was dialled."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import itertools
 import shutil
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
 from bruce_bot.config import WebFetchConfig, WebSearchConfig
 from bruce_bot.domain import ToolCall, ToolResult
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
-from bruce_bot.tools.web_fetch import PageFetcher, WebFetchTool
+from bruce_bot.tools.web_fetch import DomainPolicy, PageFetcher, WebFetchTool
 from bruce_bot.tools.web_search import (
     BraveProvider,
     DuckDuckGoProvider,
@@ -33,7 +34,7 @@ from bruce_bot.tools.web_search import (
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.web_server import ARTICLE_HTML, HUGE_BYTES, FakeWebServer
-from tests.integration.support import system_text
+from tests.integration.support import system_text, untrusted_body
 
 PUBLIC_ADDRESS = "93.184.216.34"  # looks public; the test backend never really dials it
 _ids = itertools.count(1)
@@ -48,6 +49,12 @@ async def fake_web() -> AsyncIterator[FakeWebServer]:
 async def run(registry: ToolRegistry, name: str, **arguments: Any) -> ToolResult:
     call = ToolCall(f"call_{next(_ids)}", name, arguments)
     return await registry.execute(call, ToolContext(session_id=1, channel="test", chat_id="t"))
+
+
+def body_of(result: ToolResult, tool: str) -> str:
+    """What the tool read from the outside world, inside its untrusted-content fence."""
+    assert not result.is_error, result.content
+    return untrusted_body(result.content, tool)
 
 
 def fetch_registry(
@@ -114,8 +121,7 @@ async def test_searxng_results_come_back_as_a_numbered_list_of_title_url_and_sni
 
     result = await run(registry, "web_search", query="tech news Brazil", max_results=3)
 
-    assert not result.is_error, result.content
-    assert result.content == (
+    assert body_of(result, "web_search") == (
         "Search results for 'tech news Brazil':\n"
         "\n1. Brazil's tech sector: record quarter\n"
         "   https://news.example/brazil-tech-record\n"
@@ -273,7 +279,7 @@ async def test_duckduckgo_results_are_read_from_ddgs_in_a_thread() -> None:
     result = await run(registry, "web_search", query="brazil tech", max_results=2)
 
     assert ddgs.calls == [("brazil tech", 2)]
-    assert result.content == (
+    assert body_of(result, "web_search") == (
         "Search results for 'brazil tech':\n"
         "\n1. Pix turns five\n   https://news.example/pix\n   Payments.\n"
         "\n2. Chips\n   https://news.example/chips\n   A new plant."
@@ -305,8 +311,9 @@ async def test_duckduckgo_with_nothing_found_says_so_without_an_error() -> None:
         search_registry(DuckDuckGoProvider(ddgs_factory=ddgs)), "web_search", query="zzqx"
     )
 
-    assert not result.is_error
-    assert result.content == "No results for 'zzqx'. Try other words, or a broader query."
+    assert body_of(result, "web_search") == (
+        "No results for 'zzqx'. Try other words, or a broader query."
+    )
 
 
 @pytest.mark.parametrize(
@@ -342,8 +349,7 @@ async def test_fetch_gives_the_title_final_url_and_the_article_text(
 ) -> None:
     result = await run(fetch_registry(), "web_fetch", url=f"{fake_web.url}/article")
 
-    assert not result.is_error, result.content
-    lines = result.content.splitlines()
+    lines = body_of(result, "web_fetch").splitlines()
     assert lines[0] == "Title: Brazilian startups raise record funding"
     assert lines[1] == f"URL: {fake_web.url}/article"
     assert "São Paulo startups raised a record amount of venture capital" in result.content
@@ -377,8 +383,7 @@ async def test_long_text_is_truncated_to_max_chars_with_a_note(fake_web: FakeWeb
         fetch_registry(max_chars=500), "web_fetch", url=f"{fake_web.url}/long-article"
     )
 
-    assert not result.is_error, result.content
-    header, _, rest = result.content.partition("\n\n")
+    header, _, rest = body_of(result, "web_fetch").partition("\n\n")
     text, _, note = rest.rpartition("\n\n")
     assert header.startswith("Title: A very long article")
     assert len(text) == 500
@@ -417,9 +422,9 @@ async def test_plain_text_and_json_are_read_as_they_are(fake_web: FakeWebServer)
     plain = await run(registry, "web_fetch", url=f"{fake_web.url}/plain")
     data = await run(registry, "web_fetch", url=f"{fake_web.url}/data.json")
 
-    assert plain.content.endswith("\n\nJust plain text.\nSecond line.")
+    assert body_of(plain, "web_fetch").endswith("\n\nJust plain text.\nSecond line.")
     assert "Title: (none)" in plain.content
-    assert data.content.endswith('"population": 11451999}')
+    assert body_of(data, "web_fetch").endswith('"population": 11451999}')
 
 
 async def test_a_page_without_readable_text_says_so(fake_web: FakeWebServer) -> None:
@@ -670,6 +675,98 @@ async def test_a_redirect_to_another_scheme_is_refused(fake_web: FakeWebServer) 
 
     assert result.is_error
     assert "only http:// and https:// URLs can be fetched" in result.content
+
+
+# ---- web_fetch: the owner's domain lists ------------------------------------------------------
+
+
+def listed_registry(
+    fake_web: FakeWebServer,
+    dns: FakeDNS,
+    *,
+    blocked: Sequence[str] = (),
+    allowed: Sequence[str] = (),
+) -> tuple[ToolRegistry, LoopbackDialer]:
+    """A fetcher with the lists of a config (normalised as loading does), "public" DNS answers
+    and a dialer that carries every connection to the fake web."""
+    config = WebFetchConfig(blocked_domains=list(blocked), allowed_domains=list(allowed))
+    dialer = LoopbackDialer(fake_web.port)
+    fetcher = PageFetcher(
+        domains=DomainPolicy.from_config(config), resolver=dns, network_backend=dialer
+    )
+    return ToolRegistry([WebFetchTool(config, fetcher)]), dialer
+
+
+async def test_a_blocked_domain_is_refused_before_any_lookup_naming_the_key(
+    fake_web: FakeWebServer,
+) -> None:
+    dns = FakeDNS({"ads.tracker.example": [[PUBLIC_ADDRESS]]})
+    registry, dialer = listed_registry(fake_web, dns, blocked=["Tracker.Example."])
+
+    result = await run(registry, "web_fetch", url="http://ADS.tracker.example./article")
+
+    assert result.is_error
+    assert result.content.startswith("Error: refused to fetch http://ads.tracker.example./article")
+    assert "under 'tracker.example' in tools.web_fetch.blocked_domains" in result.content
+    assert dns.lookups == [] and dialer.dialled == [] and fake_web.requests == []
+
+
+async def test_a_redirect_hop_into_a_blocked_domain_is_refused(fake_web: FakeWebServer) -> None:
+    dns = FakeDNS({"news.example": [[PUBLIC_ADDRESS]], "blocked.example": [[PUBLIC_ADDRESS]]})
+    registry, dialer = listed_registry(fake_web, dns, blocked=["blocked.example"])
+
+    result = await run(
+        registry,
+        "web_fetch",
+        url="http://news.example/redirect?to=http://www.blocked.example/article",
+    )
+
+    assert result.is_error
+    assert "refused to fetch http://www.blocked.example/article" in result.content
+    assert "tools.web_fetch.blocked_domains" in result.content
+    assert dns.lookups == ["news.example"]  # the blocked hop was never looked up
+    assert dialer.dialled == [(PUBLIC_ADDRESS, 80)]
+    assert fake_web.paths() == ["/redirect?to=http://www.blocked.example/article"]
+
+
+async def test_with_an_allow_list_its_subdomains_are_read_and_other_hosts_refused(
+    fake_web: FakeWebServer,
+) -> None:
+    dns = FakeDNS({"www.news.example": [[PUBLIC_ADDRESS]], "other.example": [[PUBLIC_ADDRESS]]})
+    registry, dialer = listed_registry(fake_web, dns, allowed=["news.example"])
+
+    inside = await run(registry, "web_fetch", url="http://www.news.example/article")
+    outside = await run(registry, "web_fetch", url="http://other.example/article")
+    redirected_out = await run(
+        registry,
+        "web_fetch",
+        url="http://www.news.example/redirect?to=http://other.example/article",
+    )
+
+    assert not inside.is_error and "venture capital" in inside.content
+    for refused in (outside, redirected_out):
+        assert refused.is_error
+        assert "other.example is not in tools.web_fetch.allowed_domains" in refused.content
+    assert dns.lookups == ["www.news.example", "www.news.example"]
+    assert dialer.dialled == [(PUBLIC_ADDRESS, 80)] * 2
+    assert fake_web.paths() == [
+        "/article",
+        "/redirect?to=http://other.example/article",
+    ]
+
+
+async def test_the_tool_built_from_config_alone_applies_its_lists(
+    fake_web: FakeWebServer,
+) -> None:
+    config = WebFetchConfig(allow_private_addresses=True, blocked_domains=["localhost"])
+    registry = ToolRegistry([WebFetchTool(config)])
+
+    blocked = await run(registry, "web_fetch", url=f"http://localhost:{fake_web.port}/article")
+    by_address = await run(registry, "web_fetch", url=f"{fake_web.url}/article")
+
+    assert blocked.is_error and "tools.web_fetch.blocked_domains" in blocked.content
+    assert not by_address.is_error, by_address.content
+    assert fake_web.paths() == ["/article"]  # only the request by address arrived
 
 
 # ---- which tools are offered -------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,19 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from bruce_bot.config import Config, ConfigError, LLMConfig, interpolate, load_config
+from bruce_bot.config import (
+    Config,
+    ConfigError,
+    LLMConfig,
+    WebFetchConfig,
+    interpolate,
+    load_config,
+    token_weakness,
+    validate,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.yml"
+STRONG_TOKEN = "q8Zr3xT-vN0bW5kLmY2cJ7hFs9dPa4eG6uR1tKoX"  # as `bruce token` makes them
 
 
 def write_config(directory: Path, text: str, name: str = "config.yml") -> Path:
@@ -327,7 +338,7 @@ def test_web_open_to_the_network_without_token_asks_for_web_auth_token(tmp_path:
 
 
 def test_web_open_to_the_network_with_token_is_accepted(tmp_path: Path) -> None:
-    config = load_text(tmp_path, "web:\n  host: 0.0.0.0\n  auth_token: ${T}\n", {"T": "s3cret"})
+    config = load_text(tmp_path, "web:\n  host: 0.0.0.0\n  auth_token: ${T}\n", {"T": STRONG_TOKEN})
 
     assert config.web.host == "0.0.0.0"
     assert not config.web.is_loopback
@@ -588,3 +599,215 @@ def test_search_provider_problem_is_reported_with_the_other_problems(tmp_path: P
 
     assert "channels.discord.token" in message
     assert "tools.web_search.tavily_api_key" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# web.auth_token strength
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("dashboard-token-4f9c2e", "22 characters long; at least 32"),
+        ("password" * 4, "only 7 different characters"),
+        ("a" * 48, "only 1 different character;"),
+        ("12345678901234567890123456789012", "looks guessable"),
+        ("abcdefghijklmnopqrstuvwxyz0123456789", "looks guessable"),
+        ("admin-password-secret-token-bruce-letmein", "looks guessable"),
+        ("Xk9#mQ2$vL" * 4, "looks guessable"),
+        ("qwertyuiop-asdfghjkl-zxcvbnm-1234567890", "looks guessable"),
+    ],
+    ids=[
+        "short",
+        "word-repeated",
+        "one-character",
+        "digits",
+        "sequences",
+        "words",
+        "block",
+        "keys",
+    ],
+)
+def test_a_weak_token_on_a_public_host_stops_loading_naming_the_key_the_reason_and_the_fix(
+    tmp_path: Path, token: str, reason: str
+) -> None:
+    message = error_of(
+        tmp_path,
+        "web:\n  host: 0.0.0.0\n  auth_token: ${BRUCE_WEB_TOKEN}\n",
+        {"BRUCE_WEB_TOKEN": token},
+    )
+
+    assert message.startswith("web.auth_token: too weak to guard web.host '0.0.0.0'")
+    assert reason in message
+    assert "bruce token" in message
+    assert token not in message
+
+
+def test_tokens_made_like_bruce_token_always_pass_and_so_do_long_hex_ones() -> None:
+    made = [secrets.token_urlsafe(32) for _ in range(500)]
+    hex_tokens = [secrets.token_hex(32) for _ in range(100)]
+
+    assert [t for t in made + hex_tokens if token_weakness(t) is not None] == []
+
+
+def test_a_weak_token_on_loopback_is_accepted_with_a_warning_naming_the_key() -> None:
+    config = validate({"web": {"host": "127.0.0.1", "auth_token": "hunter2"}})
+
+    [warning] = [w for w in config.warnings() if "web.auth_token" in w]
+    assert "7 characters long" in warning and "bruce token" in warning
+    assert "hunter2" not in warning
+
+
+def test_a_strong_token_and_an_empty_one_on_loopback_give_no_token_warning() -> None:
+    for token in (STRONG_TOKEN, ""):
+        config = validate({"llm": {"api_key": "k"}, "web": {"auth_token": token}})
+        assert config.warnings() == []
+
+
+def test_a_weak_token_is_fine_when_the_web_app_is_off() -> None:
+    config = validate({"web": {"enabled": False, "host": "0.0.0.0", "auth_token": "short"}})
+
+    assert config.web.auth_token == "short"
+
+
+# ---------------------------------------------------------------------------------------------
+# secrets never appear in errors
+
+SECRET = "sk-live-DoNotShow-7Qx2"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "llm.api_key",
+        "channels.telegram.token",
+        "channels.telegram.webhook.secret_token",
+        "channels.discord.token",
+        "web.auth_token",
+        "tools.web_search.brave_api_key",
+        "tools.web_search.tavily_api_key",
+    ],
+)
+@pytest.mark.parametrize("shape", ["list", "mapping"])
+def test_a_secret_key_with_a_bad_value_is_named_without_its_value(
+    tmp_path: Path, key: str, shape: str
+) -> None:
+    *sections, name = key.split(".")
+    bad = f"[{SECRET}, x]" if shape == "list" else f"{{{SECRET}: x}}"
+    text = "".join(f"{'  ' * depth}{part}:\n" for depth, part in enumerate(sections))
+    text += f"{'  ' * len(sections)}{name}: {bad}\n"
+
+    message = error_of(tmp_path, text)
+
+    assert message.startswith(f"{key}: ")
+    assert "wrong type" in message
+    assert SECRET not in message
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("database:\n  url: postgresql://bruce:{secret}@db/bruce\n", "database.url"),
+        ("llm:\n  base_url: ftp://bruce:{secret}@llm.example/v1\n", "llm.base_url"),
+        (
+            "tools:\n  web_search:\n    searxng_url: //bruce:{secret}@search.example\n",
+            "tools.web_search.searxng_url",
+        ),
+        ("database:\n  url: [postgresql://bruce:{secret}@db/bruce]\n", "database.url"),
+    ],
+    ids=["database-driver", "llm-scheme", "searxng-scheme", "database-type"],
+)
+def test_a_malformed_url_with_a_password_is_named_with_the_password_masked(
+    tmp_path: Path, yaml_text: str, key: str
+) -> None:
+    message = error_of(tmp_path, yaml_text.format(secret=SECRET))
+
+    assert message.startswith(f"{key}: ")
+    assert SECRET not in message
+    if "postgresql" in yaml_text:
+        assert "postgresql://bruce:***@db/bruce" in message
+
+
+def test_a_check_across_a_section_names_the_keys_without_showing_the_section(
+    tmp_path: Path,
+) -> None:
+    text = (
+        f"llm:\n  api_key: {SECRET}\n  max_tokens: 2000\n  thinking:\n    enabled: true\n"
+        f"channels:\n  telegram:\n    enabled: true\n    token: {SECRET}\n    mode: push\n"
+    )
+
+    message = error_of(tmp_path, text)
+
+    assert "llm.max_tokens (2000) must be larger than llm.thinking.budget_tokens" in message
+    assert "channels.telegram.mode: 'push' is not allowed" in message
+    assert SECRET not in message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [f"  api_key: *{SECRET}", f"  api_key: !{SECRET} x", '  api_key: "sk\\qsecret"'],
+    ids=["alias", "tag", "escape"],
+)
+def test_a_yaml_error_in_a_secret_value_gives_line_and_column_but_not_the_value(
+    tmp_path: Path, line: str
+) -> None:
+    message = error_of(tmp_path, f"llm:\n{line}\n")
+
+    assert message.startswith("YAML syntax error at line 2, column ")
+    assert SECRET not in message
+    assert "'q'" not in message  # not even one character of it
+
+
+def test_a_yaml_error_elsewhere_still_shows_the_character_at_fault(tmp_path: Path) -> None:
+    message = error_of(tmp_path, 'app:\n  name: "Bru\\qce"\n')
+
+    assert "found unknown escape character 'q'" in message
+
+
+def test_secrets_are_also_known_to_the_log_scrubber_by_value() -> None:
+    config = validate({"database": {"url": f"postgresql+asyncpg://bruce:{SECRET}@db/bruce"}})
+
+    assert SECRET in config.secrets()
+
+
+# ---------------------------------------------------------------------------------------------
+# tools.web_fetch domain lists
+
+
+def test_domain_list_entries_are_normalised_to_lower_case_idna_without_trailing_dot() -> None:
+    config = WebFetchConfig(
+        blocked_domains=[" Example.COM. ", "bücher.example", "xn--bcher-kva.example"],
+        allowed_domains=["News.Example"],
+    )
+
+    assert config.blocked_domains == [
+        "example.com",
+        "xn--bcher-kva.example",
+        "xn--bcher-kva.example",
+    ]
+    assert config.allowed_domains == ["news.example"]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "https://example.com",
+        "example.com/path",
+        "example.com:8080",
+        "user@example.com",
+        "*.example.com",
+        "exa mple.com",
+        "a..b",
+        "-bad-.example",
+        "",
+    ],
+)
+def test_a_domain_list_entry_that_is_not_a_bare_domain_is_named_with_its_index(
+    tmp_path: Path, entry: str
+) -> None:
+    text = f'tools:\n  web_fetch:\n    allowed_domains: [ok.example, "{entry}"]\n'
+
+    message = error_of(tmp_path, text)
+
+    assert message.startswith(f"tools.web_fetch.allowed_domains[1]: {entry!r} is not a ")
+    assert "bare domain like example.com" in message

@@ -1,16 +1,19 @@
 """Logging scrubs secrets everywhere: structlog events (in values, lists and sensitive field names),
-standard-library loggers of the libraries, and JSON lines when `logging.json` is on."""
+standard-library loggers of the libraries, JSON lines when `logging.json` is on, URL passwords and
+secret query parameters even when nobody configured them, and the CLI's stderr."""
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
+import traceback
 from collections.abc import Iterator
 
 import pytest
 import structlog
 
-from bruce_bot.logs import REDACTED, configure_logging, scrubber
+from bruce_bot.logs import REDACTED, configure_logging, scrubbed_stderr, scrubber
 
 BOT_TOKEN = "123456:AAFakeTelegramBotToken_xyz"
 API_KEY = "sk-ant-fake-0123456789abcdef"
@@ -160,3 +163,51 @@ def test_exc_info_passed_explicitly_still_renders_the_traceback(
     event = json.loads(capsys.readouterr().err)
     assert "KeyError" in event["exception"]
     assert API_KEY not in event["exception"]
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (
+            "connect postgresql://bruce:pw-9Zq@db:5432/bruce failed",
+            "postgresql://bruce:***@db:5432",
+        ),
+        ("GET https://ghp_tokenAsUser9Zq@git.example/x", "https://***@git.example/x"),
+        ("GET https://api.example/v1?q=news&api_key=pw-9Zq&n=3", "?q=news&api_key=***&n=3"),
+        ("GET https://hooks.example/x?access_token=pw-9Zq", "?access_token=***"),
+    ],
+    ids=["url-password", "url-user-token", "query-key", "query-token"],
+)
+def test_url_passwords_and_secret_query_parameters_are_masked_without_being_configured(
+    capsys: pytest.CaptureFixture[str], line: str, shown: str
+) -> None:
+    configure_logging()
+    logging.getLogger("httpx").warning(line)
+    structlog.get_logger("bruce_bot.test").warning("request_failed", detail=line)
+    err = capsys.readouterr().err
+    assert "pw-9Zq" not in err and "ghp_tokenAsUser9Zq" not in err
+    assert err.count(shown) == 2
+
+
+def test_text_without_secrets_is_left_alone() -> None:
+    text = "see https://example.com/a?q=1&page=2 and http://127.0.0.1:8080/ (user@example.com)"
+    assert scrubber.scrub(text) == text
+
+
+def test_whatever_reaches_stderr_inside_scrubbed_stderr_is_scrubbed_then_stderr_is_restored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    scrubber.set_secrets([API_KEY])
+    original = sys.stderr
+    with scrubbed_stderr():
+        print(f"bruce: cannot start: the key {API_KEY} was refused", file=sys.stderr)
+        try:
+            raise RuntimeError(f"postgresql://bruce:hunter2-secret@db/bruce {API_KEY}")
+        except RuntimeError:
+            traceback.print_exc()
+    assert sys.stderr is original
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError" in err
+    assert f"the key {REDACTED} was refused" in err
+    assert "postgresql://bruce:***@db/bruce" in err
+    assert API_KEY not in err and "hunter2-secret" not in err

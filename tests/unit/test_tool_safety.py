@@ -1,22 +1,92 @@
-"""The safety rules of the tools that touch the outside world: which addresses web_fetch may
-reach, which file names artifact_save may write, and how a page becomes text."""
+"""The safety rules of the tools that touch the outside world: which addresses and domains
+web_fetch may reach, which file names artifact_save may write, and how a page becomes text."""
 
 from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
+import httpx
 import pytest
 
+from bruce_bot.config import WebFetchConfig
 from bruce_bot.tools.artifacts import CONTENT_TYPES, artifact_file, sanitise_filename
 from bruce_bot.tools.web_fetch import (
+    DomainPolicy,
     address_problem,
     decode,
     extract_readable,
     html_to_text,
     parse_address,
 )
+
+# ---- domains ---------------------------------------------------------------------------------
+
+
+def host_of(url: str) -> str:
+    """The host as the fetcher sees it: httpx's IDNA-encoded raw host."""
+    return httpx.URL(url).raw_host.decode("ascii")
+
+
+def policy(blocked: Sequence[str] = (), allowed: Sequence[str] = ()) -> DomainPolicy:
+    config = WebFetchConfig(blocked_domains=list(blocked), allowed_domains=list(allowed))
+    return DomainPolicy.from_config(config)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.com/",
+        "https://news.example.com/a",
+        "http://deep.er.example.com/",
+        "http://EXAMPLE.com/",
+        "http://example.com./",  # trailing dot of a fully qualified name
+        "http://Example.Com.:8080/x",
+    ],
+)
+def test_a_blocked_domain_covers_itself_and_its_subdomains_in_any_spelling(url: str) -> None:
+    problem = policy(blocked=["example.com"]).problem(host_of(url))
+
+    assert problem is not None
+    assert "tools.web_fetch.blocked_domains" in problem
+
+
+@pytest.mark.parametrize("url", ["http://notexample.com/", "http://example.com.evil/"])
+def test_a_blocked_domain_does_not_cover_look_alike_names(url: str) -> None:
+    assert policy(blocked=["example.com"]).problem(host_of(url)) is None
+
+
+@pytest.mark.parametrize("entry", ["bücher.example", "BÜCHER.example.", "xn--bcher-kva.example"])
+@pytest.mark.parametrize("url", ["http://bücher.example/", "http://shop.xn--bcher-kva.example/"])
+def test_an_idna_domain_matches_whether_written_in_unicode_or_punycode(
+    entry: str, url: str
+) -> None:
+    assert policy(blocked=[entry]).problem(host_of(url)) is not None
+
+
+def test_with_an_allow_list_only_those_domains_and_their_subdomains_are_fetched() -> None:
+    rules = policy(allowed=["wikipedia.org", "news.example"])
+
+    assert rules.problem(host_of("https://en.wikipedia.org/wiki/X")) is None
+    assert rules.problem(host_of("https://NEWS.example./")) is None
+    refusal = rules.problem(host_of("https://wikipedia.org.evil.example/"))
+    assert refusal is not None and "tools.web_fetch.allowed_domains" in refusal
+    assert rules.problem(host_of("http://93.184.216.34/")) is not None  # no address escapes it
+
+
+def test_blocked_wins_over_allowed() -> None:
+    rules = policy(blocked=["private.example.org"], allowed=["example.org"])
+
+    assert rules.problem(host_of("https://www.example.org/")) is None
+    refusal = rules.problem(host_of("https://a.private.example.org/"))
+    assert refusal is not None and "blocked_domains" in refusal
+
+
+def test_without_lists_every_domain_passes() -> None:
+    assert DomainPolicy().problem("anything.example") is None
+
 
 # ---- addresses -------------------------------------------------------------------------------
 
