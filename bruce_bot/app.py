@@ -283,6 +283,10 @@ class Bruce:
                 tasks=self.tasks,
                 timezone=self.config.app.timezone,
                 config_settings={SYSTEM_PROMPT_SETTING: self.config.agent.system_prompt},
+                public_url=self.config.app.public_url,
+                allowed_hosts=tuple(web.allowed_hosts),
+                session_max_age_days=web.session_max_age_days,
+                clock=self._clock,
             )
         )
         server = uvicorn.Server(

@@ -293,3 +293,21 @@ class GoalRow(Base):
     parent_goal_id: Mapped[int | None] = mapped_column(ForeignKey("goals.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[datetime | None]
+
+
+class WebSessionRow(Base):
+    """A browser signed in to the dashboard. `id` is the SHA-256 of the cookie (never the cookie
+    itself); `public_id` names it in the API; `token_fingerprint` ties it to the `web.auth_token`
+    it was made with, so that changing the token signs every browser out."""
+
+    __tablename__ = "web_sessions"
+    __table_args__ = (UniqueConstraint("public_id", name="uq_web_sessions_public_id"),)
+
+    id: Mapped[str] = mapped_column(BoundedString(64), primary_key=True)
+    public_id: Mapped[str] = mapped_column(BoundedString(32))
+    token_fingerprint: Mapped[str] = mapped_column(BoundedString(64))
+    user_agent: Mapped[str] = mapped_column(BoundedString(300), default="")
+    client_address: Mapped[str] = mapped_column(BoundedString(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]

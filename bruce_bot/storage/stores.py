@@ -14,6 +14,7 @@ from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
 from bruce_bot.storage.summaries import SummaryStore
 from bruce_bot.storage.tasks import TaskStore
+from bruce_bot.storage.web_sessions import WebSessionStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class Stores:
     deliveries: DeliveryStore
     tasks: TaskStore
     goals: GoalStore
+    web_sessions: WebSessionStore
 
     @classmethod
     def open(cls, database: Database) -> Stores:
@@ -43,4 +45,5 @@ class Stores:
             deliveries=DeliveryStore(engine),
             tasks=TaskStore(engine),
             goals=GoalStore(engine),
+            web_sessions=WebSessionStore(engine),
         )

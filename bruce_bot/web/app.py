@@ -1,26 +1,26 @@
 """The ASGI app: health check, login, the dashboard pages and the JSON API (routes: DESIGN §6).
 
-`GET /healthz` is open; everything else needs `web.auth_token` when one is set — a bearer token
-for `/api/`, the login cookie for pages (401 for the API, a redirect to /login for pages). API
-writes must be sent as `application/json`: a page of another site cannot send that without the
-browser asking first, so it guards the cookie against cross-site requests on top of
-`SameSite=Strict`. Request bodies are size-capped and validated, and errors come back as JSON that
-says what to fix. The pages are small static HTML files that render the API's JSON with DOM calls
+Every request first passes the Host check (`hosts.py`: 421 for a name the dashboard is not
+meant to have, against DNS rebinding), then authentication (`auth.py`): `GET /healthz`, the login
+page, `/static/` and `/artifacts/` are open; everything else needs `web.auth_token` when one is set
+— a signed-in browser (a session cookie) or a bearer token, 401 for the API and a redirect to
+/login for pages. API writes must be sent as `application/json`. Request bodies are size-capped and
+validated, and errors come back as JSON (API) or plain text (pages) that says what to fix, never
+a stack trace. The pages are small static HTML files that render the API's JSON with DOM calls
 (text only, never markup from data); they share `dashboard.css`, `dashboard.js` and a nav bar.
 """
 
 from __future__ import annotations
 
 import html
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
@@ -36,20 +36,16 @@ from bruce_bot.channels.web import WEB_CHANNEL
 from bruce_bot.domain import SessionKey
 from bruce_bot.web.api import MAX_BODY_BYTES, ApiError, dashboard_api_routes, json_body
 from bruce_bot.web.artifacts import artifact_routes
-from bruce_bot.web.auth import COOKIE_NAME, cookie_value, is_authorised, token_matches
+from bruce_bot.web.auth import AuthGate, WebAuth
 from bruce_bot.web.context import WebContext
+from bruce_bot.web.hosts import AllowedHosts, HostCheck
 
 __all__ = ["MAX_BODY_BYTES", "WebContext", "create_app"]
 
 STATIC_DIR = Path(__file__).parent / "static"
-MAX_LOGIN_BYTES = 4096
 MAX_MESSAGE_ID = 2**63 - 1
 MAX_WAIT_SECONDS = 30.0
 DEFAULT_CHAT_ID = "dashboard"
-OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/")
-
-
-WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # The dashboard's pages, in the order of the nav bar: (path, title, file in static/).
 PAGES = (
     ("/chat", "Chat", "chat.html"),
@@ -82,87 +78,23 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-class _AuthMiddleware(BaseHTTPMiddleware):
-    def __init__(self, app: Any, token: str) -> None:
-        super().__init__(app)
-        self._token = token
-
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        path = request.url.path
-        if path.startswith(OPEN_PATHS):
-            return await call_next(request)
-        if not is_authorised(request, self._token):
-            if path.startswith("/api/"):
-                return _error(
-                    401, "missing or wrong token: send 'Authorization: Bearer <web.auth_token>'"
-                )
-            return RedirectResponse(f"/login?next={path}", status_code=303)
-        if path.startswith("/api/") and request.method in WRITE_METHODS and not _is_json(request):
-            return _error(415, "send API writes with the header 'Content-Type: application/json'")
-        return await call_next(request)
-
-
-def _is_json(request: Request) -> bool:
-    media_type = request.headers.get("content-type", "").split(";")[0]
-    return media_type.strip().lower() == "application/json"
-
-
-async def _login_token(request: Request) -> str:
-    """The `token` field of the login form (urlencoded, as a browser posts it); "" if absent.
-
-    Parsed here rather than with `request.form()`, which needs the python-multipart package.
-    """
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_LOGIN_BYTES:
-        return ""
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_LOGIN_BYTES:
-            return ""
-    try:
-        fields = parse_qs(body.decode("utf-8", errors="replace"), max_num_fields=20)
-    except ValueError:  # too many fields
-        return ""
-    return fields.get("token", [""])[0]
-
-
 def create_app(context: WebContext) -> Starlette:
     stores, channel, token = context.stores, context.web_channel, context.auth_token
+    auth = WebAuth(
+        token,
+        stores.web_sessions,
+        clock=context.clock,
+        max_age=timedelta(days=context.session_max_age_days),
+        secure_cookie=urlsplit(context.public_url).scheme == "https",
+        login_page=STATIC_DIR / "login.html",
+    )
+    hosts = AllowedHosts(context.public_url, context.allowed_hosts)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def index(request: Request) -> Response:
         return RedirectResponse("/chat", status_code=303)
-
-    async def login_page(request: Request) -> Response:
-        if not token:
-            return RedirectResponse("/chat", status_code=303)
-        return FileResponse(STATIC_DIR / "login.html", media_type="text/html")
-
-    async def login(request: Request) -> Response:
-        candidate = await _login_token(request)
-        if not token_matches(candidate, token):
-            return RedirectResponse("/login?error=1", status_code=303)
-        target = str(request.query_params.get("next", "/chat"))
-        if not target.startswith("/") or target.startswith("//"):
-            target = "/chat"  # never redirect off-site
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(
-            COOKIE_NAME,
-            cookie_value(token),
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-            max_age=30 * 86_400,
-        )
-        return response
-
-    async def logout(request: Request) -> Response:
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(COOKIE_NAME)
-        return response
 
     def page(filename: str) -> Any:
         async def render(request: Request) -> Response:
@@ -254,9 +186,7 @@ def create_app(context: WebContext) -> Starlette:
     routes = [
         Route("/healthz", healthz),
         Route("/", index),
-        Route("/login", login_page, methods=["GET"]),
-        Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["POST"]),
+        *auth.routes(),
         *(Route(path, page(filename)) for path, _, filename in PAGES),
         Route("/static/{name}", asset),
         Route("/api/chat/messages", post_message, methods=["POST"]),
@@ -266,7 +196,7 @@ def create_app(context: WebContext) -> Starlette:
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(_AuthMiddleware, token=token)],
+        middleware=[Middleware(HostCheck, allowed=hosts), Middleware(AuthGate, auth=auth)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )
 

@@ -1,33 +1,349 @@
-"""Dashboard authentication: a bearer token for the API, an HttpOnly cookie for pages.
+"""Dashboard authentication: signed-in browsers for the pages, a bearer token for the API.
 
-The cookie holds an HMAC of the configured token, never the token itself. With no token
-configured the server only ever binds to loopback (enforced by the config), and access is open.
+Signing in (POST /login with `web.auth_token`) makes a random cookie (`secrets.token_urlsafe(32)`)
+and a row in `web_sessions` keyed by the cookie's SHA-256, so that signing out, or revoking the
+browser from the Settings page, really ends it: a copied cookie stops working at once. A session
+lives `web.session_max_age_days` from its last use; use renews it at most once a minute (one write
+then, none on the other requests). Each row carries a fingerprint of the token it was made with,
+so a new `web.auth_token` signs every browser out. The cookie is HttpOnly and SameSite=Strict
+(another site can neither read it nor send it along), and Secure when `app.public_url` is https.
+Scripts use `Authorization: Bearer <web.auth_token>`, compared in constant time. Wrong tokens, at
+the form or as a bearer, go through the throttle (`throttle.py`).
+
+API writes must be sent as `application/json`, token or not: a page of another site cannot send
+that without the browser asking first (a preflight the app never grants), which keeps the API
+safe from cross-site forms on top of SameSite. Without `web.auth_token` (loopback only, enforced
+by the config) there is no sign-in, and the Host check (`hosts.py`) is the protection.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
+import secrets
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
 
+import structlog
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import BaseRoute, Route
+
+from bruce_bot.storage.web_sessions import WebSessionRecord, WebSessionStore
+from bruce_bot.web.throttle import AuthThrottle, Refusal
+
+log = structlog.get_logger(__name__)
 
 COOKIE_NAME = "bruce_session"
+MAX_COOKIE_CHARS = 100  # token_urlsafe(32) is 43; anything much longer is not ours
+MAX_LOGIN_BYTES = 4096
+RENEW_EVERY = timedelta(minutes=1)
+USER_AGENT_CHARS = 300
+FINGERPRINT_ROUNDS = 100_000  # the fingerprint is stored: make guessing the token from it slow
+OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/")
+WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+_PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
-def cookie_value(token: str) -> str:
-    return hmac.new(token.encode(), b"bruce-dashboard-session", hashlib.sha256).hexdigest()
+def session_key(cookie: str) -> str:
+    """The row id of a browser session: the SHA-256 of its cookie (the cookie is never stored)."""
+    return hashlib.sha256(cookie.encode("utf-8", errors="replace")).hexdigest()
 
 
-def is_authorised(request: Request, token: str) -> bool:
-    if not token:
-        return True
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer ") and token_matches(header[7:].strip(), token):
-        return True
-    cookie = request.cookies.get(COOKIE_NAME, "")
-    return bool(cookie) and token_matches(cookie, cookie_value(token))
+def token_fingerprint(token: str) -> str:
+    return hashlib.pbkdf2_hmac(
+        "sha256", token.encode(), b"bruce-web-session-token", FINGERPRINT_ROUNDS
+    ).hex()
 
 
 def token_matches(candidate: str, token: str) -> bool:
     # Compare bytes: compare_digest refuses non-ASCII str, and a header may hold anything.
     return bool(token) and hmac.compare_digest(candidate.encode(), token.encode())
+
+
+def bearer_credentials(request: Request) -> str | None:
+    """The token of an `Authorization: Bearer …` header; None without one (other schemes, e.g.
+    a proxy's Basic auth passed along, are not ours to judge)."""
+    scheme, _, credentials = request.headers.get("authorization", "").strip().partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else None
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def _is_json(request: Request) -> bool:
+    media_type = request.headers.get("content-type", "").split(";")[0]
+    return media_type.strip().lower() == "application/json"
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def throttled(request: Request, refusal: Refusal) -> Response:
+    """429 for an attempt the throttle refused, unread, with `Retry-After`."""
+    who = (
+        "from many addresses"
+        if refusal.everyone
+        else f"from your address ({client_address(request)})"
+    )
+    message = (
+        f"too many failed sign-ins {who}; wait {refusal.retry_after} s before trying again "
+        "(each further failure doubles the wait, a success resets it)"
+    )
+    headers = {"Retry-After": str(refusal.retry_after)}
+    if is_api(request):
+        return _error(429, message, headers)
+    return PlainTextResponse(message, status_code=429, headers=headers)
+
+
+async def _login_token(request: Request) -> str:
+    """The `token` field of the login form (urlencoded, as a browser posts it); "" if absent.
+
+    Parsed here rather than with `request.form()`, which needs the python-multipart package.
+    """
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_LOGIN_BYTES:
+        return ""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_LOGIN_BYTES:
+            return ""
+    try:
+        fields = parse_qs(body.decode("utf-8", errors="replace"), max_num_fields=20)
+    except ValueError:  # too many fields
+        return ""
+    return fields.get("token", [""])[0]
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat()
+
+
+class WebAuth:
+    """Who may use the dashboard, and the sign-in, sign-out and signed-in-browsers routes."""
+
+    def __init__(
+        self,
+        token: str,
+        store: WebSessionStore,
+        *,
+        clock: Callable[[], datetime],
+        max_age: timedelta,
+        secure_cookie: bool,
+        login_page: Path,
+    ) -> None:
+        self.token = token
+        self.fingerprint = token_fingerprint(token) if token else ""
+        self.store = store
+        self.clock = clock
+        self.max_age = max_age
+        self.secure_cookie = secure_cookie
+        self.login_page = login_page
+        self.throttle = AuthThrottle(lambda: clock().timestamp())
+
+    # ---- browser sessions --------------------------------------------------------------------
+
+    async def browser_session(self, request: Request) -> WebSessionRecord | None:
+        """The live session of the request's cookie (None: none, or it ended)."""
+        cookie = request.cookies.get(COOKIE_NAME, "")
+        if not cookie or len(cookie) > MAX_COOKIE_CHARS:
+            return None
+        key = session_key(cookie)
+        record = await self.store.get(key)
+        if record is None:
+            return None
+        if record.expires_at <= self.clock() or not hmac.compare_digest(
+            record.token_fingerprint, self.fingerprint
+        ):
+            await self.store.delete(key)  # expired, or made with another web.auth_token
+            return None
+        return record
+
+    async def renew_if_due(self, record: WebSessionRecord) -> bool:
+        now = self.clock()
+        if now - record.last_seen_at < RENEW_EVERY:
+            return False
+        await self.store.renew(record.id, now, now + self.max_age)
+        return True
+
+    def _set_cookie(self, response: Response, request: Request, value: str) -> None:
+        response.set_cookie(
+            COOKIE_NAME,
+            value,
+            max_age=int(self.max_age.total_seconds()),
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookie or request.url.scheme == "https",
+        )
+
+    # ---- the middleware's decision -----------------------------------------------------------
+
+    async def admit(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        path = request.url.path
+        if path.startswith(OPEN_PATHS):
+            return await call_next(request)
+        renewed_cookie: str | None = None
+        if self.token:
+            session = await self.browser_session(request)
+            if session is not None:
+                request.state.web_session = session
+                if await self.renew_if_due(session):
+                    renewed_cookie = request.cookies[COOKIE_NAME]
+            else:
+                refused = self._check_bearer(request)
+                if refused is not None:
+                    return refused
+        if is_api(request) and request.method in WRITE_METHODS and not _is_json(request):
+            return _error(415, "send API writes with the header 'Content-Type: application/json'")
+        response = await call_next(request)
+        if renewed_cookie is not None:
+            self._set_cookie(response, request, renewed_cookie)  # the browser's expiry slides too
+        return response
+
+    def _check_bearer(self, request: Request) -> Response | None:
+        """None when the request carries the right bearer token, else the refusal to send."""
+        credentials = bearer_credentials(request)
+        if credentials is not None:
+            address = client_address(request)
+            refusal = self.throttle.check(address)
+            if refusal is not None:
+                return throttled(request, refusal)
+            if token_matches(credentials, self.token):
+                self.throttle.succeeded(address)
+                return None
+            self.throttle.failed(address)
+        if is_api(request):
+            return _error(
+                401, "missing or wrong token: send 'Authorization: Bearer <web.auth_token>'"
+            )
+        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+    # ---- routes ------------------------------------------------------------------------------
+
+    async def show_login(self, request: Request) -> Response:
+        if not self.token:
+            return RedirectResponse("/chat", status_code=303)
+        return FileResponse(self.login_page, media_type="text/html")
+
+    async def login(self, request: Request) -> Response:
+        if not self.token:
+            return RedirectResponse("/chat", status_code=303)
+        address = client_address(request)
+        refusal = self.throttle.check(address)
+        if refusal is not None:
+            return throttled(request, refusal)  # not even read
+        if not token_matches(await _login_token(request), self.token):
+            self.throttle.failed(address)
+            return RedirectResponse("/login?error=1", status_code=303)
+        self.throttle.succeeded(address)
+        now = self.clock()
+        await self.store.purge(self.fingerprint, now)
+        cookie = secrets.token_urlsafe(32)
+        record = WebSessionRecord(
+            id=session_key(cookie),
+            public_id=secrets.token_urlsafe(12),
+            token_fingerprint=self.fingerprint,
+            user_agent=request.headers.get("user-agent", "")[:USER_AGENT_CHARS],
+            client_address=address,
+            created_at=now,
+            last_seen_at=now,
+            expires_at=now + self.max_age,
+        )
+        await self.store.add(record)
+        log.info("web_signed_in", client=address, web_session=record.public_id)
+        target = str(request.query_params.get("next", "/chat"))
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/chat"  # never redirect off-site
+        response = RedirectResponse(target, status_code=303)
+        self._set_cookie(response, request, cookie)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        session: WebSessionRecord | None = getattr(request.state, "web_session", None)
+        if session is not None:
+            await self.store.delete(session.id)
+            log.info(
+                "web_signed_out", client=client_address(request), web_session=session.public_id
+            )
+        response = RedirectResponse("/login" if self.token else "/chat", status_code=303)
+        response.delete_cookie(
+            COOKIE_NAME,
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookie or request.url.scheme == "https",
+        )
+        return response
+
+    async def list_sessions(self, request: Request) -> Response:
+        if not self.token:
+            return JSONResponse({"sign_in": False, "web_sessions": []})
+        current: WebSessionRecord | None = getattr(request.state, "web_session", None)
+        records = await self.store.live(self.fingerprint, self.clock())
+        return JSONResponse(
+            {
+                "sign_in": True,
+                "web_sessions": [
+                    {
+                        "id": r.public_id,
+                        "user_agent": r.user_agent,
+                        "client_address": r.client_address,
+                        "created_at": _iso(r.created_at),
+                        "last_seen_at": _iso(r.last_seen_at),
+                        "expires_at": _iso(r.expires_at),
+                        "current": current is not None and r.id == current.id,
+                    }
+                    for r in records
+                ],
+            }
+        )
+
+    async def revoke_session(self, request: Request) -> Response:
+        public_id = request.path_params["public_id"]
+        if not _PUBLIC_ID.fullmatch(public_id):
+            return _error(400, "the id must be an 'id' from GET /api/web-sessions")
+        if not self.token or not await self.store.revoke(public_id, self.fingerprint):
+            return _error(
+                404, f"there is no signed-in browser {public_id}; GET /api/web-sessions lists them"
+            )
+        log.info("web_session_revoked", client=client_address(request), web_session=public_id)
+        return JSONResponse({"revoked": public_id})
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/login", self.show_login, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/api/web-sessions", self.list_sessions, methods=["GET"]),
+            Route("/api/web-sessions/{public_id}", self.revoke_session, methods=["DELETE"]),
+        ]
+
+
+class AuthGate(BaseHTTPMiddleware):
+    """Lets a request through to the app only when `WebAuth.admit` does."""
+
+    def __init__(self, app: Any, auth: WebAuth) -> None:
+        super().__init__(app)
+        self._auth = auth
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        return await self._auth.admit(request, call_next)

@@ -1,13 +1,15 @@
-"""What the web app is built from: the stores, the web chat channel and a few settings."""
+"""What the web app is built from: the stores, the web chat channel, a few settings and a clock."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bruce_bot.channels.web import WebChannel
+from bruce_bot.domain import utcnow
 from bruce_bot.storage.stores import Stores
 
 if TYPE_CHECKING:
@@ -26,3 +28,9 @@ class WebContext:
     timezone: str = "UTC"  # app.timezone: the dashboard shows times in it
     # The YAML values of the settings the dashboard edits (what "reset" goes back to).
     config_settings: Mapping[str, Any] = field(default_factory=dict)
+    # The Host check answers to loopback, the host of app.public_url and web.allowed_hosts; an
+    # https public_url also makes the login cookie Secure.
+    public_url: str = ""
+    allowed_hosts: tuple[str, ...] = ()
+    session_max_age_days: int = 30  # web.session_max_age_days, from the last use
+    clock: Callable[[], datetime] = utcnow  # sign-in sessions and the failed-sign-in throttle

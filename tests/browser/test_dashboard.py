@@ -1,8 +1,8 @@
 """The dashboard's pages in a real headless Chromium (playwright), over data made through the real
 paths (chat turns with the fake Anthropic server calling tools, `artifact_save`, a task created
 by the task service, a reply to a chat that blocked the bot): every page loads after login
-without console errors and shows that data, the nav bar links them, Cancel and the settings
-editor work, and markup in the data is shown as text, never run."""
+without console errors and shows that data, the nav bar links them, Cancel, the settings editor
+and the signed-in browsers list work, and markup in the data is shown as text, never run."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
 from playwright.async_api import Browser, Page, expect
 
@@ -18,6 +19,7 @@ from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
 from bruce_bot.domain import SessionKey
 from bruce_bot.scheduler.service import job_id
 from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.web.auth import COOKIE_NAME
 from tests.browser.conftest import needs_chromium
 from tests.conftest import wait_until
 from tests.integration.dashboard_support import YAML_PROMPT, Dashboard, running_dashboard
@@ -26,7 +28,7 @@ from tests.integration.support import db_rows
 pytestmark = needs_chromium
 
 
-TOKEN = "dashboard-browser-token-93ab"
+TOKEN = "0rNS1grzms8G94ADWW5b9i2CCD63qomfsX6rzKLkj-c"
 TIMEOUT_MS = 20_000
 SAO_PAULO = ZoneInfo("America/Sao_Paulo")
 # Markup in data (a message, a tool's error, a task and an artifact title) must stay text.
@@ -258,6 +260,39 @@ async def test_settings_saves_the_system_prompt_and_resets_it_to_the_config(
     await expect(page.locator(".status-line")).to_contain_text("Reset")
     await expect(reset).to_be_disabled()
     assert await stores.settings.get(SYSTEM_PROMPT_SETTING) is None
+
+
+async def test_settings_lists_the_signed_in_browsers_and_revokes_them(
+    page: Page, seeded: Seeded
+) -> None:
+    async with httpx.AsyncClient(base_url=seeded.dashboard.url) as http:
+        other = await http.post(
+            "/login", data={"token": TOKEN}, headers={"User-Agent": f"curl/8.5.0 {INJECTION}"}
+        )
+        cookie = {"Cookie": f"{COOKIE_NAME}={other.cookies[COOKIE_NAME]}"}
+        http.cookies.clear()
+        await log_in(page, "/settings")
+        rows = page.locator("#browsers tbody tr")
+        await expect(rows).to_have_count(2)
+        await expect(page.locator("#browsers-count")).to_have_text("(2)")
+        mine = rows.filter(has=page.locator(".this-browser"))
+        await expect(mine).to_contain_text("HeadlessChrome")
+        await expect(mine).to_contain_text("127.0.0.1")
+        theirs = rows.filter(has_text="curl/8.5.0")
+        await expect(theirs).to_contain_text(INJECTION)  # a user agent is text, never markup
+        await no_injected_markup(page)
+
+        await theirs.get_by_role("button", name="Revoke").click()
+        await expect(page.locator("#browsers-notice")).to_contain_text("Revoked: curl/8.5.0")
+        await expect(rows).to_have_count(1)
+        assert (await http.get("/api/sessions", headers=cookie)).status_code == 401
+
+    # Revoking this browser signs it out.
+    page.once("dialog", lambda dialog: dialog.accept())
+    await mine.get_by_role("button", name="Revoke").click()
+    await page.wait_for_url("**/login")
+    await page.goto("/settings")
+    assert "/login" in page.url
 
 
 async def test_usage_shows_a_row_per_day_and_model(page: Page, seeded: Seeded) -> None:

@@ -24,7 +24,7 @@ from tests.conftest import wait_until
 from tests.integration.dashboard_support import YAML_PROMPT, Dashboard, running_dashboard
 from tests.integration.support import db_rows, system_text
 
-TOKEN = "dashboard-api-token-51c0"
+TOKEN = "gFaXjOMHl_9-UNCG779VuchwICtnVCO42rc_FvW2xPk"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 JSON = {"Content-Type": "application/json"}  # what API writes must declare
 SAO_PAULO = ZoneInfo("America/Sao_Paulo")
@@ -635,3 +635,12 @@ async def test_the_dashboard_queries_run_on_postgresql(tmp_path: Path, postgres_
         response = await client.post(f"/api/tasks/{later.id}/cancel", headers=JSON)
         assert response.status_code == 200, response.text
         assert response.json()["task"]["status"] == "cancelled"
+
+        # Signed-in browsers: stored, listed and revoked on PostgreSQL too.
+        login = await client.post("/login", data={"token": TOKEN})
+        assert login.status_code == 303 and login.headers["location"] == "/chat"
+        [mine] = (await get_json(client, "/api/web-sessions"))["web_sessions"]  # by the cookie
+        assert mine["current"] is True and mine["client_address"] == "127.0.0.1"
+        response = await client.delete(f"/api/web-sessions/{mine['id']}", headers=JSON)
+        assert response.status_code == 200, response.text
+        assert (await get_json(client, "/api/web-sessions"))["web_sessions"] == []

@@ -23,7 +23,7 @@ from bruce_bot.web.auth import COOKIE_NAME
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 
-TOKEN = "dashboard-token-4f9c2e"
+TOKEN = "lDuCtwUktuEDg5VYlefoZ_UGtU5m36jtRGdGLUf8Gbk"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
