@@ -44,6 +44,12 @@ class WebChannel:
             self._notify(chat_id)
         return submission
 
+    async def choose(self, chat_id: str, data: str) -> str | None:
+        """A button pressed in the chat page; the reply to show (None: unknown button)."""
+        if self._inbox is None:
+            return None
+        return await self._inbox.choose(WEB_CHANNEL, chat_id, data)
+
     async def send(self, message: OutboundMessage) -> None:
         self._typing.discard(message.chat_id)
         self._notify(message.chat_id)

@@ -100,7 +100,11 @@ class TaskConfirmations:
             Choice("Confirm", f"{CONFIRM_PREFIX}{task.id}"),
             Choice("Cancel", f"{CANCEL_PREFIX}{task.id}"),
         )
-        message_id = await self._stores.messages.add_outbound(task.session_id, text, "notice")
+        # The choices are kept with the message, so the web chat can show its buttons too.
+        extra = {"choices": [{"label": c.label, "data": c.data} for c in choices]}
+        message_id = await self._stores.messages.add_outbound(
+            task.session_id, text, "notice", extra
+        )
         await self._outbox.deliver(
             OutboundMessage(task.channel, task.chat_id, text, message_id, "notice", {}, choices)
         )

@@ -177,11 +177,25 @@ def create_app(context: WebContext) -> Starlette:
                         "content": r.content,
                         "status": r.status,
                         "created_at": _iso(r.created_at),
+                        "choices": (r.extra or {}).get("choices", []),
                     }
                     for r in rows
                 ],
             }
         )
+
+    async def post_choice(request: Request) -> Response:
+        data = await json_body(request, example='{"data": "task-confirm:12"}')
+        choice = data.get("data")
+        if not isinstance(choice, str) or not choice or len(choice) > 200:
+            return _error(400, "field 'data' is required: the data of the button pressed")
+        chat_id = _chat_id(request, data)
+        if isinstance(chat_id, JSONResponse):
+            return chat_id
+        reply = await channel.choose(chat_id, choice)
+        if reply is None:
+            return _error(404, "no such button in this chat (it may be out of date)")
+        return JSONResponse({"reply": reply, "chat_id": chat_id})
 
     routes = [
         Route("/healthz", healthz),
@@ -191,6 +205,7 @@ def create_app(context: WebContext) -> Starlette:
         Route("/static/{name}", asset),
         Route("/api/chat/messages", post_message, methods=["POST"]),
         Route("/api/chat/messages", get_messages, methods=["GET"]),
+        Route("/api/chat/choices", post_choice, methods=["POST"]),
         *dashboard_api_routes(context),
         *artifact_routes(stores.artifacts, context.data_dir / "artifacts"),
     ]

@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bruce_bot.channels.console import ConsoleChannel
-from bruce_bot.scheduler.confirmations import CONFIRMED, REFUSED
-from tests.conftest import running_bruce
+from bruce_bot.scheduler.confirmations import CONFIRMED, NOTHING_WAITING, REFUSED
+from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.web_server import FakeWebServer
 from tests.integration.support import (
@@ -175,3 +176,41 @@ async def test_a_chat_cannot_hold_more_tasks_than_the_cap(
     errors = [block_text(r) for r in results if r.get("is_error")]
     assert len(errors) == 1 and "scheduler.max_active_tasks_per_chat" in errors[0]
     assert len(tasks(tmp_path)) == 2
+
+
+# ---- the web chat's buttons --------------------------------------------------------------------
+
+
+async def test_the_web_chat_shows_the_buttons_and_a_press_confirms_the_task(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, page: FakeWebServer
+) -> None:
+    anthropic_fake.script(tool_calls=[("web_fetch", {"url": f"{page.url}/article"})])
+    anthropic_fake.script(tool_calls=[("proactive_create", INJECTED_TASK)])
+    anthropic_fake.script("It waits for your confirmation.")
+    cfg = config(tmp_path, anthropic_fake, web={"enabled": True, "host": "127.0.0.1", "port": 0})
+    async with running_bruce(cfg) as bruce, httpx.AsyncClient(base_url=bruce.web_url) as http:
+        posted = await http.post("/api/chat/messages", json={"text": "Summarise the page."})
+        assert posted.status_code == 202
+
+        async def question() -> dict[str, Any] | None:
+            listed = (await http.get("/api/chat/messages")).json()["messages"]
+            return next((m for m in listed if m["choices"]), None)
+
+        asked = await wait_until(question)
+        assert asked["kind"] == "notice" and "Please confirm" in asked["content"]
+        labels = [choice["label"] for choice in asked["choices"]]
+        assert labels == ["Confirm", "Cancel"]
+        assert tasks(tmp_path)[0]["status"] == "unconfirmed"
+
+        confirm = asked["choices"][0]["data"]
+        pressed = await http.post("/api/chat/choices", json={"data": confirm})
+        assert pressed.status_code == 200
+        assert "Confirmed" in pressed.json()["reply"]
+        assert tasks(tmp_path)[0]["status"] == "active"
+
+        # Pressed again, the button says it is out of date; nothing changes.
+        again = await http.post("/api/chat/choices", json={"data": confirm})
+        assert again.json()["reply"] == NOTHING_WAITING
+        unknown = await http.post("/api/chat/choices", json={"data": "something-else"})
+        assert unknown.status_code == 404 and "button" in unknown.json()["error"]
+    assert tasks(tmp_path)[0]["status"] == "active"
