@@ -20,6 +20,14 @@ webhooks and applications too. Which messages a reply points at: Discord include
 message (`referenced_message`), sends null when it was deleted and sometimes leaves it out; then
 Bruce checks the id against the messages it sent recently and, only when Discord left it out,
 fetches that one message once.
+
+Buttons: a message with `choices` carries them as one action row of buttons (custom_id = the
+choice's data), sent with a `discord.ui.View` that is stopped at once: presses are handled in
+`on_interaction`, for any message Bruce ever sent, so they keep working after a restart. The
+presser must be on the allowlist (a stranger gets an ephemeral "not allowed"); the data goes to
+`inbox.choose` for the channel; the interaction is answered by updating the message without its
+buttons (type 7), and the outcome is posted as a reply to it. A press Bruce does not know any
+more gets an ephemeral "This button is no longer active."
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import yarl
 
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.config import DiscordConfig
-from bruce_bot.domain import InboundMessage, OutboundMessage
+from bruce_bot.domain import Choice, InboundMessage, OutboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +88,14 @@ ONLY_TEXT_REPLY = "I can only read text for now; please type your message."
 EMPTY_MENTION_REPLY = "Yes? Write your message after the mention and I'll answer."
 NOT_STORED_REPLY = "I couldn't take your message just now; please send it again in a minute."
 FORWARDED_MARK = "[forwarded]"
+# Ephemeral answers to a button press (only the presser sees them).
+PRESS_NOT_ALLOWED_REPLY = "Sorry, only people my owner has allowed can use these buttons."
+BUTTON_INACTIVE_REPLY = "This button is no longer active."
+PRESS_FAILED_REPLY = "Sorry, that didn't work on my side. Please try again, or answer in words."
+RESTARTING_REPLY = "I'm restarting right now. Please try again in a minute."
+CUSTOM_ID_LIMIT = 100  # characters, Discord's limit for a button's custom_id
+BUTTON_LABEL_LIMIT = 80
+BUTTONS_PER_ROW = 5
 RECENT_IDS_KEPT = 2000  # Bruce's own sent messages, and messages already handled
 FETCH_REFERENCE_TIMEOUT_SECONDS = 5.0
 
@@ -115,6 +131,9 @@ class _RecentIds:
         self._ids[item] = None
         if len(self._ids) > self._size:
             del self._ids[next(iter(self._ids))]
+
+    def discard(self, item: int) -> None:
+        self._ids.pop(item, None)
 
     def __contains__(self, item: object) -> bool:
         return item in self._ids
@@ -287,6 +306,22 @@ def _carries_something(message: discord.Message) -> bool:
     )
 
 
+def _choice_view(choices: tuple[Choice, ...]) -> discord.ui.View | None:
+    """The choices as one row of buttons (the first one primary), or None without any."""
+    view = discord.ui.View(timeout=None)
+    for choice in choices:
+        label = choice.label.strip()[:BUTTON_LABEL_LIMIT]
+        if not label or not 1 <= len(choice.data) <= CUSTOM_ID_LIMIT:
+            log.warning("discord_button_left_out", label=choice.label, data_chars=len(choice.data))
+            continue
+        if len(view.children) == BUTTONS_PER_ROW:
+            log.warning("discord_button_left_out", label=choice.label, reason="row full")
+            continue
+        style = discord.ButtonStyle.secondary if view.children else discord.ButtonStyle.primary
+        view.add_item(discord.ui.Button(label=label, custom_id=choice.data, style=style, row=0))
+    return view if view.children else None
+
+
 def _command_of(text: str) -> str | None:
     """`new` for "/new" or "!new" (the whole message); None for anything else."""
     words = text.split()
@@ -320,6 +355,7 @@ class DiscordChannel:
         self._strangers_told: dict[int, float] = {}  # user id -> when they were last told
         self._sent_ids = _RecentIds()  # messages Bruce posted: a reply to one is addressed
         self._handled_ids = _RecentIds()  # messages already answered (Discord may send one twice)
+        self._used_buttons = _RecentIds()  # messages whose buttons were pressed and answered
         self._session_started = False  # the current client reached a gateway session
         self.gave_up: str | None = None  # why the channel stopped for good, if it did
 
@@ -484,7 +520,17 @@ class DiscordChannel:
                     error=repr(exc),
                 )
 
-        for handler in (on_connect, on_resumed, on_disconnect, on_message):
+        async def on_interaction(interaction: discord.Interaction) -> None:
+            if interaction.type is not discord.InteractionType.component:
+                return
+            try:
+                await self._on_press(interaction)
+            except Exception as exc:
+                log.exception(
+                    "discord_press_failed", interaction_id=interaction.id, error=repr(exc)
+                )
+
+        for handler in (on_connect, on_resumed, on_disconnect, on_message, on_interaction):
             client.event(handler)
         return client
 
@@ -557,6 +603,54 @@ class DiscordChannel:
                 platform_message_id=inbound.platform_message_id,
                 reason=submission.reason,
             )
+
+    async def _on_press(self, interaction: discord.Interaction) -> None:
+        """A button under one of Bruce's messages was pressed."""
+        user_id = getattr(interaction.user, "id", None)
+        channel_id, message = interaction.channel_id, interaction.message
+        data = str((interaction.data or {}).get("custom_id", ""))
+        if user_id not in self._allowed:
+            log.info("discord_stranger_press_refused", user_id=user_id, chat_id=channel_id)
+            await self._answer_privately(interaction, PRESS_NOT_ALLOWED_REPLY)
+            return
+        inbox = self._inbox
+        if inbox is None:
+            await self._answer_privately(interaction, RESTARTING_REPLY)
+            return
+        if channel_id is None or message is None or message.id in self._used_buttons:
+            await self._answer_privately(interaction, BUTTON_INACTIVE_REPLY)
+            return
+        chat_id = str(channel_id)
+        # Presses are handled concurrently: a second tap that comes while the first is being
+        # answered finds the buttons used already.
+        self._used_buttons.add(message.id)
+        try:
+            reply = await inbox.choose(DISCORD_CHANNEL, chat_id, data)
+        except Exception as exc:
+            self._used_buttons.discard(message.id)  # may be tried again
+            log.exception("discord_choose_failed", chat_id=chat_id, data=data, error=repr(exc))
+            await self._answer_privately(interaction, PRESS_FAILED_REPLY)
+            return
+        log.info("discord_press", chat_id=chat_id, data=data, known=reply is not None)
+        if reply is None:
+            await self._answer_privately(interaction, BUTTON_INACTIVE_REPLY)
+            return
+        try:  # the buttons go: the press is answered
+            await interaction.response.edit_message(view=None)
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            # Too late (Discord waits 3 s for an answer) or refused: edit the message instead.
+            log.info("discord_press_not_answered", interaction_id=interaction.id, error=repr(exc))
+            with contextlib.suppress(discord.DiscordException, aiohttp.ClientError, OSError):
+                await message.edit(view=None)
+        channel = await self._channel(interaction.client, channel_id)
+        await self._say(channel, reply, reference=message.to_reference(fail_if_not_exists=False))
+
+    async def _answer_privately(self, interaction: discord.Interaction, text: str) -> None:
+        """An ephemeral answer to a press: only the presser sees it."""
+        try:
+            await interaction.response.send_message(text, ephemeral=True)
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            log.info("discord_press_not_answered", interaction_id=interaction.id, error=repr(exc))
 
     async def _addresses_me(
         self, client: discord.Client, message: discord.Message, my_id: int, my_role_id: int | None
@@ -651,10 +745,12 @@ class DiscordChannel:
             return await inbox.describe_reminders(DISCORD_CHANNEL, chat_id)
         return SERVER_HELP_TEXT if in_guild else HELP_TEXT
 
-    async def _say(self, channel: Any, text: str) -> None:
+    async def _say(
+        self, channel: Any, text: str, reference: discord.MessageReference | None = None
+    ) -> None:
         """A direct answer from the adapter itself (not stored); failures are only logged."""
         try:
-            sent = await channel.send(text)
+            sent = await channel.send(text, reference=reference)
         except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             log.warning("discord_reply_failed", chat_id=channel.id, error=repr(exc))
             return
@@ -670,9 +766,10 @@ class DiscordChannel:
                 f"{message.chat_id!r} is not a Discord channel id", permanent=True
             ) from None
         client = self._usable_client()
+        view = _choice_view(message.choices)
         try:
             channel = await self._channel(client, channel_id)
-            sent = await channel.send(message.text)
+            sent = await channel.send(message.text, view=view)
         except Exception as exc:
             if client.is_closed():  # closed under our feet (stop, restart): try again later
                 raise DeliveryError("the Discord client closed during the send") from exc
@@ -680,6 +777,9 @@ class DiscordChannel:
             if error.permanent:
                 self._channels.pop(channel_id, None)
             raise error from exc
+        finally:
+            if view is not None:
+                view.stop()  # it only carried the buttons: presses go to on_interaction
         self._sent_ids.add(sent.id)
 
     async def typing(self, chat_id: str) -> None:

@@ -16,6 +16,13 @@ chats...) and channel posts copied into a discussion group are passed over in si
 upgraded to a supergroup is followed to its new id, whether Telegram announces it or a send
 fails with ChatMigrated (the answer is re-sent there at once); an update PTB cannot parse gets
 a short notice when an allowed person sent it (telegram_raw.py).
+
+Buttons: a message with `choices` carries them as an inline keyboard under its last piece
+(telegram_buttons.py). A press arrives as a callback query; the presser must be on the
+allowlist, the data goes to `inbox.choose` for the conversation the message is in (its topic
+too), the query is answered (the client stops spinning), the buttons are taken off the message
+and the outcome is sent as a reply to it. A press Bruce does not know any more is answered
+"This button is no longer active."
 """
 
 from __future__ import annotations
@@ -32,7 +39,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
-from telegram import Bot, BotCommand, Message, ReplyParameters, Update, User
+from telegram import (
+    Bot,
+    BotCommand,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+    Update,
+    User,
+)
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
@@ -48,6 +65,7 @@ from telegram.request import HTTPXRequest
 
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.channels.telegram_albums import AlbumBook, AlbumPart
+from bruce_bot.channels.telegram_buttons import Press, Presses, button_row
 from bruce_bot.channels.telegram_chats import ChatAddress
 from bruce_bot.channels.telegram_entities import (
     command_of,
@@ -77,7 +95,7 @@ from bruce_bot.channels.telegram_texts import (
     UNREADABLE,
 )
 from bruce_bot.config import TelegramConfig
-from bruce_bot.domain import InboundMessage, OutboundMessage
+from bruce_bot.domain import Choice, InboundMessage, OutboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +108,7 @@ POLL_TIMEOUT = timedelta(seconds=25)
 BOOTSTRAP_RETRIES = 3
 RECONNECT_FIRST_DELAY_SECONDS = 1.0
 RECONNECT_MAX_DELAY_SECONDS = 60.0
-ALLOWED_UPDATES = ("message", "edited_message")
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 _SUPPORTED_CHATS = (ChatType.PRIVATE, ChatType.GROUP, ChatType.SUPERGROUP)
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _ALBUM_KINDS = (
@@ -179,6 +197,7 @@ class TelegramChannel:
         self._albums = AlbumBook()
         self._unreadable = UnreadableUpdates()
         self._delivered = DeliveredPieces()
+        self._presses = Presses(TELEGRAM_CHANNEL, self._allowed)
         self._updates_request: _UpdateCheckingRequest | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._commands_registered = False
@@ -351,6 +370,9 @@ class TelegramChannel:
     # ---- receiving ---------------------------------------------------------------------------
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if update.callback_query is not None:
+            await self._on_press(update.callback_query)
+            return
         message = update.message
         if message is None:
             unreadable = self._unreadable.pop(update.update_id)
@@ -471,6 +493,51 @@ class TelegramChannel:
             if submission.reason == "stopping":
                 await self._reply(message, RESTARTING)
 
+    async def _on_press(self, query: CallbackQuery) -> None:
+        """A button under one of Bruce's messages was pressed (telegram_buttons.py decides)."""
+        message = query.message
+        accessible = isinstance(message, Message) and message.is_accessible
+        address: ChatAddress | None = None
+        if isinstance(message, Message) and accessible:
+            address = _address_of(message)
+        elif message is not None:  # deleted, or too old to be shown (date 0): no topic known
+            address = ChatAddress(message.chat.id)
+        press = Press(
+            query.from_user.id,
+            str(address) if address is not None else "",
+            message.message_id if message is not None else None,
+            query.data,
+        )
+        answer = await self._presses.answer(press, self._inbox)
+        await self._answer_press(query, answer.notice)
+        if answer.reply is None or address is None or message is None:
+            return
+        if accessible:
+            await self._remove_buttons(address, message.message_id)
+        try:
+            pieces = [Piece(chunk, None) for chunk in fit_plain(answer.reply)]
+            await self._send_pieces(address, pieces, message.message_id)
+        except DeliveryError as exc:
+            log.warning("telegram_reply_failed", chat_id=str(address), error=str(exc))
+
+    async def _answer_press(self, query: CallbackQuery, text: str | None) -> None:
+        """Stop the client's spinner, with a short notice (`text`) or silently."""
+        try:
+            await self._sending_bot().answer_callback_query(query.id, text=text)
+        except (TelegramError, DeliveryError) as exc:  # too late (~15 s), or the bot stopped
+            log.info("telegram_press_not_answered", error=self._scrub(str(exc)))
+
+    async def _remove_buttons(self, address: ChatAddress, message_id: int) -> None:
+        try:
+            await self._sending_bot().edit_message_reply_markup(address.chat_id, message_id)
+        except (TelegramError, DeliveryError) as exc:  # gone, too old, or already without
+            log.info(
+                "telegram_buttons_not_removed",
+                chat_id=str(address),
+                message_id=message_id,
+                error=self._scrub(str(exc)),
+            )
+
     async def _refuse(self, message: Message, sender_id: int, reply: str) -> None:
         """One polite reply an hour to a sender Bruce may not answer (a user id, or the id of
         the group or channel an anonymous sender speaks as)."""
@@ -571,7 +638,8 @@ class TelegramChannel:
             if len(pieces) > 1:
                 self._delivered.note(key, done + count)
 
-        await self._send_pieces(address, pieces[done:], reply_to, delivered)
+        buttons = _keyboard(message.choices)
+        await self._send_pieces(address, pieces[done:], reply_to, delivered, buttons)
         self._delivered.forget(key)
 
     async def typing(self, chat_id: str) -> None:
@@ -595,7 +663,9 @@ class TelegramChannel:
         pieces: Sequence[Piece],
         reply_to: int | None,
         delivered: Callable[[int], None] | None = None,
+        buttons: InlineKeyboardMarkup | None = None,
     ) -> None:
+        """Send `pieces` in order; `buttons` go under the last one."""
         bot = self._sending_bot()
         for index, piece in enumerate(pieces):
             replying = (
@@ -603,20 +673,26 @@ class TelegramChannel:
                 if reply_to is not None and index == 0
                 else None
             )
+            markup = buttons if index == len(pieces) - 1 else None
             try:
                 try:
-                    await self._send_piece(bot, address, piece, replying)
+                    await self._send_piece(bot, address, piece, replying, markup)
                 except ChatMigrated as moved:  # the group became a supergroup: follow it now
                     await self._follow_migration(address.chat_id, moved.new_chat_id)
                     address = ChatAddress(moved.new_chat_id)
-                    await self._send_piece(bot, address, piece, replying)
+                    await self._send_piece(bot, address, piece, replying, markup)
             except TelegramError as exc:
                 raise self._delivery_error(exc) from None
             if delivered is not None:
                 delivered(index + 1)
 
     async def _send_piece(
-        self, bot: Bot, address: ChatAddress, piece: Piece, replying: ReplyParameters | None
+        self,
+        bot: Bot,
+        address: ChatAddress,
+        piece: Piece,
+        replying: ReplyParameters | None,
+        buttons: InlineKeyboardMarkup | None = None,
     ) -> None:
         chat_id, thread = address.chat_id, address.thread_id
         if piece.html is not None:
@@ -627,18 +703,21 @@ class TelegramChannel:
                     parse_mode=ParseMode.HTML,
                     reply_parameters=replying,
                     message_thread_id=thread,
+                    reply_markup=buttons,
                 )
                 return
             except BadRequest as exc:
                 if "can't parse entities" not in exc.message.lower():
                     raise
                 log.info("telegram_markup_refused", chat_id=str(address), error=exc.message)
-        for index, chunk in enumerate(fit_plain(piece.source, TELEGRAM_TEXT_LIMIT)):
+        chunks = fit_plain(piece.source, TELEGRAM_TEXT_LIMIT)
+        for index, chunk in enumerate(chunks):
             await bot.send_message(
                 chat_id,
                 chunk,
                 reply_parameters=replying if index == 0 else None,
                 message_thread_id=thread,
+                reply_markup=buttons if index == len(chunks) - 1 else None,
             )
 
     def _sending_bot(self) -> Bot:
@@ -707,6 +786,14 @@ def _webhook_secret(config: TelegramConfig) -> str:
             "- (1-256 characters), as Telegram requires."
         )
     return secret
+
+
+def _keyboard(choices: Sequence[Choice]) -> InlineKeyboardMarkup | None:
+    row = button_row(choices)
+    if not row:
+        return None
+    buttons = [InlineKeyboardButton(choice.label, callback_data=choice.data) for choice in row]
+    return InlineKeyboardMarkup([buttons])
 
 
 def _address_of(message: Message) -> ChatAddress:

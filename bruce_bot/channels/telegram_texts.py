@@ -45,3 +45,7 @@ UNREADABLE = (
 NOT_SAVED = "Sorry, I couldn't save your message just now. Please send it again in a minute."
 RESTARTING = "I'm restarting right now. Please send that again in a minute."
 COMMAND_FAILED = "Sorry, that didn't work on my side. It has been logged; please try again."
+# Short answers to a button press (Telegram shows them as a toast, 200 characters at most).
+PRESS_NOT_ALLOWED = "Sorry, only people my owner has allowed can use these buttons."
+BUTTON_INACTIVE = "This button is no longer active."
+PRESS_FAILED = "Sorry, that didn't work on my side. Please try again, or answer in words."

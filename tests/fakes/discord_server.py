@@ -28,6 +28,23 @@ MESSAGE_CREATE dispatched, can be fetched back (`GET /channels/{id}/messages/{id
 Like Discord, the fake refuses a message over 2000 characters (400, code 50035), answers a wrong
 token with 401, echoes the bot's own messages back over the gateway as MESSAGE_CREATE, and keeps
 events dispatched while no session is connected so that a RESUME replays them.
+
+Buttons as Discord has them: a message's `components` are checked (action rows of at most five
+buttons; a non-link button needs a unique `custom_id` of 1-100 characters and a style 1-4, a
+label at most 80 characters; otherwise 400, code 50035) and kept; `PATCH` edits the bot's
+messages. `press` dispatches the recorded button INTERACTION_CREATE
+(guild_button_interaction_docs_2021.json) for a tap, ids adapted, the message as the fake holds
+it, and the fields Discord has added since 2021 (`channel`, `attachment_size_limit`...); in a DM
+the presser is `user` instead of `member`. `POST /interactions/{id}/{token}/callback` (no bot
+token, as on Discord) takes one response per interaction: type 4 (a message; flags 64:
+ephemeral, seen only by the presser), 6 (deferred update) or 7 (update the message the button is
+on); a second one gets 400 code 40060, an unknown id or token, or `fail_interaction_callbacks`,
+404 code 10062 "Unknown interaction" (what a response after Discord's 3 seconds gets). With
+`with_response` the answer is the interaction callback object (200), else 204::
+
+    interaction = await discord_fake.press(question, OWNER, "Confirm")
+    response = await discord_fake.wait_for_response(interaction)   # {"type": 7, "data": ...}
+    discord_fake.buttons(question["id"])                            # the buttons it has now
 """
 
 from __future__ import annotations
@@ -155,8 +172,11 @@ class FakeDiscordServer:
         self.heartbeats = 0
         self.gateway_paths: list[str] = []  # the path of each websocket connection
         self.close_codes: list[int] = []  # codes the server closed sessions with
+        self.interaction_responses: dict[str, dict[str, Any]] = {}  # id -> {"type", "data"}
         # Behaviour.
         self._failures: deque[_SendFailure] = deque()
+        self._interactions: dict[str, dict[str, Any]] = {}  # id -> the dispatched payload
+        self._failing_callbacks = 0
         self._ids = itertools.count(1)
         self._channels: dict[int, dict[str, Any]] = {}
         self._messages: dict[int, dict[str, Any]] = {}  # message id -> payload, for GET
@@ -240,6 +260,10 @@ class FakeDiscordServer:
         """Answer the next `times` message posts (to `channel_id`, or any) with an error:
         429 (rate limited, with `Via` and `retry_after`), 403, 404, 500, 503..."""
         self._failures.extend(_SendFailure(status, retry_after, channel_id) for _ in range(times))
+
+    def fail_interaction_callbacks(self, times: int = 1) -> None:
+        """The next `times` interaction responses get 404 "Unknown interaction" (too late)."""
+        self._failing_callbacks += times
 
     def dm_channel_id(self, user_id: int) -> int:
         """The DM channel between the bot and `user_id` (created on first use)."""
@@ -330,6 +354,72 @@ class FakeDiscordServer:
         )
         await self.dispatch("MESSAGE_CREATE", message)
         return message
+
+    async def press(
+        self,
+        message: Mapping[str, Any],
+        presser: dict[str, Any],
+        label: str | None = None,
+        *,
+        custom_id: str | None = None,
+    ) -> str:
+        """`presser` (a `user_payload`) taps the button `label` under the bot's `message` (or
+        sends any `custom_id`, as a modified client can). Dispatches the recorded button
+        interaction, adapted; returns the interaction id."""
+        current = self._messages[int(message["id"])]
+        if custom_id is None:
+            matching = [b for b in self.buttons(current["id"]) if b.get("label") == label]
+            assert matching, f"no button {label!r} on message {current['id']}"
+            custom_id = str(matching[0]["custom_id"])
+        captured = load_fixture("guild_button_interaction_docs_2021.json")["d"]
+        channel_id = int(current["channel_id"])
+        channel = self._channels[channel_id]
+        interaction = dict(captured)
+        interaction.update(
+            id=str(self._snowflake()),
+            token=f"fake-interaction-token-{uuid.uuid4().hex}",
+            application_id=str(self.APP_ID),
+            channel_id=str(channel_id),
+            message=dict(current),
+            data={**captured["data"], "custom_id": custom_id},
+            # Sent since 2021 (the capture predates them); discord.py 2.7 needs the last two.
+            app_permissions="2248473465835073",
+            locale="en-US",
+            entitlements=[],
+            channel=channel,
+            attachment_size_limit=10_485_760,
+        )
+        if channel["type"] == 1:  # a DM: `user`, no guild
+            for key in ("member", "guild_id"):
+                interaction.pop(key)
+            interaction.update(user=presser, context=1, authorizing_integration_owners={"0": "0"})
+        else:
+            # A member's `flags` too is newer than the capture (and required by discord.py).
+            interaction["member"] = {**captured["member"], "user": presser, "flags": 0}
+            interaction.update(
+                guild_id=str(self.GUILD_ID),
+                guild_locale="en-US",
+                context=0,
+                authorizing_integration_owners={"0": str(self.GUILD_ID)},
+            )
+        self._interactions[interaction["id"]] = interaction
+        await self.dispatch("INTERACTION_CREATE", interaction)
+        return str(interaction["id"])
+
+    def buttons(self, message_id: int | str) -> list[dict[str, Any]]:
+        """The buttons of one of the bot's messages now (edits and responses change them)."""
+        message = self._messages[int(message_id)]
+        return [
+            component
+            for row in message.get("components", [])
+            for component in row.get("components", [])
+            if component.get("type") == 2
+        ]
+
+    async def wait_for_response(self, interaction_id: str, within: float = 10.0) -> dict[str, Any]:
+        """The response Bruce gave to an interaction ({"type": ..., "data": ...})."""
+        await self.wait_for(lambda: interaction_id in self.interaction_responses, within)
+        return self.interaction_responses[interaction_id]
 
     def new_id(self) -> int:
         """A fresh snowflake (its timestamp is now)."""
@@ -434,6 +524,9 @@ class FakeDiscordServer:
     async def _rest(self, request: web.Request) -> web.Response:
         path = "/" + request.match_info["tail"]
         self.rest_requests.append((request.method, path))
+        callback = re.fullmatch(r"/interactions/([0-9]+)/([^/]+)/callback", path)
+        if callback is not None and request.method == "POST":  # no bot token: the interaction's
+            return await self._interaction_callback(request, *callback.groups())
         if request.headers.get("Authorization") != f"Bot {self.token}":
             return _json({"message": "401: Unauthorized", "code": 0}, 401)
         parts = path.strip("/").split("/")
@@ -458,6 +551,8 @@ class FakeDiscordServer:
                     return await self._post_message(channel_id, request)
                 if method == "GET" and len(parts) == 4 and parts[2] == "messages":
                     return self._get_message(channel_id, int(parts[3]))
+                if method == "PATCH" and len(parts) == 4 and parts[2] == "messages":
+                    return await self._edit_message(channel_id, int(parts[3]), request)
         except (ValueError, KeyError) as exc:
             return _json({"message": f"Invalid Form Body ({exc})", "code": 50035}, 400)
         return _json({"message": "404: Not Found", "code": 0}, 404)
@@ -491,8 +586,12 @@ class FakeDiscordServer:
             return _json({"message": "Unknown Channel", "code": 10003}, 404)
         body = await request.json()
         content = body.get("content") or ""
+        components = body.get("components") or []
         if not content.strip() and not body.get("embeds"):
             return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+        refusal = _components_refusal(components)
+        if refusal is not None:
+            return refusal
         if len(content) > 2000:
             return _json(
                 {
@@ -516,6 +615,7 @@ class FakeDiscordServer:
             self.bot, content, channel_id=channel_id, guild=channel["type"] != 1
         )
         message.pop("member", None)
+        message["components"] = components
         self._messages[int(message["id"])] = message
         self.sent.append({**message, "allowed_mentions": body.get("allowed_mentions")})
         await self._changed_now()
@@ -523,6 +623,96 @@ class FakeDiscordServer:
             # Discord tells every session about every message, the bot's own included.
             await self.dispatch("MESSAGE_CREATE", message)
         return _json(message)
+
+    async def _edit_message(
+        self, channel_id: int, message_id: int, request: web.Request
+    ) -> web.Response:
+        message = self._messages.get(message_id)
+        if message is None or int(message["channel_id"]) != channel_id:
+            return _json({"message": "Unknown Message", "code": 10008}, 404)
+        if message["author"]["id"] != self.bot["id"]:
+            return _json(
+                {"message": "Cannot edit a message authored by another user", "code": 50005}, 403
+            )
+        body = await request.json()
+        return _json(await self._update_message(message, body) or message)
+
+    async def _update_message(
+        self, message: dict[str, Any], body: Mapping[str, Any]
+    ) -> web.Response | None:
+        """Apply an edit (`content`, `components`) to a message; a refusal, or None."""
+        if "components" in body:
+            refusal = _components_refusal(body["components"] or [])
+            if refusal is not None:
+                return refusal
+            message["components"] = body["components"] or []
+        if "content" in body:
+            message["content"] = body["content"] or ""
+        message["edited_timestamp"] = _now_iso()
+        await self.dispatch("MESSAGE_UPDATE", message)
+        await self._changed_now()
+        return None
+
+    async def _interaction_callback(
+        self, request: web.Request, interaction_id: str, token: str
+    ) -> web.Response:
+        interaction = self._interactions.get(interaction_id)
+        unknown = _json({"message": "Unknown interaction", "code": 10062}, 404)
+        if interaction is None or interaction["token"] != token:
+            return unknown
+        if self._failing_callbacks > 0:
+            self._failing_callbacks -= 1
+            await self._changed_now()
+            return unknown
+        if interaction_id in self.interaction_responses:
+            return _json(
+                {"message": "Interaction has already been acknowledged.", "code": 40060}, 400
+            )
+        body = await request.json()
+        kind, data = body.get("type"), body.get("data") or {}
+        message = self._messages[int(interaction["message"]["id"])]
+        if kind == 7:
+            refusal = await self._update_message(message, data)
+            if refusal is not None:
+                return refusal
+            resource = message
+        elif kind == 4:
+            content = data.get("content") or ""
+            if not content.strip() or len(content) > 2000:
+                return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+            channel_id = int(interaction["channel_id"])
+            resource = self.message_payload(
+                self.bot, content, channel_id=channel_id, guild="guild_id" in interaction
+            )
+            resource.pop("member", None)
+            resource.update(
+                flags=int(data.get("flags") or 0),
+                type=19,
+                application_id=str(self.APP_ID),
+                webhook_id=str(self.APP_ID),
+            )
+        elif kind == 6:
+            resource = None
+        else:
+            return _json({"message": "Invalid interaction response type", "code": 50035}, 400)
+        self.interaction_responses[interaction_id] = {"type": kind, "data": data}
+        await self._changed_now()
+        if request.query.get("with_response", "").lower() not in ("1", "true"):
+            return web.Response(status=204)
+        answer: dict[str, Any] = {
+            "interaction": {
+                "id": interaction_id,
+                "type": interaction["type"],
+                "response_message_loading": False,
+                "response_message_ephemeral": bool(
+                    resource is not None and int(resource.get("flags") or 0) & 64
+                ),
+            }
+        }
+        if resource is not None:
+            answer["interaction"]["response_message_id"] = resource["id"]
+            answer["resource"] = {"type": kind, "message": resource}
+        return _json(answer)
 
     def _next_failure(self, channel_id: int) -> _SendFailure | None:
         for failure in self._failures:
@@ -722,6 +912,44 @@ class FakeDiscordServer:
         """An id whose timestamp is now, like Discord's (message.created_at is read from it)."""
         millis = int(time.time() * 1000) - DISCORD_EPOCH_MS
         return (millis << 22) | (next(self._ids) & 0x3FFFFF)
+
+
+def _components_refusal(components: Any) -> web.Response | None:
+    """Discord's 400 for message components it would not take (action rows of buttons only)."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    if not isinstance(components, list) or len(components) > 5:
+        problems.append("components: at most 5 action rows")
+        components = []
+    for row in components:
+        buttons = row.get("components") if isinstance(row, dict) else None
+        if row.get("type") != 1 or not isinstance(buttons, list) or not 1 <= len(buttons) <= 5:
+            problems.append("an action row (type 1) holds 1 to 5 components")
+            continue
+        for button in buttons:
+            if not isinstance(button, dict) or button.get("type") != 2:
+                problems.append("the fake only knows buttons (type 2)")
+                continue
+            label = button.get("label")
+            if label is not None and not 1 <= len(str(label)) <= 80:
+                problems.append("label: BASE_TYPE_BAD_LENGTH (1-80)")
+            if button.get("style") == 5:
+                if not button.get("url") or "custom_id" in button:
+                    problems.append("a link button has a url and no custom_id")
+                continue
+            custom_id = button.get("custom_id")
+            if button.get("style") not in (1, 2, 3, 4):
+                problems.append(f"style: {button.get('style')!r} is not a button style")
+            if not isinstance(custom_id, str) or not 1 <= len(custom_id) <= 100:
+                problems.append("custom_id: BASE_TYPE_BAD_LENGTH (1-100)")
+            elif custom_id in seen:
+                problems.append("custom_id: COMPONENT_CUSTOM_ID_DUPLICATED")
+            else:
+                seen.add(custom_id)
+    if not problems:
+        return None
+    errors = {"components": {"_errors": [{"code": "INVALID", "message": p} for p in problems]}}
+    return _json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
 
 
 def _failure_response(failure: _SendFailure) -> web.Response:

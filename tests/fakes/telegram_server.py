@@ -15,10 +15,20 @@ thread id to send to); without one it lands in the topic of the message it repli
 General; `SentMessage.thread_id` records where it landed (None: General, or not a forum). A
 group upgraded with `upgrade_group` answers sendMessage/sendChatAction with Telegram's 400
 "group chat was upgraded to a supergroup chat" and `parameters.migrate_to_chat_id`. Recorded
-payloads (tests/fixtures/telegram/) are served as captured with `replay`, ids adapted. While a
-webhook is set,
-getUpdates answers 409 and queued updates are POSTed to the webhook URL with the
-`X-Telegram-Bot-Api-Secret-Token` header, retried until the receiver answers 200::
+payloads (tests/fixtures/telegram/) are served as captured with `replay`, ids adapted.
+
+Buttons as Telegram has them: sendMessage checks its `reply_markup` the way the Bot API does
+(an InlineKeyboardMarkup: an array of rows of buttons, each with a `text` and 1-64 bytes of
+`callback_data`, or 400 with Telegram's words) and keeps it on the message; `press` delivers the
+recorded callback query (coffeetalk_callback_query_private.json) for a tap on one of them, ids
+adapted and the message as the fake holds it now (an inaccessible one, `date` 0, once the
+message was deleted with `delete_message`). answerCallbackQuery answers each query once (a
+second answer, or an unknown id, gets "query is too old and response timeout expired or query
+ID is invalid"), editMessageReplyMarkup / editMessageText change the bot's own messages ("message
+to edit not found", "message is not modified", and "message can't be edited" after
+`forbid_edits`). While a webhook is set, getUpdates answers 409 and queued updates are POSTed to
+the webhook URL with the `X-Telegram-Bot-Api-Secret-Token` header, retried until the receiver
+answers 200::
 
     async with FakeTelegramServer() as telegram:
         config = {"token": telegram.token, "base_url": telegram.base_url, ...}
@@ -35,8 +45,11 @@ getUpdates answers 409 and queued updates are POSTed to the webhook URL with the
         telegram.rate_limit_next_send(retry_after=1)          # next sendMessage → 429
         telegram.reject_markup_next()                         # next HTML sendMessage → 400
         telegram.block_chat(alice.id)                         # sendMessage → 403 from now on
+        query_id = telegram.press(sent[0], alice, "Confirm")  # a tap on a button of sent[0]
+        await telegram.wait_for(lambda: query_id in telegram.callback_answers)
 
-Everything the bot did is kept: `sent` (per chat), `chat_actions`, `my_commands`, `calls`
+Everything the bot did is kept: `sent` (per chat; a message's `buttons` follow its edits),
+`callback_answers` (query id -> the text shown, "" for none), `chat_actions`, `my_commands`, `calls`
 (method and parameters of every request) and `get_updates_offsets`. Wait on conditions with
 `wait_for_messages` / `wait_for(predicate)`, never with fixed sleeps.
 """
@@ -173,6 +186,13 @@ class SentMessage:
     reply_to: int | None
     params: dict[str, str] = field(default_factory=dict)
     thread_id: int | None = None  # the forum topic it landed in (None: General / not a forum)
+    reply_markup: dict[str, Any] | None = None  # its inline keyboard now (edits change it)
+
+    @property
+    def buttons(self) -> list[dict[str, Any]]:
+        """The message's inline buttons now, row after row."""
+        rows = (self.reply_markup or {}).get("inline_keyboard", [])
+        return [button for row in rows for button in row]
 
 
 @dataclass(slots=True)
@@ -212,6 +232,11 @@ class FakeTelegramServer:
         self._threads: dict[tuple[int, int], int] = {}  # (chat, message) -> topic
         self._failures: dict[str, list[_Failure]] = {}
         self._reject_markup = 0
+        self.callback_answers: dict[str, str] = {}
+        self._queries: set[str] = set()  # callback query ids delivered, not yet answered
+        self._query_ids = itertools.count(4_382_000_000_000_000_001)
+        self._frozen: set[tuple[int, int]] = set()  # (chat, message) that can't be edited
+        self._deleted: set[tuple[int, int]] = set()
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._root_url = ""
@@ -279,6 +304,14 @@ class FakeTelegramServer:
     def reject_markup_next(self, times: int = 1) -> None:
         """The next `times` sendMessage calls with a parse_mode get "can't parse entities"."""
         self._reject_markup += times
+
+    def forbid_edits(self, sent: SentMessage) -> None:
+        """Telegram refuses to edit this message from now on ("message can't be edited")."""
+        self._frozen.add((sent.chat_id, sent.message_id))
+
+    def delete_message(self, sent: SentMessage) -> None:
+        """The message is gone: a press on it carries an inaccessible message, edits fail."""
+        self._deleted.add((sent.chat_id, sent.message_id))
 
     def block_chat(self, chat_id: int) -> None:
         """The user blocked the bot: sendMessage/sendChatAction answer 403 from now on."""
@@ -408,6 +441,43 @@ class FakeTelegramServer:
         """The same message again in a new update (as after a lost acknowledgement)."""
         self.push_raw({"message": message})
 
+    def press(
+        self,
+        sent: SentMessage,
+        user: FakeUser,
+        label: str | None = None,
+        *,
+        data: str | None = None,
+        recorded: Mapping[str, Any] | None = None,
+    ) -> str:
+        """`user` taps the button `label` under the bot's message `sent` (or sends any `data`,
+        as a client may). Queues the recorded callback query (default: the coffeetalk one) with
+        its ids adapted: a fresh query id, the presser `user`, the message as the fake holds it
+        now. Returns the query id."""
+        if data is None:
+            matching = [b for b in sent.buttons if b.get("text") == label]
+            assert matching, f"no button {label!r} under message {sent.message_id}: {sent.buttons}"
+            data = str(matching[0]["callback_data"])
+        query = dict(recorded or load_fixture("coffeetalk_callback_query_private"))
+        query_id = str(next(self._query_ids))
+        query.update(id=query_id, data=data, message=self._pressed_message(sent))
+        query["from"] = {**query["from"], **user.as_dict()}
+        for key in ("last_name", "username"):
+            if key not in user.as_dict():
+                query["from"].pop(key, None)
+        self._queries.add(query_id)
+        self.push_raw({"callback_query": query})
+        return query_id
+
+    def _pressed_message(self, sent: SentMessage) -> dict[str, Any]:
+        if (sent.chat_id, sent.message_id) in self._deleted:
+            # "InaccessibleMessage: ... date: Always 0."
+            return {"chat": self._chats[sent.chat_id], "message_id": sent.message_id, "date": 0}
+        message = self.bot_message(sent)
+        if sent.reply_markup is not None:
+            message["reply_markup"] = sent.reply_markup
+        return message
+
     def replay(
         self,
         recorded: Any,
@@ -418,12 +488,13 @@ class FakeTelegramServer:
         **fields: Any,
     ) -> list[dict[str, Any]]:
         """Queue recorded payloads as captured: an update, a bare message (sent as a new
-        `message`), or a list of them (one getUpdates batch). Adapted: user and chat ids by
-        `ids`; every message id renumbered after the fake's own (a topic's thread id and the
-        messages replied to keep pointing at the same messages); the update ids are the
-        fake's. `chat` replaces the chat of the top-level message(s), `fields` are set on
-        them; pass the same `renumber` dict to replays that must share message ids (messages
-        of one topic). Returns the queued updates."""
+        `message`), a bare callback query (sent as a `callback_query`), or a list of them (one
+        getUpdates batch). Adapted: user and chat ids by `ids`; every message id renumbered
+        after the fake's own (a topic's thread id and the messages replied to keep pointing at
+        the same messages); the update ids are the fake's. `chat` replaces the chat of the
+        top-level message(s), `fields` are set on them; pass the same `renumber` dict to
+        replays that must share message ids (messages of one topic). Returns the queued
+        updates."""
         items = recorded if isinstance(recorded, list) else [recorded]
         renumbered: dict[int, int] = {} if renumber is None else renumber
         updates: list[dict[str, Any]] = []
@@ -432,6 +503,11 @@ class FakeTelegramServer:
             update.pop("update_id", None)
             if "update_id" not in item and "message_id" in item:
                 update = {"message": update}
+            elif "update_id" not in item and "chat_instance" in item:
+                update = {"callback_query": update}
+            query = update.get("callback_query")
+            if isinstance(query, dict) and isinstance(query.get("id"), str):
+                self._queries.add(query["id"])
             for message in update.values():
                 if isinstance(message, dict) and "message_id" in message:
                     if chat is not None:
@@ -676,22 +752,72 @@ class FakeTelegramServer:
             reply_to = int(json.loads(params["reply_parameters"])["message_id"])
         elif params.get("reply_to_message_id"):
             reply_to = int(params["reply_to_message_id"])
+        markup = _inline_keyboard(params.get("reply_markup"))
         thread = self._landing_topic(chat_id, params.get("message_thread_id"), reply_to)
         message_id = next(self._message_ids)
-        self.sent.setdefault(chat_id, []).append(
-            SentMessage(chat_id, message_id, text, plain, parse_mode, reply_to, params, thread)
+        sent = SentMessage(
+            chat_id, message_id, text, plain, parse_mode, reply_to, params, thread, markup
         )
-        result: dict[str, Any] = {
-            "message_id": message_id,
-            "date": int(time.time()),
-            "chat": self._chats[chat_id],
-            "from": self.bot,
-            "text": plain,
-        }
+        self.sent.setdefault(chat_id, []).append(sent)
         if thread is not None:
             self._threads[(chat_id, message_id)] = thread
-            result.update(message_thread_id=thread, is_topic_message=True)
-        return result
+        return self._pressed_message(sent)
+
+    async def _api_answerCallbackQuery(self, params: dict[str, str]) -> Any:
+        query_id = params.get("callback_query_id", "")
+        if query_id not in self._queries:
+            raise _APIError(
+                400,
+                "Bad Request: query is too old and response timeout expired or query ID is invalid",
+            )
+        text = params.get("text", "")
+        if len(text) > 200:
+            raise _APIError(400, "Bad Request: MESSAGE_TOO_LONG")
+        self._queries.discard(query_id)
+        self.callback_answers[query_id] = text
+        return True
+
+    async def _api_editMessageReplyMarkup(self, params: dict[str, str]) -> Any:
+        sent = self._editable(params)
+        markup = _inline_keyboard(params.get("reply_markup"))
+        if markup == sent.reply_markup:
+            raise _APIError(400, f"Bad Request: {_NOT_MODIFIED}")
+        sent.reply_markup = markup
+        return self._pressed_message(sent)
+
+    async def _api_editMessageText(self, params: dict[str, str]) -> Any:
+        sent = self._editable(params)
+        text = params.get("text", "")
+        parse_mode = params.get("parse_mode") or None
+        try:
+            plain = parse_html(text) if parse_mode and parse_mode.upper() == "HTML" else text
+        except MarkupError as exc:
+            raise _APIError(400, f"Bad Request: can't parse entities: {exc}") from None
+        if not plain.strip():
+            raise _APIError(400, "Bad Request: message text is empty")
+        if utf16_len(plain) > TEXT_LIMIT:
+            raise _APIError(400, "Bad Request: MESSAGE_TOO_LONG")
+        markup = _inline_keyboard(params.get("reply_markup"))
+        if plain == sent.plain and markup == sent.reply_markup:
+            raise _APIError(400, f"Bad Request: {_NOT_MODIFIED}")
+        sent.text, sent.plain, sent.parse_mode, sent.reply_markup = text, plain, parse_mode, markup
+        return self._pressed_message(sent)
+
+    def _editable(self, params: dict[str, str]) -> SentMessage:
+        """The bot's own message that an edit names (inline messages are not supported)."""
+        if params.get("inline_message_id"):
+            raise _APIError(400, "Bad Request: the fake has no inline messages")
+        chat_id = self._known_chat(params)
+        try:
+            message_id = int(params.get("message_id", ""))
+        except ValueError:
+            raise _APIError(400, "Bad Request: message identifier is not specified") from None
+        found = [m for m in self.sent.get(chat_id, []) if m.message_id == message_id]
+        if not found or (chat_id, message_id) in self._deleted:
+            raise _APIError(400, "Bad Request: message to edit not found")
+        if (chat_id, message_id) in self._frozen:
+            raise _APIError(400, "Bad Request: message can't be edited")
+        return found[0]
 
     def _landing_topic(self, chat_id: int, thread: str | None, reply_to: int | None) -> int | None:
         """Where a message lands in a forum, or "message thread not found"."""
@@ -830,6 +956,43 @@ async def _params(request: web.Request) -> dict[str, str]:
         form = await request.post()
         params.update({key: value for key, value in form.items() if isinstance(value, str)})
     return params
+
+
+_NOT_MODIFIED = (
+    "message is not modified: specified new message content and reply markup are exactly the "
+    "same as a current content and reply markup of the message"
+)
+
+
+def _inline_keyboard(raw: str | None) -> dict[str, Any] | None:
+    """The `reply_markup` of a request as Telegram checks an InlineKeyboardMarkup (the only
+    markup the fake accepts); None when there is none."""
+    if not raw:
+        return None
+    try:
+        markup = json.loads(raw)
+    except ValueError:
+        raise _APIError(400, "Bad Request: can't parse reply keyboard markup JSON object") from None
+    rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+        raise _APIError(
+            400,
+            'Bad Request: field "inline_keyboard" of the InlineKeyboardMarkup must be an Array '
+            "of Arrays",
+        )
+    for button in (button for row in rows for button in row):
+        if not isinstance(button, dict) or not isinstance(button.get("text"), str):
+            raise _APIError(400, "Bad Request: can't parse inline keyboard button: Text is empty")
+        data = button.get("callback_data")
+        if data is None:
+            raise _APIError(
+                400,
+                "Bad Request: can't parse inline keyboard button: Text buttons are unallowed in "
+                "the inline keyboard",
+            )
+        if not isinstance(data, str) or not 1 <= len(data.encode("utf-8")) <= 64:
+            raise _APIError(400, "Bad Request: BUTTON_DATA_INVALID")
+    return {"inline_keyboard": rows} if rows else None
 
 
 def _bool(value: str | None) -> bool:
