@@ -147,7 +147,10 @@ class ToolExecutionRow(Base):
     """Audit log: one row per tool execution, successful or not."""
 
     __tablename__ = "tool_executions"
-    __table_args__ = (Index("ix_tool_executions_session_id", "session_id"),)
+    __table_args__ = (
+        Index("ix_tool_executions_session_id", "session_id"),
+        Index("ix_tool_executions_answers_message_id", "answers_message_id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int | None] = mapped_column(ForeignKey("sessions.id", ondelete="SET NULL"))
@@ -158,6 +161,10 @@ class ToolExecutionRow(Base):
     error: Mapped[str | None] = mapped_column(CleanText)
     duration_ms: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The model's id of the call and the newest inbound message of the turn it ran in: a turn
+    # cut by a crash resumes from these rows instead of running its tools again.
+    call_id: Mapped[str | None] = mapped_column(BoundedString(128))
+    answers_message_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class SessionSummaryRow(Base):
