@@ -30,6 +30,7 @@ from bruce_bot.agent.context import (
 from bruce_bot.agent.failures import OutageMemory, notice_for
 from bruce_bot.agent.guard import correction_request, find_unbacked_claim
 from bruce_bot.agent.loop import AgentRun, run_agent_loop
+from bruce_bot.agent.resume import ResumedRounds, resumed_rounds
 from bruce_bot.agent.summarizer import Summarizer, over_budget
 from bruce_bot.config import Config
 from bruce_bot.domain import (
@@ -67,11 +68,17 @@ UNCONFIRMED_NOTE = {
 
 
 class _TurnRecorder:
-    """Loop observer: writes each tool execution at once, keeps LLM usage for the final commit."""
+    """Loop observer: writes each tool execution at once (with the message it answers, so a
+    turn cut by a crash can resume), keeps LLM usage for the final commit, and holds the rounds
+    such a cut turn had already run."""
 
-    def __init__(self, stores: Stores, session_id: int) -> None:
+    def __init__(
+        self, stores: Stores, session_id: int, answers_message_id: int, resumed: ResumedRounds
+    ) -> None:
         self._stores = stores
         self._session_id = session_id
+        self._answers_message_id = answers_message_id
+        self.resumed = resumed
         self.llm_calls: list[LLMCallRecord] = []
 
     async def on_llm_call(self, record: LLMCallRecord) -> None:
@@ -87,6 +94,8 @@ class _TurnRecorder:
             output=None if result.is_error else result.content,
             error=result.content if result.is_error else None,
             duration_ms=execution.duration_ms,
+            call_id=execution.call.id,
+            answers_message_id=self._answers_message_id,
         )
 
 
@@ -129,7 +138,9 @@ class TurnRunner:
         title = next((i.metadata.get("title") for i in batch if i.metadata.get("title")), "")
         # A scheduled briefing must not schedule more work: no feedback loops.
         tools = self._tools.without(SCHEDULING_TOOLS) if is_task else self._tools
-        recorder = _TurnRecorder(self._stores, session.id)
+        recorder = _TurnRecorder(
+            self._stores, session.id, batch[-1].id, await self._resumed(session, batch)
+        )
         context = ToolContext(
             session_id=session.id, channel=session.channel, chat_id=session.chat_id
         )
@@ -190,6 +201,16 @@ class TurnRunner:
         if shortened or (inbound_status == "done" and over_budget(stored, agent)):
             await self._summarizer.fold(session.id, session.context_start_message_id)
 
+    async def _resumed(
+        self, session: SessionRecord, batch: Sequence[QueuedMessage]
+    ) -> ResumedRounds:
+        """The rounds a crash cut short, for a batch answered before (see agent/resume.py)."""
+        records = await self._stores.audit.executions_answering([item.id for item in batch])
+        resumed = resumed_rounds(records)
+        if resumed:
+            log.info("turn_resumed", session_id=session.id, tool_executions=len(records))
+        return resumed
+
     async def _current_summary(self, session: SessionRecord) -> Summary | None:
         summary = await self._stores.summaries.latest(session.id)
         if (
@@ -247,12 +268,13 @@ class TurnRunner:
             self._llm,
             tools,
             system_prompt,
-            fitted,
+            [*fitted, *recorder.resumed.messages],
             agent.max_turns,
             context=context,
             observer=recorder,
             max_tokens=budget.reply_reserve(),
         )
+        run.executions[:0] = recorder.resumed.executions  # what ran before a crash counts too
         run = await self._check_claims(run, tools, system_prompt, context, recorder)
         return run, shortened or run.shrunk
 

@@ -30,6 +30,8 @@ class ToolExecutionRecord:
     error: str | None
     duration_ms: float
     created_at: datetime
+    call_id: str | None = None
+    answers_message_id: int | None = None
 
 
 _EXECUTION_COLUMNS = tuple(
@@ -67,6 +69,8 @@ class AuditStore:
         output: str | None,
         error: str | None,
         duration_ms: float,
+        call_id: str | None = None,
+        answers_message_id: int | None = None,
     ) -> None:
         row = {
             "session_id": session_id,
@@ -77,9 +81,22 @@ class AuditStore:
             "error": error,
             "duration_ms": duration_ms,
             "created_at": utcnow(),
+            "call_id": call_id,
+            "answers_message_id": answers_message_id,
         }
         async with self._engine.begin() as connection:
             await connection.execute(_executions.insert(), row)
+
+    async def executions_answering(self, message_ids: Sequence[int]) -> list[ToolExecutionRecord]:
+        """The tool executions recorded for a turn that answered any of `message_ids`, in the
+        order they ran (what a turn cut by a crash already did)."""
+        query = (
+            select(*_EXECUTION_COLUMNS)
+            .where(_executions.c.answers_message_id.in_(list(message_ids)))
+            .order_by(_executions.c.id)
+        )
+        async with self._engine.connect() as connection:
+            return [ToolExecutionRecord(*row) for row in await connection.execute(query)]
 
     async def record_usage(self, session_id: int | None, usage: Sequence[LLMCallRecord]) -> None:
         if not usage:
