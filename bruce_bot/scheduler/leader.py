@@ -30,6 +30,8 @@ log = structlog.get_logger(__name__)
 LEADER_LOCK_KEY = int.from_bytes(b"Bruce-SC", "big")
 JOBS_CHANGED_CHANNEL = "bruce_scheduler_jobs"
 RETRY_SECONDS = 15.0
+# The longest a stop waits for each step of giving the leadership up.
+STOP_TIMEOUT_SECONDS = 5.0
 
 
 class SchedulerLeadership:
@@ -66,17 +68,23 @@ class SchedulerLeadership:
         """Stop taking part; a leader releases the lock (call it once its scheduler stopped)."""
         if self._watch_task is not None:
             self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
+            # Bounded: a round cancelled inside the driver (a connect, a listener) must not
+            # hold up the stop; the lock goes with the connection anyway.
+            await asyncio.wait({self._watch_task}, timeout=STOP_TIMEOUT_SECONDS)
             self._watch_task = None
         if self._connection is not None:
             with contextlib.suppress(Exception):
-                await self._connection.execute(
-                    text("SELECT pg_advisory_unlock(:key)"), {"key": LEADER_LOCK_KEY}
+                await asyncio.wait_for(
+                    self._connection.execute(
+                        text("SELECT pg_advisory_unlock(:key)"), {"key": LEADER_LOCK_KEY}
+                    ),
+                    STOP_TIMEOUT_SECONDS,
                 )
-            await self._close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._close(), STOP_TIMEOUT_SECONDS)
             log.info("scheduler_leadership_released")
-        await self._engine.dispose()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._engine.dispose(), STOP_TIMEOUT_SECONDS)
 
     async def announce_jobs_changed(self) -> None:
         """Tell the leader that this process added a job to the shared job store."""
