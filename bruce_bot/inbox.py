@@ -4,9 +4,11 @@
 platform only once nothing can be lost. Each busy session has one worker task: it takes *all*
 of the session's waiting messages as one batch (messages that arrive during a turn are folded
 into the next one, with no timer), so a session's messages are handled in arrival order and
-never two turns at once, while different sessions run concurrently under a global cap. On
-start-up `recover` re-queues what a crash left `pending` or `processing`; on shutdown `drain`
-lets running turns finish within a timeout and puts the rest back to `pending`.
+never two turns at once, while different sessions run concurrently under a global cap. A turn
+shows the model exactly its batch (`MessageStore.start_turn`): a message stored after the batch
+was taken waits for the next turn, whatever the timing. On start-up `recover` re-queues what a
+crash left `pending` or `processing`, every message of a session before its worker starts; on
+shutdown `drain` lets running turns finish within a timeout and puts the rest back to `pending`.
 """
 
 from __future__ import annotations
@@ -83,6 +85,13 @@ class Inbox:
         if text is None:
             return Submission(False, reason="empty")
         session = await self._stores.sessions.get_or_create(message.session_key)
+        # Stored and queued as one step: a caller cancelled in between (a platform request that
+        # went away) must not leave a stored message that no worker will ever take.
+        return await asyncio.shield(self._store(session, message, text))
+
+    async def _store(
+        self, session: SessionRecord, message: InboundMessage, text: str
+    ) -> Submission:
         message_id = await self._stores.messages.add_inbound(session.id, message, text)
         if message_id is None:
             log.info(
@@ -98,15 +107,30 @@ class Inbox:
     async def recover(self) -> int:
         """Re-queue messages a previous run accepted but did not finish; returns how many."""
         unfinished = await self._stores.messages.unfinished_inbound()
+        # Every session first, then every message, with no await in between: a worker starts
+        # with all of its session's messages queued, so its first turn answers all of them.
+        sessions: dict[int, SessionRecord | None] = {}
         for row in unfinished:
-            session = await self._stores.sessions.get(row.session_id)
-            if session is not None:
+            if row.session_id not in sessions:
+                sessions[row.session_id] = await self._stores.sessions.get(row.session_id)
+        for row in unfinished:
+            if (session := sessions[row.session_id]) is not None:
                 self._enqueue(
-                    session, QueuedMessage(row.id, row.kind, row.extra or {}, row.content)
-                )  # type: ignore[arg-type]
+                    session,
+                    QueuedMessage(row.id, row.kind, row.extra or {}, row.content),  # type: ignore[arg-type]
+                )
         if unfinished:
             log.info("inbox_recovered", messages=len(unfinished), sessions=len(self._queues))
         return len(unfinished)
+
+    def enqueue_stored(self, session: SessionRecord, item: QueuedMessage) -> bool:
+        """Queue a message its caller already stored as `pending` in a commit of its own (a
+        scheduled briefing, stored with its task run). False while stopping: the message stays
+        `pending` and `recover` queues it on the next start."""
+        if not self._accepting:
+            return False
+        self._enqueue(session, item)
+        return True
 
     def _enqueue(self, session: SessionRecord, item: QueuedMessage) -> None:
         self._queues.setdefault(session.id, []).append(item)

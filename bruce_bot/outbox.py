@@ -1,11 +1,13 @@
 """The outbox: every reply is stored first, then delivered through its channel.
 
 A reply's row (status `pending`) exists before any send is attempted, so a crash between the two
-is repaired at start-up by `redeliver_pending`. Long texts are split at the channel's limit on
-paragraph, line and word boundaries without breaking code fences. Failed sends are retried with
-backoff (honouring a platform's retry-after). Every attempt is recorded in `deliveries` with the
-final status of the message: `sent`, `failed` (permanent) or `undelivered` — the latter are
-tried again by `redeliver`, at start-up and then every minute, skipping parts already sent.
+is repaired at start-up by `redeliver(include_pending=True)`. Long texts are split at the
+channel's limit on paragraph, line and word boundaries without breaking code fences. Failed
+sends are retried with backoff (honouring a platform's retry-after). Every attempt is recorded in
+`deliveries` as it happens — a part the platform accepted is committed before the next one is
+tried, so a crash resends at most the part in flight — and the last one together with the
+message's final status: `sent`, `failed` (permanent) or `undelivered`; the latter are tried
+again by `redeliver`, at start-up and then every minute, skipping the parts recorded sent.
 """
 
 from __future__ import annotations
@@ -89,12 +91,15 @@ class Outbox:
         self._deliveries = deliveries
         self._sessions = sessions
         self._channels = channels
+        # Pending replies stored from now on are in this run's hands, not left by a crash.
+        self._started_at = utcnow()
 
     async def deliver(self, message: OutboundMessage, skip_parts: Set[int] = frozenset()) -> str:
         """Send a stored message part by part; returns its delivery status (`sent` when every
         part was delivered).
 
-        The outcome is recorded with every attempt: `sent`, `failed` (permanent: the chat is gone
+        Each attempt is recorded as it happens (a part sent is on disk before the next part is
+        tried); the last one goes with the outcome: `sent`, `failed` (permanent: the chat is gone
         or refuses the bot) or `undelivered` (still failing after retries: tried again later).
         """
         channel = self._channels.get(message.channel)
@@ -112,9 +117,10 @@ class Outbox:
             )
             await self._deliveries.settle(message.message_id, "failed", [attempt])
             return "failed"
-        attempts: list[DeliveryAttempt] = []
+        attempts: list[DeliveryAttempt] = []  # not written yet: they go with the status
         status = "sent"
         parts = split_text(message.text, channel.max_message_chars)
+        last = len(parts) - 1
         for index, part in enumerate(parts):
             if index in skip_parts:
                 continue
@@ -122,12 +128,15 @@ class Outbox:
                 message,
                 text=part,
                 metadata={**message.metadata, "part": index},
-                choices=message.choices if index == len(parts) - 1 else (),
+                choices=message.choices if index == last else (),
             )
             outcome = await self._send_with_retry(channel, piece, index, attempts)
             if outcome != "sent":
                 status = outcome
                 break
+            if index < last:  # the platform has it: on disk before the next part is tried
+                await self._deliveries.record(message.message_id, attempts)
+                attempts.clear()
         await self._deliveries.settle(message.message_id, status, attempts)
         return status
 
@@ -164,6 +173,8 @@ class Outbox:
                     note(attempt, "failed", str(exc))
                     return "undelivered"
                 note(attempt, "retrying", str(exc))
+                await self._deliveries.record(message.message_id, attempts)
+                attempts.clear()
                 await asyncio.sleep(exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (attempt - 1))
             except Exception as exc:  # an adapter bug must not kill the worker
                 log.exception(
@@ -184,11 +195,15 @@ class Outbox:
     ) -> int:
         """Deliver stored replies that never went out (a channel that was down; with
         `include_pending`, at start-up only, also replies a crash left unsent — while running,
-        `pending` replies are still in a worker's hands). Parts already sent are skipped."""
+        `pending` replies are still in a worker's hands, and so are those stored since this
+        outbox was made: a recovered turn may have stored one already). Parts recorded sent
+        are skipped."""
         statuses = ("pending", "undelivered") if include_pending else ("undelivered",)
         rows = await self._messages.undelivered(utcnow() - max_age, statuses)
         delivered = 0
         for row in rows:
+            if row.status == "pending" and row.created_at >= self._started_at:
+                continue
             session = await self._sessions.get(row.session_id)
             if session is None:
                 continue

@@ -6,12 +6,17 @@ scheduler runs in its own thread and every call to it from the event loop goes t
 thread: a blocking SQLite write on the event loop would wait for the write lock that one of
 Bruce's own async transactions holds while it waits for the event loop — a deadlock that ends,
 after SQLite's timeout, in "database is locked" and a scheduler that no longer wakes up.
-Firing claims a row in the `task_runs` ledger first, so a firing is delivered at most once.
-Message mode sends the stored text through the outbox (no LLM); agent mode puts the instruction
-into the session's inbox as a task, so it never overlaps a live turn. At start-up `reconcile`
-recreates missing jobs, removes orphans, delivers what came due while Bruce was down (late, within
-`scheduler.misfire_grace_seconds`) and tells the user once about what is older than that; a
-firing that comes that late while Bruce runs (a machine suspended for days) is treated the same.
+Firing claims a row in the `task_runs` ledger, advances the task and stores the firing's message
+in one commit, so a firing is delivered at most once and a crash cannot lose it half-way. Message
+mode stores the reminder and delivers it through the outbox (no LLM); agent mode stores the
+instruction as a task message and queues it in the session's inbox, so it never overlaps a live
+turn. A run stays open until its message's fate closes it: `delivered` once the reminder (or the
+briefing's answer) is sent, `failed` when that failed for good; an `undelivered` one closes when
+the outbox's redelivery gets it out (checked every minute). At start-up `reconcile` finishes the
+runs a crash left open, recreates missing jobs, removes orphans, delivers what came due while
+Bruce was down (late, within `scheduler.misfire_grace_seconds`) and tells the user once about
+what is older than that; a firing that comes that late while Bruce runs (a machine suspended for
+days) is treated the same.
 On PostgreSQL, several processes may share the job store: only the elected leader
 (`leader.SchedulerLeadership`) reconciles and runs its scheduler; the others keep theirs paused,
 which still lets them add and remove jobs, and tell the leader when they added one.
@@ -20,7 +25,8 @@ which still lets them add and remove jobs, and tell the leader when they added o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection
+import contextlib
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -32,9 +38,9 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.date import DateTrigger
 
 from bruce_bot.config import SchedulerConfig
-from bruce_bot.domain import InboundMessage, OutboundMessage, utcnow
-from bruce_bot.inbox import Inbox
-from bruce_bot.outbox import Outbox
+from bruce_bot.domain import OutboundMessage, SessionKey, utcnow
+from bruce_bot.inbox import Inbox, QueuedMessage
+from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
 from bruce_bot.scheduler import jobs
 from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.timing import (
@@ -48,13 +54,18 @@ from bruce_bot.scheduler.timing import (
     zone_of,
 )
 from bruce_bot.storage.database import SQLITE_BUSY_TIMEOUT_MS
+from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
-from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.storage.tasks import OPEN_RUN_STATUSES, RUN_KEY, OpenRun, TaskRecord
 
 log = structlog.get_logger(__name__)
 
 LATE_AFTER_SECONDS = 60.0  # a firing later than this says so ("late: was due at 09:00")
+# How often runs left `undelivered` are checked against their messages (after redelivery).
+SETTLE_INTERVAL_SECONDS = REDELIVERY_INTERVAL_SECONDS
 JOBSTORE_TABLE = "apscheduler_jobs"
+MODES = ("message", "agent")
+REFUSED = "the chat refused the message (deleted, or the bot is blocked)"
 # A task set up after the turn read untrusted content: stored, but it fires only once the user
 # confirms it.
 UNCONFIRMED = "unconfirmed"
@@ -141,8 +152,10 @@ class TaskService:
         self._creating = asyncio.Lock()
         self._clock = clock
         self._firing: set[asyncio.Task[None]] = set()
+        self._settling: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
+        self._recovered = False  # whether the runs a crash left open were looked at
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -156,6 +169,7 @@ class TaskService:
         self._stopping = False
         jobs.bind(self)
         await asyncio.to_thread(self._scheduler.start, paused=True)  # creates the job table
+        self._settling = asyncio.create_task(self._settle_periodically(), name="task-runs-settle")
         if self._leadership is None:
             await self._lead()
         else:
@@ -179,6 +193,11 @@ class TaskService:
             self._scheduler.pause()
         if self._firing:
             await asyncio.wait(set(self._firing), timeout=grace_seconds)
+        if self._settling is not None:
+            self._settling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._settling
+            self._settling = None
         if self._scheduler.running:
             await asyncio.to_thread(self._scheduler.shutdown, wait=False)
         if self._leadership is not None:
@@ -388,61 +407,122 @@ class TaskService:
         if firing is not None:
             await asyncio.shield(firing)
 
-    async def _fire(self, task_id: int) -> None:
-        """Deliver one due firing of a task, at most once per (task, scheduled time)."""
+    async def _fire(self, task_id: int, scheduled_for: datetime | None = None) -> None:
+        """Deliver one due firing of a task, at most once per (task, scheduled time).
+
+        Without `scheduled_for`: the firing the task waits for (its next run). With it: a firing
+        that a crash cut before its message was stored, fired once more from `reconcile`. A
+        failure is logged with the task id and ends this firing only.
+        """
+        try:
+            await self._fire_due(task_id, scheduled_for)
+        except Exception as exc:
+            log.exception("task_fire_failed", task_id=task_id, error=repr(exc))
+
+    async def _fire_due(self, task_id: int, scheduled_for: datetime | None) -> None:
         task = await self._stores.tasks.get(task_id)
-        if task is None or task.status != "active" or task.next_run_at is None:
+        # A one-shot cut by a crash is `done` already; it still owes its firing.
+        firable = ("active", "done") if scheduled_for is not None else ("active",)
+        due = scheduled_for or (task.next_run_at if task is not None else None)
+        if task is None or task.status not in firable or due is None:
             log.info("task_fire_skipped", task_id=task_id, status=task.status if task else None)
+            return
+        if task.mode not in MODES or (task.mode == "agent" and not task.content.strip()):
+            await self._set_aside(task, f"mode {task.mode!r} with this content cannot fire")
             return
         if not self._can_deliver(task):
             log.info("task_fire_deferred", task_id=task_id, reason=f"channel {task.channel} off")
             return
-        scheduled_for = task.next_run_at
+        advance = task.status == "active" and task.next_run_at == due
         now = self._clock()
-        late = max(0.0, (now - scheduled_for).total_seconds())
+        late = max(0.0, (now - due).total_seconds())
         if late > max(self._grace.total_seconds(), LATE_AFTER_SECONDS):
-            await self._missed(task, now)  # e.g. the machine was suspended for days
+            await self._missed(task, due, now, advance)  # e.g. the machine was suspended for days
             return
-        run_id = await self._stores.tasks.start_run(task.id, scheduled_for, late)
-        if run_id is None:
-            log.info(
-                "task_fire_duplicate", task_id=task.id, scheduled_for=scheduled_for.isoformat()
-            )
-            return
-        await self._advance(task, after=max(now, scheduled_for))
         zone = zone_of(task.timezone)
-        late_note = describe_lateness(scheduled_for, now, zone) if late > LATE_AFTER_SECONDS else ""
-        log.info("task_fired", task_id=task.id, mode=task.mode, late_seconds=round(late, 3))
+        following = next_cron_time(task.cron, zone, max(now, due)) if task.cron else None
+        late_note = describe_lateness(due, now, zone) if late > LATE_AFTER_SECONDS else ""
+        session: SessionRecord | None = None
         if task.mode == "message":
-            await self._send_reminder(task, run_id, f"⏰ {task.content}{late_note}")
+            text = f"⏰ {task.content}{late_note}"
+            message = _outbound_row(task.session_id, text)
         else:
-            await self._submit_briefing(task, run_id, scheduled_for, late_note)
+            text = task.content
+            session = await self._stores.sessions.get_or_create(
+                SessionKey(task.channel, task.chat_id)
+            )
+            metadata = {"title": task.title + late_note}
+            message = _task_message_row(session.id, task, due, metadata)
+        # Claim, advance and message in one commit: a crash leaves all of them or none.
+        firing = await self._stores.tasks.fire(
+            task.id,
+            due,
+            late,
+            message=message,
+            task_values=_advanced(task, following) if advance else None,
+        )
+        if advance:
+            await self._follow(task, following)
+        if firing is None:
+            log.info("task_fire_duplicate", task_id=task.id, scheduled_for=due.isoformat())
+            return
+        assert firing.message_id is not None
+        log.info(
+            "task_fired",
+            task_id=task.id,
+            run_id=firing.run_id,
+            mode=task.mode,
+            late_seconds=round(late, 3),
+            attempts=firing.attempts,
+        )
+        if session is None:
+            await self._outbox.deliver(
+                OutboundMessage(task.channel, task.chat_id, text, firing.message_id, "reminder")
+            )
+            await self._settle([firing.run_id])
+            return
+        queued = QueuedMessage(
+            firing.message_id, "task", {**metadata, RUN_KEY: firing.run_id}, text
+        )
+        if not self._inbox.enqueue_stored(session, queued):  # stopping: stored, run next start
+            log.info("briefing_left_for_next_start", task_id=task.id, run_id=firing.run_id)
 
-    async def _advance(self, task: TaskRecord, after: datetime) -> None:
-        if task.cron:
-            following = next_cron_time(task.cron, zone_of(task.timezone), after)
-            await self._stores.tasks.update(task.id, next_run_at=following)
+    async def _follow(self, task: TaskRecord, following: datetime | None) -> None:
+        """The job store follows the task row: the next cron time, or no job for a one-shot.
+        A crash before this is repaired by `reconcile`, which rebuilds jobs from the rows."""
+        if task.cron and following is not None:
             # The job fires at the time the row says: after a catch-up fired by `reconcile`
             # (which removed the job), or after the scheduler's own firing (same time, no-op).
-            if following is not None:
-                await self._schedule(task, following)
-            else:
-                await self._unschedule(task.id)
+            await self._schedule(task, following)
         else:
-            await self._stores.tasks.update(task.id, status="done", next_run_at=None)
+            await self._unschedule(task.id)
 
-    async def _send_reminder(self, task: TaskRecord, run_id: int, text: str) -> None:
-        message_id = await self._stores.messages.add_outbound(task.session_id, text, "reminder")
-        status = await self._outbox.deliver(
-            OutboundMessage(task.channel, task.chat_id, text, message_id, "reminder")
-        )
-        if status == "sent":
-            await self._stores.tasks.finish_run(run_id, "delivered")
-            return
-        error = f"delivery {status}"
-        await self._stores.tasks.finish_run(run_id, "failed", error)
-        if status == "failed":  # permanent: the chat is gone or blocks the bot
-            await self._pause(task, "the chat refused the message (deleted, or the bot is blocked)")
+    async def _settle(
+        self, run_ids: Sequence[int] | None = None, statuses: Sequence[str] = OPEN_RUN_STATUSES
+    ) -> None:
+        """Close runs from what became of their messages; a reminder the chat refused for good
+        pauses its task."""
+        for outcome in await self._stores.tasks.settle_runs(run_ids, statuses):
+            log.info(
+                "task_run_settled",
+                run_id=outcome.run_id,
+                task_id=outcome.task_id,
+                status=outcome.status,
+            )
+            if outcome.status != "failed":
+                continue
+            task = await self._stores.tasks.get(outcome.task_id)
+            if task is not None and task.mode == "message" and task.status in ("active", "done"):
+                await self._pause(task, REFUSED)
+
+    async def _settle_periodically(self) -> None:
+        """Runs left `undelivered` close when the outbox's redelivery gets their message out."""
+        while True:
+            await asyncio.sleep(SETTLE_INTERVAL_SECONDS)
+            try:
+                await self._settle(statuses=("undelivered",))
+            except Exception as exc:  # tried again next round; never kills the service
+                log.warning("task_runs_settle_failed", error=repr(exc))
 
     async def _pause(self, task: TaskRecord, reason: str) -> None:
         await self._stores.tasks.update(task.id, status="paused")
@@ -455,33 +535,35 @@ class TaskService:
             reason=reason,
         )
 
-    async def _submit_briefing(
-        self, task: TaskRecord, run_id: int, scheduled_for: datetime, late_note: str
-    ) -> None:
-        message = InboundMessage(
-            task.channel,
-            task.chat_id,
-            task.content,
-            user_id="scheduler",
-            user_name="scheduler",
-            platform_message_id=f"task:{task.id}:{scheduled_for.isoformat()}",
-            kind="task",
-            metadata={"title": task.title + late_note, "task_run_id": run_id},
-        )
-        submission = await self._inbox.submit(message)
-        if not submission.accepted:
-            await self._stores.tasks.finish_run(
-                run_id, "failed", f"inbox refused: {submission.reason}"
-            )
+    async def _set_aside(self, task: TaskRecord, reason: str) -> None:
+        """A task Bruce cannot fire (a broken schedule or row): paused, with a log line, so
+        that it never stops the others or the start-up."""
+        log.error("task_set_aside", task_id=task.id, reason=reason)
+        await self._stores.tasks.update(task.id, status="paused")
+        try:
+            await self._unschedule(task.id)
+        except Exception as exc:
+            log.warning("task_job_not_removed", task_id=task.id, error=repr(exc))
 
     async def briefing_finished(self, run_id: int, delivered: bool, error: str | None) -> None:
-        """Called by the turn runner when an agent-mode task's turn is over."""
-        await self._stores.tasks.finish_run(run_id, "delivered" if delivered else "failed", error)
+        """Called by the turn runner when an agent-mode task's turn is over. An answer the
+        outbox could not deliver yet leaves the run `undelivered`: it closes when the
+        redelivery gets it out."""
+        if delivered:
+            await self._stores.tasks.finish_run(run_id, "delivered")
+            return
+        if not await self._stores.tasks.settle_runs([run_id], error=error):
+            await self._stores.tasks.finish_run(run_id, "failed", error, only_open=True)
 
     # ---- start-up reconciliation ------------------------------------------------------------
 
     async def reconcile(self) -> None:
+        """Make the job store follow the task rows, finish what a crash left open, fire what
+        came due while Bruce was down. A broken row is set aside with a log line naming it."""
         now = self._clock()
+        if not self._recovered:
+            self._recovered = True  # what a crash left open is looked at once per process
+            await self._recover_runs(now)
         tasks = await self._stores.tasks.active()
         wanted = {job_id(task.id) for task in tasks}
         # Loading the jobs also drops rows that cannot be unpickled (logged by APScheduler).
@@ -490,59 +572,193 @@ class TaskService:
                 log.info("orphan_job_removed", job_id=job.id)
                 await asyncio.to_thread(self._remove_job, job.id)
         for task in tasks:
-            due = task.next_run_at
-            if due is None or (due <= now and not self._can_deliver(task)):
-                continue  # due for a channel this process lacks: the daemon will deliver it
-            if due > now:
-                await self._schedule(task, due)
-            elif now - due <= self._grace:
-                await self._unschedule(task.id)  # fired below, once, not also by APScheduler
-                self._fire_soon(task.id)
-            else:
-                await self._missed(task, now)
+            try:
+                await self._reconcile_task(task, now)
+            except Exception as exc:  # a bad cron or timezone in the row
+                await self._set_aside(task, f"cannot schedule it: {exc!r}")
+        await self._settle()
+
+    async def _reconcile_task(self, task: TaskRecord, now: datetime) -> None:
+        due = task.next_run_at
+        if due is None or (due <= now and not self._can_deliver(task)):
+            return  # due for a channel this process lacks: the daemon will deliver it
+        if due > now:
+            await self._schedule(task, due)
+        elif now - due <= self._grace:
+            await self._unschedule(task.id)  # fired below, once, not also by APScheduler
+            self._fire_soon(task.id)
+        else:
+            await self._missed(task, due, now, advance=True)
+
+    async def _recover_runs(self, now: datetime) -> None:
+        """Runs a crash left open. Their messages' fates close most of them (`_settle`); a
+        briefing whose turn was cut is run again by the inbox's recovery, which its run counts;
+        a run without a message (cut before this version stored it with the run) is fired once
+        more, or missed when it is too old."""
+        for run in await self._stores.tasks.open_runs():
+            try:
+                await self._recover_run(run, now)
+            except Exception as exc:
+                log.exception("task_run_recovery_failed", run_id=run.id, error=repr(exc))
+
+    async def _recover_run(self, run: OpenRun, now: datetime) -> None:
+        runs = self._stores.tasks
+        if not run.task_found:
+            log.warning("task_run_orphaned", run_id=run.id, task_id=run.task_id)
+            await runs.finish_run(run.id, "failed", "its task no longer exists")
+            return
+        if run.status not in OPEN_RUN_STATUSES:
+            log.warning("task_run_status_unknown", run_id=run.id, status=run.status)
+            note = f"status {run.status!r} unknown, repaired at start-up"
+            # With a message, its fate closes the run (below); without one, nothing can.
+            await runs.finish_run(run.id, "running" if run.message_id else "failed", note)
+            if run.message_id is None:
+                return
+        task = await runs.get(run.task_id)
+        assert task is not None
+        if run.message_id is None:
+            found = await self._unlinked_message(run, task)
+            if found is None:
+                await self._refire(run, task, now)
+                return
+            await runs.link_message(run.id, found)
+            log.info("task_run_linked", run_id=run.id, message_id=found)
+            [run] = await runs.open_runs([run.id])
+        if run.message_role == "user" and run.message_status in ("pending", "processing"):
+            # The inbox's recovery has queued the cut briefing again.
+            await runs.reopen_run(run.id, "run again after a restart")
+            log.info("briefing_run_again", run_id=run.id, attempts=run.attempts + 1)
+        elif run.message_status == "pending":
+            log.info("task_run_left_to_redelivery", run_id=run.id, message_id=run.message_id)
+
+    async def _unlinked_message(self, run: OpenRun, task: TaskRecord) -> int | None:
+        """The message a run's firing stored before runs kept their message's id."""
+        if task.mode == "agent":
+            session = await self._stores.sessions.get_or_create(
+                SessionKey(task.channel, task.chat_id)
+            )
+            return await self._stores.tasks.find_unlinked_message(
+                session_id=session.id,
+                after=run.created_at,
+                platform_message_id=_task_message_key(task, run.scheduled_for),
+            )
+        return await self._stores.tasks.find_unlinked_message(
+            session_id=task.session_id, after=run.created_at, content_prefix=f"⏰ {task.content}"
+        )
+
+    async def _refire(self, run: OpenRun, task: TaskRecord, now: datetime) -> None:
+        if task.status == "active" and task.next_run_at == run.scheduled_for:
+            return  # still due: fired with the due tasks, taking this run over
+        if task.status not in ("active", "done"):
+            await self._stores.tasks.finish_run(
+                run.id, "failed", f"cut by a crash; the task is {task.status} now"
+            )
+            return
+        if task.cron and task.next_run_at is not None and task.next_run_at <= now:
+            # A recurring task catches up once: with its due firing, not this older one too.
+            await self._stores.tasks.finish_run(run.id, "missed", "cut by a crash; caught up")
+            return
+        log.warning(
+            "task_run_fired_again", run_id=run.id, scheduled_for=run.scheduled_for.isoformat()
+        )
+        self._fire_soon(task.id, run.scheduled_for)
 
     def _can_deliver(self, task: TaskRecord) -> bool:
         return self._channels is None or task.channel in self._channels
 
-    def _fire_soon(self, task_id: int) -> asyncio.Task[None] | None:
+    def _fire_soon(
+        self, task_id: int, scheduled_for: datetime | None = None
+    ) -> asyncio.Task[None] | None:
         if self._stopping:
             log.info("task_fire_deferred", task_id=task_id, reason="stopping")
             return None
-        firing = asyncio.create_task(self._fire(task_id), name=f"fire-task-{task_id}")
+        firing = asyncio.create_task(
+            self._fire(task_id, scheduled_for), name=f"fire-task-{task_id}"
+        )
         self._firing.add(firing)
         firing.add_done_callback(self._firing.discard)
         return firing
 
-    async def _missed(self, task: TaskRecord, now: datetime) -> None:
-        """A firing older than the grace period: recorded as missed, the user told once."""
-        assert task.next_run_at is not None
-        scheduled_for = task.next_run_at
-        run_id = await self._stores.tasks.start_run(
-            task.id, scheduled_for, (now - scheduled_for).total_seconds()
-        )
-        if run_id is not None:
-            await self._stores.tasks.finish_run(run_id, "missed", "Bruce was not running")
+    async def _missed(
+        self, task: TaskRecord, scheduled_for: datetime, now: datetime, advance: bool
+    ) -> None:
+        """A firing older than the grace period: recorded as missed and, for a one-shot, the
+        user told once — the notice is stored in the commit that records the run."""
         zone = zone_of(task.timezone)
         when = f"{scheduled_for.astimezone(zone):%Y-%m-%d %H:%M}"
+        following = next_cron_time(task.cron, zone, now) if task.cron else None
+        values: dict[str, Any] | None = None
+        if advance:
+            values = {"next_run_at": following}
+            if not task.cron:
+                values["status"] = "missed"
+        text = (
+            f'⏰ I missed a reminder while I was offline: "{task.title}" was due at {when} '
+            f"({task.timezone}). {task.content}"
+        )
+        notice = None if task.cron else _outbound_row(task.session_id, text)
+        firing = await self._stores.tasks.fire(
+            task.id,
+            scheduled_for,
+            (now - scheduled_for).total_seconds(),
+            message=notice,
+            task_values=values,
+            status="missed",
+            error="Bruce was not running",
+        )
+        if advance:
+            # Else the scheduler, on its own clock, might still fire a missed one-shot.
+            await self._follow(task, following)
         if task.cron:
-            following = next_cron_time(task.cron, zone, now)
-            await self._stores.tasks.update(task.id, next_run_at=following)
-            if following is not None:
-                await self._schedule(await self._refreshed(task), following)
             log.warning("task_run_missed", task_id=task.id, scheduled_for=scheduled_for.isoformat())
             return
-        await self._stores.tasks.update(task.id, status="missed", next_run_at=None)
-        await self._unschedule(task.id)  # else the scheduler, on its own clock, might still fire it
-        if run_id is not None:  # tell the user once
-            text = (
-                f'⏰ I missed a reminder while I was offline: "{task.title}" was due at {when} '
-                f"({task.timezone}). {task.content}"
-            )
-            message_id = await self._stores.messages.add_outbound(task.session_id, text, "reminder")
+        if firing is not None and firing.message_id is not None:  # tell the user once
             await self._outbox.deliver(
-                OutboundMessage(task.channel, task.chat_id, text, message_id, "reminder")
+                OutboundMessage(task.channel, task.chat_id, text, firing.message_id, "reminder")
             )
         log.warning("task_missed", task_id=task.id, scheduled_for=scheduled_for.isoformat())
 
     async def _refreshed(self, task: TaskRecord) -> TaskRecord:
         return await self._stores.tasks.get(task.id) or task
+
+
+def _advanced(task: TaskRecord, following: datetime | None) -> dict[str, Any]:
+    """The task row once this firing is claimed: its next cron time, or a one-shot done."""
+    if task.cron:
+        return {"next_run_at": following}
+    return {"status": "done", "next_run_at": None}
+
+
+def _outbound_row(session_id: int, text: str) -> dict[str, Any]:
+    """A reminder (or missed notice) as the outbox stores it: pending until delivered."""
+    return {
+        "session_id": session_id,
+        "role": "assistant",
+        "kind": "reminder",
+        "content": text,
+        "status": "pending",
+        "created_at": utcnow(),
+    }
+
+
+def _task_message_key(task: TaskRecord, scheduled_for: datetime) -> str:
+    return f"task:{task.id}:{scheduled_for.isoformat()}"
+
+
+def _task_message_row(
+    session_id: int, task: TaskRecord, scheduled_for: datetime, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    """A briefing's instruction as the inbox stores a message: pending until a turn takes it;
+    its platform id makes a firing's task message unique in the session."""
+    return {
+        "session_id": session_id,
+        "role": "user",
+        "kind": "task",
+        "content": task.content,
+        "user_id": "scheduler",
+        "author": "scheduler",
+        "platform_message_id": _task_message_key(task, scheduled_for),
+        "status": "pending",
+        "extra": metadata,
+        "created_at": utcnow(),
+    }

@@ -1,8 +1,9 @@
 """The deliveries store: every attempt to send a part of an outgoing message, and its outcome.
 
-A message's attempts are written together with its final status in one commit (the hot path
-pays one transaction per reply, however many parts it had). The parts already sent are how a
-later redelivery avoids sending them twice.
+Attempts are written as they happen (`record`): a part the platform accepted is on disk before
+the next part is tried, so a crash repeats at most the part that was in flight. The parts
+recorded sent are how a later redelivery avoids sending them twice. The last attempt goes in
+one commit with the message's final status (`settle`): a one-part reply costs one transaction.
 """
 
 from __future__ import annotations
@@ -54,28 +55,39 @@ class FailedDelivery:
     last_attempt_at: datetime | None
 
 
+def _rows(message_id: int | None, attempts: Sequence[DeliveryAttempt]) -> list[dict[str, object]]:
+    now = utcnow()
+    return [
+        {
+            "message_id": message_id,
+            "created_at": now,
+            "channel": attempt.channel,
+            "chat_id": attempt.chat_id,
+            "part": attempt.part,
+            "attempt": attempt.attempt,
+            "status": attempt.status,
+            "error": attempt.error,
+        }
+        for attempt in attempts
+    ]
+
+
 class DeliveryStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
+    async def record(self, message_id: int | None, attempts: Sequence[DeliveryAttempt]) -> None:
+        """Commit attempts as they happen; the message's status stays as it is."""
+        if not attempts:
+            return
+        async with self._engine.begin() as connection:
+            await connection.execute(INSERT_DELIVERY, _rows(message_id, attempts))
+
     async def settle(
-        self, message_id: int | None, status: str, attempts: Sequence[DeliveryAttempt]
+        self, message_id: int | None, status: str, attempts: Sequence[DeliveryAttempt] = ()
     ) -> None:
-        """Record the attempts and the message's delivery status in one commit."""
-        now = utcnow()
-        rows = [
-            {
-                "message_id": message_id,
-                "created_at": now,
-                "channel": attempt.channel,
-                "chat_id": attempt.chat_id,
-                "part": attempt.part,
-                "attempt": attempt.attempt,
-                "status": attempt.status,
-                "error": attempt.error,
-            }
-            for attempt in attempts
-        ]
+        """Record the last attempts and the message's delivery status in one commit."""
+        rows = _rows(message_id, attempts)
         async with self._engine.begin() as connection:
             if rows:
                 await connection.execute(INSERT_DELIVERY, rows)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -54,6 +54,7 @@ def usage_row(session_id: int | None, record: LLMCallRecord, at: datetime) -> di
 
 _messages = MessageRow.__table__
 _sessions = SessionRow.__table__
+UNANSWERED = ("pending", "processing")  # statuses of a user message no turn has finished
 _COLUMNS = (
     _messages.c.id,
     _messages.c.session_id,
@@ -77,12 +78,44 @@ TOUCH_SESSION = (
     .where(_sessions.c.id == bindparam("sid"))
     .values(last_message_at=bindparam("at"))
 )
+_unanswered = _messages.alias("unanswered")
+# The oldest user message of the session no turn has finished (NULL: none).
+_FIRST_UNANSWERED = (
+    select(func.min(_unanswered.c.id))
+    .where(
+        _unanswered.c.session_id == bindparam("sid"),
+        _unanswered.c.role == "user",
+        _unanswered.c.status.in_(UNANSWERED),
+    )
+    .scalar_subquery()
+)
+# The settled history: what came before the oldest message still waiting for (or in) a turn, so
+# that folding it into the summary never swallows a message before a turn has shown it.
 HISTORY = (
     select(*_COLUMNS)
     .where(
         _messages.c.session_id == bindparam("sid"),
         _messages.c.id > bindparam("after"),
         _messages.c.kind != "notice",
+        _messages.c.id < func.coalesce(_FIRST_UNANSWERED, _messages.c.id + 1),
+    )
+    .order_by(_messages.c.id.desc())
+    .limit(bindparam("limit"))
+)
+# What a turn shows the model: the history without the user messages still waiting for a later
+# turn (stored while this one was being taken, or queued behind it). Their replies would be
+# recorded as answering nothing, and the next turn would answer them again.
+TURN_HISTORY = (
+    select(*_COLUMNS)
+    .where(
+        _messages.c.session_id == bindparam("sid"),
+        _messages.c.id > bindparam("after"),
+        _messages.c.kind != "notice",
+        or_(
+            _messages.c.role != "user",
+            _messages.c.status.not_in(UNANSWERED),
+            _messages.c.id.in_(bindparam("batch", expanding=True)),
+        ),
     )
     .order_by(_messages.c.id.desc())
     .limit(bindparam("limit"))
@@ -95,7 +128,7 @@ RECENT = (
 )
 UNFINISHED_INBOUND = (
     select(*_COLUMNS)
-    .where(_messages.c.role == "user", _messages.c.status.in_(("pending", "processing")))
+    .where(_messages.c.role == "user", _messages.c.status.in_(UNANSWERED))
     .order_by(_messages.c.id)
 )
 UNDELIVERED = (
@@ -165,18 +198,23 @@ class MessageStore:
     async def start_turn(
         self, session_id: int, batch_ids: Sequence[int], after_id: int, limit: int
     ) -> list[StoredMessage]:
-        """Mark the batch `processing` and read the history it will be answered with, at once."""
-        params = {"sid": session_id, "after": after_id, "limit": limit}
+        """Mark the batch `processing` and read the history it will be answered with, at once.
+
+        The history holds exactly the batch of the session's unanswered user messages: those
+        stored since the batch was taken wait for the next turn, which claims them.
+        """
+        params = {"sid": session_id, "after": after_id, "limit": limit, "batch": list(batch_ids)}
         async with self._engine.begin() as connection:
             await connection.execute(
                 SET_STATUS, {"ids": list(batch_ids), "new_status": "processing"}
             )
-            rows = [_stored(row) for row in await connection.execute(HISTORY, params)]
+            rows = [_stored(row) for row in await connection.execute(TURN_HISTORY, params)]
         rows.reverse()
         return rows
 
     async def history(self, session_id: int, after_id: int, limit: int) -> list[StoredMessage]:
-        """The newest `limit` messages after `after_id`, oldest first (notices excluded)."""
+        """The newest `limit` settled messages after `after_id`, oldest first (notices
+        excluded): the history stops before the oldest user message no turn has finished."""
         rows = await self._select(HISTORY, {"sid": session_id, "after": after_id, "limit": limit})
         rows.reverse()
         return rows
@@ -194,7 +232,7 @@ class MessageStore:
         """
         query = select(func.max(_messages.c.id)).where(
             _messages.c.session_id == session_id,
-            _messages.c.status.not_in(("pending", "processing")) | (_messages.c.role != "user"),
+            _messages.c.status.not_in(UNANSWERED) | (_messages.c.role != "user"),
         )
         async with self._engine.connect() as connection:
             return int((await connection.execute(query)).scalar() or 0)

@@ -270,21 +270,32 @@ class ProactiveTaskRow(Base):
 
 
 class TaskRunRow(Base):
-    """One firing of a task. Unique per (task, scheduled time): a firing happens at most once."""
+    """One firing of a task. Unique per (task, scheduled time): a firing happens at most once.
+
+    The run is claimed in the same commit as the message it stores (`message_id`): a reminder
+    for the outbox, or a briefing's task message for the inbox. `running` and `undelivered`
+    runs are open: they are closed from that message's fate (delivered, failed).
+    """
 
     __tablename__ = "task_runs"
     __table_args__ = (
         UniqueConstraint("task_id", "scheduled_for", name="uq_task_runs_task_scheduled"),
+        Index("ix_task_runs_status", "status"),
+        Index("ix_task_runs_message_id", "message_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("proactive_tasks.id", ondelete="CASCADE"))
     scheduled_for: Mapped[datetime]
-    status: Mapped[str] = mapped_column(BoundedString(16))  # running | delivered | failed | missed
+    # running | undelivered (open) · delivered | failed | missed (closed)
+    status: Mapped[str] = mapped_column(BoundedString(16))
     late_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     delivered_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(CleanText)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="SET NULL"))
+    # Times the firing was handed over: 1, or more when a crash cut it and it ran again.
+    attempts: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
 
 
 class GoalRow(Base):

@@ -1,24 +1,43 @@
 """The tasks store: proactive tasks (the source of truth) and the ledger of their firings.
 
-`task_runs` is unique on (task, scheduled_for): `start_run` returns None when that firing was
-already claimed, which is how a firing is delivered at most once even if it is triggered twice.
+`task_runs` is unique on (task, scheduled_for): `fire` returns None when that firing was already
+claimed, which is how a firing is delivered at most once even if it is triggered twice. `fire`
+claims the run, advances the task and stores the firing's message (a reminder for the outbox, a
+briefing's task message for the inbox) in ONE commit, so a crash leaves all of it or none. A run
+is open (`running`, `undelivered`) until its message's fate closes it (`settle_runs`): delivered
+when the reminder (or the briefing's answer) was sent, failed when that failed for good. The
+`messages` rows are written here, on the same engine, because they belong to that commit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bruce_bot.domain import utcnow
-from bruce_bot.storage.models import ProactiveTaskRow, TaskRunRow
+from bruce_bot.storage.messages import ANSWERS
+from bruce_bot.storage.models import MessageRow, ProactiveTaskRow, TaskRunRow
 
 _tasks = ProactiveTaskRow.__table__
 _runs = TaskRunRow.__table__
+_messages = MessageRow.__table__
+
+RUN_KEY = "task_run_id"  # key of the `extra` of a firing's message: the run it belongs to
+OPEN_RUN_STATUSES = ("running", "undelivered")
+CLOSED_RUN_STATUSES = ("delivered", "failed", "missed")
+# What a reminder's delivery status (or a briefing answer's) makes of its run.
+_FATES: dict[str, tuple[str, str | None]] = {
+    "sent": ("delivered", None),
+    "failed": ("failed", "delivery failed"),
+    "undelivered": ("undelivered", "delivery undelivered: the outbox tries again"),
+}
+_REPLY_SCAN = 50  # assistant messages after a briefing's task message searched for its answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +58,40 @@ class TaskRecord:
 
 
 _COLUMNS = tuple(_tasks.c[name] for name in TaskRecord.__slots__)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """A claimed firing: its run, the message stored with it, how many times it was handed over."""
+
+    run_id: int
+    message_id: int | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRun:
+    """A run that is not closed (or has a status Bruce does not know), as start-up finds it."""
+
+    id: int
+    task_id: int
+    scheduled_for: datetime
+    status: str
+    message_id: int | None
+    attempts: int
+    created_at: datetime
+    task_found: bool
+    message_role: str | None  # assistant: a reminder or notice · user: a briefing's task message
+    message_status: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """A run whose message's fate moved it on (closed it, or made it `undelivered`)."""
+
+    run_id: int
+    task_id: int
+    status: str
 
 
 class TaskStore:
@@ -130,7 +183,8 @@ class TaskStore:
     async def start_run(
         self, task_id: int, scheduled_for: datetime, late_seconds: float
     ) -> int | None:
-        """Claim one firing; None when (task, scheduled_for) was already claimed."""
+        """Claim one firing without a message; None when (task, scheduled_for) was already
+        claimed. Firings go through `fire`, which stores their message in the same commit."""
         row = {
             "task_id": task_id,
             "scheduled_for": scheduled_for,
@@ -145,12 +199,221 @@ class TaskStore:
             return None
         return int(result.inserted_primary_key[0])
 
-    async def finish_run(self, run_id: int, status: str, error: str | None = None) -> None:
-        values: dict[str, Any] = {"status": status, "error": error}
-        if status == "delivered":
-            values["delivered_at"] = utcnow()
+    async def finish_run(
+        self, run_id: int, status: str, error: str | None = None, *, only_open: bool = False
+    ) -> bool:
+        """Set a run's outcome; with `only_open`, only if the run is still open. Returns whether
+        the run changed."""
+        query = update(_runs).where(_runs.c.id == run_id).values(**_outcome(status, error))
+        if only_open:
+            query = query.where(_runs.c.status.in_(OPEN_RUN_STATUSES))
         async with self._engine.begin() as connection:
-            await connection.execute(update(_runs).where(_runs.c.id == run_id).values(**values))
+            result = await connection.execute(query)
+        return bool(result.rowcount)
+
+    async def fire(
+        self,
+        task_id: int,
+        scheduled_for: datetime,
+        late_seconds: float,
+        *,
+        message: dict[str, Any] | None = None,
+        task_values: dict[str, Any] | None = None,
+        status: str = "running",
+        error: str | None = None,
+    ) -> Firing | None:
+        """Claim one firing, advance the task and store the firing's message, in one commit.
+
+        `message` is a `messages` row; its `extra` gets the run id. `task_values` advance the
+        task, only if it still waits for this firing (its next run is `scheduled_for`) — also
+        when the firing was claimed before, so that a task cannot stay due for a firing that
+        will never run again. Returns None when the firing was already claimed; a `running` run
+        without a message (left by a crash before messages were stored with their run) is taken
+        over instead, its `attempts` counted up.
+        """
+        claim = select(_runs.c.id, _runs.c.status, _runs.c.message_id, _runs.c.attempts).where(
+            _runs.c.task_id == task_id, _runs.c.scheduled_for == scheduled_for
+        )
+        claiming = False  # an IntegrityError while claiming: another claim came first
+        try:
+            async with self._engine.begin() as connection:
+                if task_values is not None:
+                    # Compared as datetimes: SQLite compares the stored text, and a row written
+                    # by another tool may spell the same time differently.
+                    waits_for = (
+                        await connection.execute(
+                            select(_tasks.c.next_run_at).where(_tasks.c.id == task_id)
+                        )
+                    ).scalar()
+                    if waits_for == scheduled_for:
+                        await connection.execute(
+                            update(_tasks).where(_tasks.c.id == task_id).values(**task_values)
+                        )
+                found = (await connection.execute(claim)).first()
+                if found is None:
+                    row = {
+                        "task_id": task_id,
+                        "scheduled_for": scheduled_for,
+                        "late_seconds": late_seconds,
+                        "created_at": utcnow(),
+                        "attempts": 1,
+                        **_outcome(status, error),
+                    }
+                    claiming = True
+                    result = await connection.execute(_runs.insert(), row)
+                    claiming = False
+                    run_id, attempts = int(result.inserted_primary_key[0]), 1
+                elif found.status == "running" and found.message_id is None:
+                    taken = await connection.execute(
+                        update(_runs)
+                        .where(
+                            _runs.c.id == found.id,
+                            _runs.c.status == "running",
+                            _runs.c.message_id.is_(None),
+                        )
+                        .values(
+                            late_seconds=late_seconds,
+                            attempts=_runs.c.attempts + 1,
+                            **_outcome(status, error),
+                        )
+                    )
+                    if not taken.rowcount:
+                        return None
+                    run_id, attempts = int(found.id), int(found.attempts) + 1
+                else:
+                    return None  # the task's advance above is kept
+                message_id = None
+                if message is not None:
+                    stored = {**message, "extra": {**(message.get("extra") or {}), RUN_KEY: run_id}}
+                    result = await connection.execute(_messages.insert(), stored)
+                    message_id = int(result.inserted_primary_key[0])
+                    await connection.execute(
+                        update(_runs).where(_runs.c.id == run_id).values(message_id=message_id)
+                    )
+        except IntegrityError:
+            if claiming:  # claimed at the same moment by another transaction
+                return None
+            raise
+        return Firing(run_id, message_id, attempts)
+
+    async def open_runs(self, run_ids: Sequence[int] | None = None) -> list[OpenRun]:
+        """Runs not closed (all, or those of `run_ids`), with whether their task exists and
+        their message's role and status."""
+        query = (
+            select(
+                _runs.c.id,
+                _runs.c.task_id,
+                _runs.c.scheduled_for,
+                _runs.c.status,
+                _runs.c.message_id,
+                _runs.c.attempts,
+                _runs.c.created_at,
+                _tasks.c.id.is_not(None),
+                _messages.c.role,
+                _messages.c.status,
+            )
+            .outerjoin(_tasks, _tasks.c.id == _runs.c.task_id)
+            .outerjoin(_messages, _messages.c.id == _runs.c.message_id)
+            .where(_runs.c.status.not_in(CLOSED_RUN_STATUSES))
+            .order_by(_runs.c.id)
+        )
+        if run_ids is not None:
+            query = query.where(_runs.c.id.in_(list(run_ids)))
+        async with self._engine.connect() as connection:
+            return [OpenRun(*row) for row in await connection.execute(query)]
+
+    async def reopen_run(self, run_id: int, note: str) -> None:
+        """Count one more hand-over of an open firing (run again after a restart), with a note."""
+        query = (
+            update(_runs)
+            .where(_runs.c.id == run_id)
+            .values(status="running", attempts=_runs.c.attempts + 1, error=note)
+        )
+        async with self._engine.begin() as connection:
+            await connection.execute(query)
+
+    async def link_message(self, run_id: int, message_id: int) -> None:
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                update(_runs).where(_runs.c.id == run_id).values(message_id=message_id)
+            )
+
+    async def find_unlinked_message(
+        self,
+        *,
+        session_id: int,
+        after: datetime,
+        platform_message_id: str | None = None,
+        content_prefix: str | None = None,
+    ) -> int | None:
+        """A firing's message stored before runs recorded theirs: the briefing's task message
+        (by its platform id) or the reminder (by its text), not linked to any run yet."""
+        linked = exists().where(_runs.c.message_id == _messages.c.id)
+        query = select(_messages.c.id).where(_messages.c.session_id == session_id, ~linked)
+        if platform_message_id is not None:
+            query = query.where(
+                _messages.c.role == "user", _messages.c.platform_message_id == platform_message_id
+            )
+        elif content_prefix is not None:
+            query = query.where(
+                _messages.c.role == "assistant",
+                _messages.c.kind == "reminder",
+                _messages.c.created_at >= after,
+                _messages.c.content.startswith(content_prefix, autoescape=True),
+            )
+        else:
+            return None
+        async with self._engine.connect() as connection:
+            found = (await connection.execute(query.order_by(_messages.c.id).limit(1))).scalar()
+        return int(found) if found is not None else None
+
+    async def settle_runs(
+        self,
+        run_ids: Sequence[int] | None = None,
+        statuses: Sequence[str] = OPEN_RUN_STATUSES,
+        *,
+        error: str | None = None,
+    ) -> list[RunOutcome]:
+        """Move runs on from their message's fate: a reminder's delivery status, or for a
+        briefing that of the answer its turn stored. Runs whose message is still on its way
+        (pending, or a briefing's turn not over) are left as they are. `error`, when given,
+        is what a run that is not delivered records."""
+        query = (
+            select(
+                _runs.c.id,
+                _runs.c.task_id,
+                _runs.c.status,
+                _messages.c.id,
+                _messages.c.session_id,
+                _messages.c.role,
+                _messages.c.status,
+            )
+            .join(_messages, _messages.c.id == _runs.c.message_id)
+            .where(_runs.c.status.in_(list(statuses)))
+        )
+        if run_ids is not None:
+            query = query.where(_runs.c.id.in_(list(run_ids)))
+        outcomes: list[RunOutcome] = []
+        async with self._engine.begin() as connection:
+            for run_id, task_id, status, message_id, session_id, role, message_status in list(
+                await connection.execute(query)
+            ):
+                if role == "user":  # a briefing: its fate is its answer's
+                    fate = await _briefing_fate(connection, session_id, message_id, message_status)
+                else:
+                    fate = _FATES.get(message_status)
+                if fate is None or fate[0] == status:
+                    continue
+                new_status, why = fate
+                if error is not None and new_status != "delivered":
+                    why = error
+                await connection.execute(
+                    update(_runs)
+                    .where(_runs.c.id == run_id, _runs.c.status == status)
+                    .values(**_outcome(new_status, why))
+                )
+                outcomes.append(RunOutcome(run_id, task_id, fate[0]))
+        return outcomes
 
     async def recent_runs(self, task_id: int, limit: int = 50) -> list[dict[str, Any]]:
         """The task's latest firings, newest first."""
@@ -182,3 +445,35 @@ class TaskStore:
         query = select(_runs).where(_runs.c.task_id == task_id).order_by(_runs.c.scheduled_for)
         async with self._engine.connect() as connection:
             return [dict(row._mapping) for row in await connection.execute(query)]
+
+
+def _outcome(status: str, error: str | None) -> dict[str, Any]:
+    values: dict[str, Any] = {"status": status, "error": error}
+    if status == "delivered":
+        values["delivered_at"] = utcnow()
+    return values
+
+
+async def _briefing_fate(
+    connection: AsyncConnection, session_id: int, task_message_id: int, status: str
+) -> tuple[str, str | None] | None:
+    """What a briefing's run becomes: nothing yet while the inbox has its task message; then
+    what became of the answer (the first assistant message answering it)."""
+    if status in ("pending", "processing"):
+        return None
+    if status != "done":
+        return ("failed", f"the briefing's turn ended {status}")
+    replies = await connection.execute(
+        select(_messages.c.status, _messages.c.extra)
+        .where(
+            _messages.c.session_id == session_id,
+            _messages.c.role == "assistant",
+            _messages.c.id > task_message_id,
+        )
+        .order_by(_messages.c.id)
+        .limit(_REPLY_SCAN)
+    )
+    for reply_status, extra in replies:
+        if task_message_id in ((extra or {}).get(ANSWERS) or ()):
+            return _FATES.get(reply_status)
+    return None

@@ -1,5 +1,7 @@
 """Crash recovery and graceful stop of the real daemon process (`python -m bruce_bot run`), talking
-to a fake Messages API in the test process and to the test through its web API."""
+to a fake Messages API in the test process and to the test through its web API. `Daemon` runs it
+in its own process group, which `kill` ends with SIGKILL (tests/integration/test_delivery_crash.py
+uses it too)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import wait_until
+from tests.conftest import deep_merge, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.integration.support import messages_of, user_texts
 
@@ -35,7 +37,7 @@ def free_port() -> int:
 class Daemon:
     """One `bruce run` process on a config in `tmp_path`, its output kept in files."""
 
-    def __init__(self, tmp_path: Path, llm_url: str) -> None:
+    def __init__(self, tmp_path: Path, llm_url: str, **overrides: Any) -> None:
         self.tmp_path = tmp_path
         self.data_dir = tmp_path / "data"
         self.port = free_port()
@@ -61,6 +63,7 @@ class Daemon:
             },
             "web": {"host": "127.0.0.1", "port": self.port},
         }
+        config = deep_merge(config, overrides)
         self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
         self.process: asyncio.subprocess.Process | None = None
         self.runs = 0
@@ -82,6 +85,7 @@ class Daemon:
                 env=env,
                 stdout=out,
                 stderr=err,
+                start_new_session=True,  # its own process group, killed as one
             )
         await wait_until(self._healthy, timeout=START_TIMEOUT, interval=0.05)
 
@@ -112,8 +116,10 @@ class Daemon:
         return await asyncio.wait_for(self.process.wait(), within)
 
     async def kill(self) -> None:
+        """SIGKILL to the whole process group: no clean-up code of Bruce runs."""
         if self.process is not None and self.process.returncode is None:
-            self.process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             await self.process.wait()
 
 

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.config import Config
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey, utcnow
+from bruce_bot.scheduler import service
 from bruce_bot.scheduler.service import describe_lateness
 from bruce_bot.storage.tasks import TaskRecord
 from tests.conftest import running_bruce, wait_until
@@ -621,6 +623,67 @@ async def test_a_chat_that_refuses_delivery_pauses_the_task_without_retrying(
     assert [entry["task_id"] for entry in paused] == [once.id, daily.id]
     assert all(entry["chat_id"] == "gone" for entry in paused)
     assert "no active reminders" in listed
+
+
+class UnreachableChannel(ChatChannel):
+    """A platform that is down (every send fails, but not for good) until `back` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.back = False
+
+    async def send(self, message: OutboundMessage) -> None:
+        if not self.back:
+            self.attempts.append((message.chat_id, message.text))
+            raise DeliveryError("Bad Gateway", retry_after=0.01)
+        await super().send(message)
+
+
+async def test_an_undelivered_reminder_closes_its_run_once_the_redelivery_gets_it_out(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "SETTLE_INTERVAL_SECONDS", 0.05)
+    channel = UnreachableChannel()
+    config = scheduler_config(tmp_path, anthropic_fake)
+    async with running_bruce(config, channels=[channel]) as bruce:
+        assert bruce.tasks is not None and bruce.outbox is not None
+        task = await create_direct(bruce, run_at="+1h", content="Eventually")
+        await bruce.tasks.fire(task.id)
+        [run] = runs_of(tmp_path, task.id)
+        assert run["status"] == "undelivered"  # open: the outbox has not given up on it
+        assert channel.sent == [] and len(channel.attempts) == 4
+
+        channel.back = True
+        assert await bruce.outbox.redeliver() == 1  # what the periodic redelivery does
+        await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] == "delivered")
+    assert channel.texts() == ["⏰ Eventually"]
+    [run] = runs_of(tmp_path, task.id)
+    assert run["delivered_at"] is not None and run["error"] is None
+    assert task_row(tmp_path, task.id)["status"] == "done"  # not paused: nothing refused it
+
+
+async def test_a_briefing_whose_answer_is_undelivered_closes_its_run_once_it_gets_out(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "SETTLE_INTERVAL_SECONDS", 0.05)
+    channel = UnreachableChannel()
+    config = scheduler_config(tmp_path, anthropic_fake)
+    async with running_bruce(config, channels=[channel]) as bruce:
+        assert bruce.tasks is not None and bruce.outbox is not None
+        task = await create_direct(
+            bruce, title="Digest", mode="agent", run_at="+1h", content="Sum up the news"
+        )
+        anthropic_fake.script("All quiet.")
+        await bruce.tasks.fire(task.id)
+        await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] != "running")
+        [run] = runs_of(tmp_path, task.id)
+        assert run["status"] == "undelivered" and "undelivered" in run["error"]
+
+        channel.back = True
+        assert await bruce.outbox.redeliver() == 1
+        await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] == "delivered")
+    assert channel.texts() == ["📋 Digest\n\nAll quiet."]
+    assert len(anthropic_fake.requests) == 1  # the answer was redelivered, not run again
 
 
 # ---- a damaged job store ---------------------------------------------------------------------
