@@ -41,6 +41,20 @@ class QueuedMessage:
 TurnProcessor = Callable[[SessionRecord, list[QueuedMessage]], Awaitable[None]]
 
 
+def _next_batch(queue: list[QueuedMessage]) -> list[QueuedMessage]:
+    """Take the next turn's messages off `queue`: a scheduled task alone (its turn runs without
+    the scheduling tools, and its answer is a titled briefing), else the chat messages up to the
+    next task. A user's "remind me…" is never answered in a briefing's turn."""
+    if not queue:
+        return []
+    if queue[0].kind == "task":
+        return [queue.pop(0)]
+    end = next((i for i, item in enumerate(queue) if item.kind == "task"), len(queue))
+    batch = queue[:end]
+    del queue[:end]
+    return batch
+
+
 def prepare_text(text: str, max_chars: int) -> str | None:
     """The text to store: None for empty messages, long ones cut with a note for the model."""
     if not text or not text.strip():
@@ -144,8 +158,10 @@ class Inbox:
         try:
             while self._queues.get(session_id):
                 async with self._slots:
-                    # Take everything that is waiting now, including what arrived while queued.
-                    batch = self._queues.pop(session_id, [])
+                    # Take what is waiting now, including what arrived while queued.
+                    batch = _next_batch(self._queues.get(session_id, []))
+                    if not self._queues.get(session_id):
+                        self._queues.pop(session_id, None)
                     if not batch:
                         continue
                     ids = [item.id for item in batch]

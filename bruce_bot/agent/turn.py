@@ -73,11 +73,16 @@ class _TurnRecorder:
     such a cut turn had already run."""
 
     def __init__(
-        self, stores: Stores, session_id: int, answers_message_id: int, resumed: ResumedRounds
+        self,
+        stores: Stores,
+        session_id: int,
+        batch_ids: Sequence[int],
+        resumed: ResumedRounds,
     ) -> None:
         self._stores = stores
         self._session_id = session_id
-        self._answers_message_id = answers_message_id
+        self._answers_message_id = batch_ids[-1]
+        self.batch_ids = batch_ids
         self.resumed = resumed
         self.llm_calls: list[LLMCallRecord] = []
 
@@ -132,17 +137,24 @@ class TurnRunner:
             session.context_start_message_id, summary.covers_until_message_id if summary else 0
         )
         stored = await self._stores.messages.start_turn(
-            session.id, [item.id for item in batch], after, agent.history_max_messages
+            # The batch always fits: the limit counts the earlier messages shown with it.
+            session.id,
+            [item.id for item in batch],
+            after,
+            agent.history_max_messages + len(batch),
         )
         is_task = any(item.kind == "task" for item in batch)
         title = next((i.metadata.get("title") for i in batch if i.metadata.get("title")), "")
         # A scheduled briefing must not schedule more work: no feedback loops.
         tools = self._tools.without(SCHEDULING_TOOLS) if is_task else self._tools
         recorder = _TurnRecorder(
-            self._stores, session.id, batch[-1].id, await self._resumed(session, batch)
+            self._stores, session.id, [i.id for i in batch], await self._resumed(session, batch)
         )
         context = ToolContext(
-            session_id=session.id, channel=session.channel, chat_id=session.chat_id
+            session_id=session.id,
+            channel=session.channel,
+            chat_id=session.chat_id,
+            turn_key=f"m{batch[-1].id}",
         )
         reply_kind: MessageKind = "briefing" if is_task else "chat"
         inbound_status = "done"
@@ -260,8 +272,14 @@ class TurnRunner:
         budget = self._budget()
         room = min(agent.history_max_chars, budget.history_chars(system_prompt, tools.specs()))
         room = int(room * room_share)
-        kept = newest_within(stored, room)
-        history = to_chat_messages(in_conversation_order(kept))
+        # The messages being answered are never dropped (only cut, below): each one the turn
+        # marks answered is one the model has read. Earlier ones go, oldest first, to make room.
+        answering = set(recorder.batch_ids)
+        now_asked = [m for m in stored if m.id in answering]
+        earlier = [m for m in stored if m.id not in answering]
+        room_left = room - sum(len(m.content) for m in now_asked)
+        kept = [*newest_within(earlier, room_left), *now_asked] if room_left > 0 else now_asked
+        history = to_chat_messages(in_conversation_order(sorted(kept, key=lambda m: m.id)))
         fitted = shrink_to(history, room)
         shortened = len(kept) < len(stored) or fitted != history
         run = await run_agent_loop(
