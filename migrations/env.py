@@ -13,8 +13,8 @@ import asyncio
 from typing import Any
 
 from alembic import context
-from sqlalchemy import pool, text
-from sqlalchemy.engine import Connection
+from sqlalchemy import event, pool, text
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.storage.database import MIGRATION_LOCK_KEY
@@ -52,7 +52,8 @@ def _configure(connection: Connection | None = None, **kwargs: Any) -> None:
 
 
 def _run_sync(connection: Connection) -> None:
-    _configure(connection)
+    # All migrations in one transaction on both databases (see _transactional_sqlite_ddl).
+    _configure(connection, transactional_ddl=True)
     with context.begin_transaction():
         if connection.dialect.name == "postgresql":
             # Held until the commit; the current revision is read after it is granted.
@@ -62,8 +63,29 @@ def _run_sync(connection: Connection) -> None:
         context.run_migrations()
 
 
+def _transactional_sqlite_ddl(engine: Engine) -> None:
+    """Run SQLite's DDL inside the migration's transaction.
+
+    Python's sqlite3 opens a transaction only before INSERT/UPDATE/DELETE, so CREATE and ALTER
+    would each commit on their own: a process killed in the middle of a migration left tables
+    without the revision that made them, and every later start failed ("table sessions already
+    exists"). With the driver's own transaction handling off and an explicit BEGIN, a migration
+    is all or nothing (SQLAlchemy's recipe for pysqlite).
+    """
+
+    @event.listens_for(engine, "connect")
+    def _no_driver_transactions(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 async def _run_async(url: str) -> None:
     engine = create_async_engine(url, poolclass=pool.NullPool)
+    if engine.dialect.name == "sqlite":
+        _transactional_sqlite_ddl(engine.sync_engine)
     async with engine.connect() as connection:
         await connection.run_sync(_run_sync)
     await engine.dispose()
