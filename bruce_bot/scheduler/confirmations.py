@@ -75,8 +75,11 @@ class TaskConfirmations:
     # ---- the scheduling tools' port --------------------------------------------------------
 
     async def create(self, *, untrusted: bool = False, **fields: Any) -> TaskRecord:
+        origin = fields.get("origin")
+        # The same call again (a turn resumed after a crash) was asked about the first time.
+        repeated = origin and await self._stores.tasks.by_origin(fields["session_id"], origin)
         task = await self._service.create(confirmed=not untrusted, **fields)
-        if untrusted:
+        if untrusted and not repeated:
             await self._ask(task)
         return task
 

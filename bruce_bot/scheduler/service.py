@@ -219,8 +219,13 @@ class TaskService:
         cron: str | None,
         timezone: str | None,
         confirmed: bool = True,
+        origin: str | None = None,
     ) -> TaskRecord:
-        """A new task; an unconfirmed one is stored but does not fire until `confirm`."""
+        """A new task; an unconfirmed one is stored but does not fire until `confirm`.
+
+        With `origin` (the tool call that asks), the same call made again — a turn resumed after
+        a crash — returns the task it created the first time instead of a second one.
+        """
         if bool(run_at) == bool(cron):
             raise ScheduleError(
                 "give exactly one of run_at (a one-shot time) or cron (a recurring schedule)"
@@ -237,6 +242,9 @@ class TaskService:
             if mode == "agent":
                 self._check_interval(cron, zone, now)
         async with self._creating:  # the count and the insert as one step: calls run at once
+            if origin and (made := await self._stores.tasks.by_origin(session_id, origin)):
+                log.info("task_create_repeated", task_id=made.id, origin=origin)
+                return made
             await self._check_room(session_id)
             task = await self._stores.tasks.create(
                 session_id=session_id,
@@ -250,6 +258,7 @@ class TaskService:
                 timezone=zone.key,
                 next_run_at=first,
                 status="active" if confirmed else UNCONFIRMED,
+                origin=origin,
             )
         if confirmed:
             await self._schedule(task, first)

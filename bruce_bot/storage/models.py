@@ -252,6 +252,7 @@ class ProactiveTaskRow(Base):
     __table_args__ = (
         Index("ix_proactive_tasks_session_id", "session_id"),
         Index("ix_proactive_tasks_status", "status"),
+        Index("uq_proactive_tasks_origin", "session_id", "origin", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -267,6 +268,9 @@ class ProactiveTaskRow(Base):
     status: Mapped[str] = mapped_column(BoundedString(16), default="active")
     next_run_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The turn and arguments of the tool call that created it: the same call made again (a turn
+    # resumed after a crash that hit before the call was recorded) finds it instead.
+    origin: Mapped[str | None] = mapped_column(BoundedString(64))
 
 
 class TaskRunRow(Base):

@@ -55,6 +55,7 @@ class TaskRecord:
     status: str
     next_run_at: datetime | None
     created_at: datetime
+    origin: str | None = None
 
 
 _COLUMNS = tuple(_tasks.c[name] for name in TaskRecord.__slots__)  # type: ignore[attr-defined]
@@ -106,6 +107,15 @@ class TaskStore:
         task = await self.get(int(result.inserted_primary_key[0]))
         assert task is not None
         return task
+
+    async def by_origin(self, session_id: int, origin: str) -> TaskRecord | None:
+        """The task a tool call with this origin already created in the session, if any."""
+        query = select(*_COLUMNS).where(
+            _tasks.c.session_id == session_id, _tasks.c.origin == origin
+        )
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(query)).first()
+        return TaskRecord(*row) if row else None
 
     async def get(self, task_id: int) -> TaskRecord | None:
         async with self._engine.connect() as connection:

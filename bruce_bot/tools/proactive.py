@@ -7,6 +7,8 @@ cron, an unknown timezone) comes back as an error result that says how to fix it
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, ClassVar, Protocol
 
 from bruce_bot.scheduler.timing import ScheduleError
@@ -20,6 +22,15 @@ class TaskPort(Protocol):
     async def cancel(self, task_id: int, session_id: int) -> TaskRecord: ...
     def describe(self, task: TaskRecord) -> str: ...
     def describe_next_run(self, task: TaskRecord) -> str: ...
+
+
+def call_origin(context: ToolContext, tool: str, arguments: dict[str, Any]) -> str | None:
+    """The same tool, with the same arguments, in the same turn: one origin (None outside turns)."""
+    if not context.turn_key:
+        return None
+    canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+    digest = hashlib.sha256(f"{tool}\n{canonical}".encode()).hexdigest()[:24]
+    return f"{context.turn_key}:{digest}"
 
 
 def _session(context: ToolContext) -> int:
@@ -68,6 +79,7 @@ class ProactiveCreate(Tool):
                 cron=arguments.get("cron"),
                 timezone=arguments.get("timezone"),
                 untrusted=context.untrusted_input,
+                origin=call_origin(context, self.name, arguments),
             )
         except ScheduleError as exc:
             raise ToolError(str(exc)) from None

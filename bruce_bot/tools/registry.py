@@ -40,6 +40,9 @@ class ToolContext:
     # Content from the outside world entered this turn before the call: whatever the call sets
     # up might have been asked for by that content, not by the user.
     untrusted_input: bool = False
+    # Names the turn (the newest message it answers): a tool with lasting effects keys them on
+    # it and its arguments, so the same call in a turn resumed after a crash does not repeat.
+    turn_key: str = ""
 
 
 class Tool:

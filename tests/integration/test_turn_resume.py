@@ -11,9 +11,13 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import wait_until
+from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.domain import SessionKey, ToolCall
+from bruce_bot.tools.proactive import proactive_tools
+from bruce_bot.tools.registry import ToolContext, ToolRegistry
+from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
-from tests.integration.support import db_rows, last_tool_results, tool_uses
+from tests.integration.support import config_for, db_rows, last_tool_results, tool_uses
 from tests.integration.test_restart import Daemon, chat_messages, post
 
 REMINDER = {"title": "Stretch", "execution_mode": "message", "content": "Stretch!", "run_at": "+1h"}
@@ -72,3 +76,29 @@ async def test_a_turn_killed_after_its_tool_ran_resumes_without_running_it_again
     resumed = anthropic_fake.requests[2]
     assert [use["name"] for use in tool_uses(resumed)] == ["proactive_create"]
     assert "Task 1 scheduled" in str(last_tool_results(resumed)[0]["content"])
+
+
+async def test_the_same_scheduling_call_in_the_same_turn_creates_one_task(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    """The window resuming cannot close: the task was committed, then the kill hit before the
+    tool's execution was recorded, so the resumed turn makes the very same call again."""
+    config = config_for(tmp_path, anthropic_fake.base_url)
+    async with running_bruce(config, channels=[ConsoleChannel()]) as bruce:
+        assert bruce.stores is not None and bruce.confirmations is not None
+        session = await bruce.stores.sessions.get_or_create(SessionKey("console", "local"))
+        registry = ToolRegistry(proactive_tools(bruce.confirmations))
+
+        async def create(turn_key: str) -> str:
+            context = ToolContext(session.id, "console", "local", turn_key=turn_key)
+            result = await registry.execute(ToolCall("c1", "proactive_create", REMINDER), context)
+            assert not result.is_error, result.content
+            return result.content
+
+        first = await create("m7")
+        again = await create("m7")  # the resumed turn, after the crash
+        other = await create("m8")  # a later message asking the same thing: a new task
+    assert first == again
+    assert other != first
+    rows = db_rows(tmp_path, "SELECT id FROM proactive_tasks ORDER BY id")
+    assert len(rows) == 2

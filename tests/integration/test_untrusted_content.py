@@ -164,8 +164,11 @@ async def test_a_briefing_every_minute_is_refused_with_a_reason_the_model_can_ex
 async def test_a_chat_cannot_hold_more_tasks_than_the_cap(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    reminder = {"title": "Water", "execution_mode": "message", "content": "Drink", "run_at": "+1h"}
-    anthropic_fake.script(tool_calls=[("proactive_create", reminder)] * 3)
+    reminders = [
+        {"title": f"Water {n}", "execution_mode": "message", "content": "Drink", "run_at": "+1h"}
+        for n in range(3)
+    ]
+    anthropic_fake.script(tool_calls=[("proactive_create", r) for r in reminders])
     anthropic_fake.script("Two of three are set.")
     console = ConsoleChannel()
     cfg = config(tmp_path, anthropic_fake, scheduler={"max_active_tasks_per_chat": 2})
