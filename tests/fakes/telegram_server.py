@@ -52,6 +52,11 @@ Everything the bot did is kept: `sent` (per chat; a message's `buttons` follow i
 `callback_answers` (query id -> the text shown, "" for none), `chat_actions`, `my_commands`, `calls`
 (method and parameters of every request) and `get_updates_offsets`. Wait on conditions with
 `wait_for_messages` / `wait_for(predicate)`, never with fixed sleeps.
+
+`FakeTelegramServer(send_delay=0.25)` answers each sendMessage that long after it took the
+message, as the real API takes a while: a crash test then has the window where Telegram has a
+message and the bot has not heard so yet. Each `SentMessage` keeps when it arrived
+(`received_at`) and when the bot was answered (`answered_at`, None until then), in `time.time()`.
 """
 
 from __future__ import annotations
@@ -187,6 +192,8 @@ class SentMessage:
     params: dict[str, str] = field(default_factory=dict)
     thread_id: int | None = None  # the forum topic it landed in (None: General / not a forum)
     reply_markup: dict[str, Any] | None = None  # its inline keyboard now (edits change it)
+    received_at: float = 0.0  # time.time() when the fake took it (it is delivered from then on)
+    answered_at: float | None = None  # time.time() when the bot was told; None: not yet
 
     @property
     def buttons(self) -> list[dict[str, Any]]:
@@ -203,8 +210,9 @@ class _Failure:
 
 
 class FakeTelegramServer:
-    def __init__(self, token: str = "123:ABC") -> None:
+    def __init__(self, token: str = "123:ABC", *, send_delay: float = 0.0) -> None:
         self.token = token
+        self.send_delay = send_delay  # seconds between taking a sendMessage and answering it
         self.bot = {
             "id": BOT_ID,
             "is_bot": True,
@@ -758,9 +766,14 @@ class FakeTelegramServer:
         sent = SentMessage(
             chat_id, message_id, text, plain, parse_mode, reply_to, params, thread, markup
         )
+        sent.received_at = time.time()
         self.sent.setdefault(chat_id, []).append(sent)
         if thread is not None:
             self._threads[(chat_id, message_id)] = thread
+        if self.send_delay > 0:
+            self._notify()  # it is delivered already; only the answer is on its way
+            await asyncio.sleep(self.send_delay)
+        sent.answered_at = time.time()
         return self._pressed_message(sent)
 
     async def _api_answerCallbackQuery(self, params: dict[str, str]) -> Any:

@@ -1,0 +1,910 @@
+"""The chaos test's machinery (tests/integration/test_chaos.py): a seeded plan of Telegram
+messages, a model that answers each one by naming it, the real daemon in its own process group
+stopped by a signal at seeded moments and started again over the same SQLite file, and the
+ledger that counts what reached the fake Bot API against the plan.
+
+Every answer names what it answers, and which answer it is: `[r7 part 2/3] re msg-c2-014
+msg-c2-015.` (`r7`: the model's 7th final answer; one line like it opens each part of a long
+answer). The same text twice at Telegram is therefore one stored reply sent twice, while two
+different answers naming one message mean it was answered twice. Reminders arrive as
+`⏰ rem-c2-014`, briefings as a reply naming `brief-c2-014`.
+
+A second copy of a part (or of a reminder) is excused only when its first copy was in flight
+when a SIGKILL hit: Telegram had taken it, and its answer had not reached the process in time to
+be recorded (`COMMIT_SLACK`), and no later part of the same reply had gone out meanwhile (which
+would show that the process had moved on without recording it). Nothing is excused after a
+SIGTERM: a graceful stop must finish or record what it sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import random
+import re
+import signal
+import socket
+import sqlite3
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx
+import yaml
+
+from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
+from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+
+# A message, or a briefing as it comes back from the scheduler, named in the model's answers.
+LABEL = re.compile(r"\b(?:msg|brief)-c\d+-\d+\b")
+HEADER = re.compile(r"\[(r\d+) part (\d+)/(\d+)\] re ([^.\]]*)\.")
+REMINDER_TEXT = re.compile(r"⏰ (rem-c\d+-\d+)")
+# Between Telegram's answer and the process recording it: a commit on a busy 2-core machine.
+COMMIT_SLACK = 0.5
+LATE_LIMIT = 60.0  # seconds late, not counting the time Bruce was down
+FILLER = "Nothing more to add here, this sentence only makes the answer long. " * 34
+SUMMARY_MARK = "<new_messages>"
+
+
+def some_of(labels: Sequence[str], most: int = 4) -> str:
+    """Labels for a report line: the first few and how many more."""
+    shown = " ".join(labels[:most])
+    return shown + (f" (+{len(labels) - most} more)" if len(labels) > most else "")
+
+
+# ---- the plan ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One user message of the plan and what it asks the model for."""
+
+    label: str  # msg-c2-014: chat 2, its 14th message
+    user_id: int  # the private chat's id too
+    gap: float  # seconds after the previous message of the plan
+    think: float  # seconds the model takes over its answer
+    parts: int  # Telegram messages its answer takes (long answers: 3)
+    reminder_in: int | None = None  # a message-mode reminder due this many seconds later
+    briefing_in: int | None = None  # an agent-mode briefing due this many seconds later
+
+    @property
+    def suffix(self) -> str:
+        return self.label.removeprefix("msg-")
+
+    @property
+    def reminder(self) -> str:
+        return f"rem-{self.suffix}"
+
+    @property
+    def briefing(self) -> str:
+        return f"brief-{self.suffix}"
+
+    @property
+    def text(self) -> str:
+        words = [self.label, "hello Bruce"]
+        if self.reminder_in:
+            words.append(f"please remind me in {self.reminder_in} seconds")
+        if self.briefing_in:
+            words.append(f"and prepare me a short briefing in {self.briefing_in} seconds")
+        if self.parts > 1:
+            words.append("and tell me everything at length")
+        return ", ".join(words)
+
+
+def make_plan(rng: random.Random, user_ids: Sequence[int], count: int) -> list[Ask]:
+    """`count` messages spread over the chats, about 3 a second; some slow to answer, some long,
+    some asking for a reminder (message mode) or a briefing (agent mode) a few seconds later."""
+    numbers = dict.fromkeys(user_ids, 0)
+    plan: list[Ask] = []
+    for _ in range(count):
+        user_id = rng.choice(list(user_ids))
+        numbers[user_id] += 1
+        roll = rng.random()
+        plan.append(
+            Ask(
+                label=f"msg-c{list(user_ids).index(user_id) + 1}-{numbers[user_id]:03d}",
+                user_id=user_id,
+                gap=min(1.5, max(0.02, rng.expovariate(1 / 0.3))),
+                think=rng.uniform(0.5, 2.0) if rng.random() < 0.3 else rng.uniform(0.02, 0.2),
+                parts=3 if rng.random() < 0.1 else 1,
+                reminder_in=rng.randint(3, 9) if roll < 0.15 else None,
+                briefing_in=rng.randint(4, 10) if 0.15 <= roll < 0.21 else None,
+            )
+        )
+    return plan
+
+
+# ---- the model -----------------------------------------------------------------------------
+
+
+def _blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [block for block in content or [] if isinstance(block, dict)]
+
+
+class ChaosModel:
+    """The fake Anthropic server's responder: answers every message in view that no answer in
+    view names yet, the way a model answers what is new in a conversation. It first calls
+    `proactive_create` for the reminders and briefings those messages ask for (unless this turn
+    already did), then names them all in one answer."""
+
+    def __init__(self, plan: Iterable[Ask]) -> None:
+        self._asks = {ask.label: ask for ask in plan}
+        self._numbers = itertools.count(1)
+        self.answers: dict[str, tuple[str, ...]] = {}  # r7 -> the labels it names
+        self.seen: dict[str, tuple[str, ...]] = {}  # r7 -> every label its request showed
+        self.refused: dict[str, str] = {}  # reminder/briefing title -> why it was not asked for
+        self.tool_errors: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> AnthropicReply:
+        messages = body.get("messages") or []
+        user_texts = [
+            block.get("text", "")
+            for message in messages
+            if message.get("role") == "user"
+            for block in _blocks(message)
+            if block.get("type") == "text"
+        ]
+        if any(SUMMARY_MARK in text for text in user_texts):
+            return AnthropicReply("A long test conversation; every message was answered.")
+        named: set[str] = set()
+        asked_for: set[str] = set()
+        for message in messages:
+            for block in _blocks(message):
+                if message.get("role") == "assistant" and block.get("type") == "text":
+                    named.update(LABEL.findall(block.get("text", "")))
+                elif block.get("type") == "tool_use":
+                    asked_for.add(str((block.get("input") or {}).get("title")))
+                elif block.get("type") == "tool_result" and block.get("is_error"):
+                    self.tool_errors.append(str(block.get("content"))[:300])
+        pending = list(
+            dict.fromkeys(
+                label for text in user_texts for label in LABEL.findall(text) if label not in named
+            )
+        )
+        can_schedule = any(
+            tool.get("name") == "proactive_create" for tool in body.get("tools") or []
+        )
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for label in pending:
+            ask = self._asks.get(label)
+            if ask is None:
+                continue
+            wanted = []
+            if ask.reminder_in:
+                wanted.append((ask.reminder, "message", ask.reminder, ask.reminder_in))
+            if ask.briefing_in:
+                wanted.append(
+                    (ask.briefing, "agent", f"{ask.briefing}: sum up my day", ask.briefing_in)
+                )
+            for title, mode, content, seconds in wanted:
+                if title in asked_for:
+                    continue
+                if not can_schedule:
+                    tasks = [text for text in user_texts if text.startswith("[Scheduled task")]
+                    self.refused[title] = (
+                        f"the turn answering {label} offered no proactive_create (its request "
+                        f"held {len(tasks)} scheduled-task message(s): "
+                        f"{[LABEL.findall(text) for text in tasks]}; it answered "
+                        f"{some_of(pending)})"
+                    )
+                    continue
+                arguments = {
+                    "title": title,
+                    "execution_mode": mode,
+                    "content": content,
+                    "run_at": f"+{seconds}s",
+                }
+                calls.append(("proactive_create", arguments))
+        if calls:
+            return AnthropicReply(tool_calls=calls, delay_seconds=0.05)
+        tag = f"r{next(self._numbers)}"
+        self.answers[tag] = tuple(pending)
+        self.seen[tag] = tuple(label for text in user_texts for label in LABEL.findall(text))
+        asks = [self._asks[label] for label in pending if label in self._asks]
+        parts = max((ask.parts for ask in asks), default=1)
+        think = asks[-1].think if asks else 0.1  # as slow as answering the newest message
+        names = " ".join(pending) or "nothing new"
+        text = "\n\n".join(
+            f"[{tag} part {part}/{parts}] re {names}." + (f" {FILLER}" if parts > 1 else "")
+            for part in range(1, parts + 1)
+        )
+        return AnthropicReply(text, delay_seconds=think)
+
+
+# ---- the daemon ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(slots=True)
+class Run:
+    """One process of the daemon, from spawn to exit (times are `time.time()`)."""
+
+    number: int
+    spawned_at: float
+    ready_at: float | None = None
+    signal: str | None = None  # how it was stopped
+    signalled_at: float | None = None
+    exited_at: float | None = None
+    returncode: int | None = None
+
+    def holds(self, moment: float) -> bool:
+        return self.spawned_at <= moment <= (self.exited_at or float("inf"))
+
+
+class ChaosDaemon:
+    """`python -m bruce_bot run` in its own process group (so a signal reaches all of it), one
+    config in `workdir`, each run's output in its own files."""
+
+    def __init__(self, workdir: Path, config: dict[str, Any]) -> None:
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {**config, "app": {**config.get("app", {}), "data_dir": str(self.data_dir)}}
+        config["database"] = {"url": f"sqlite+aiosqlite:///{self.data_dir / 'bruce.db'}"}
+        config["web"] = {"host": "127.0.0.1", "port": self.port}
+        self.config_path = workdir / "config.yml"
+        self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        self.runs: list[Run] = []
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def spawn(self) -> Run:
+        assert self.process is None or self.process.returncode is not None
+        run = Run(len(self.runs) + 1, time.time())
+        self.runs.append(run)
+        env = {key: value for key, value in os.environ.items() if key != "BRUCE_CONFIG"}
+        env["PYTHONUNBUFFERED"] = "1"
+        out, err = self._output(run)
+        with out, err:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bruce_bot",
+                "run",
+                "--config",
+                str(self.config_path),
+                cwd=self.workdir,
+                env=env,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # its own process group
+            )
+        return run
+
+    def _output(self, run: Run) -> tuple[BinaryIO, BinaryIO]:
+        return (
+            (self.workdir / f"run{run.number}.out").open("wb"),
+            (self.workdir / f"run{run.number}.err").open("wb"),
+        )
+
+    async def wait_ready(self, within: float) -> bool:
+        """Poll /healthz until it answers (True), the process exits or `within` runs out."""
+        process, run = self.process, self.runs[-1]
+        assert process is not None
+        deadline = time.monotonic() + within
+        async with httpx.AsyncClient(timeout=1) as client:
+            while process.returncode is None and time.monotonic() < deadline:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
+                        run.ready_at = time.time()
+                        return True
+                await asyncio.sleep(0.05)
+        return False
+
+    async def stop(self, sig: signal.Signals, within: float = 60.0) -> Run:
+        """Signal the whole process group and wait for the exit; SIGKILL after `within`."""
+        process, run = self.process, self.runs[-1]
+        assert process is not None
+        if process.returncode is None:
+            run.signal, run.signalled_at = sig.name, time.time()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+            try:
+                await asyncio.wait_for(process.wait(), within)
+            except TimeoutError:
+                run.signal = f"{sig.name}, then SIGKILL after {within:.0f} s"
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+        run.exited_at = run.exited_at or time.time()
+        run.returncode = process.returncode
+        return run
+
+    def stderr_lines(self, run: Run) -> list[str]:
+        path = self.workdir / f"run{run.number}.err"
+        return path.read_text(errors="replace").splitlines() if path.exists() else []
+
+    def rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        path = self.data_dir / "bruce.db"
+        if not path.exists():
+            return []
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        connection.row_factory = sqlite3.Row
+        try:
+            return [dict(row) for row in connection.execute(sql, params).fetchall()]
+        except sqlite3.Error as exc:
+            return [{"error": f"{type(exc).__name__}: {exc}"}]
+        finally:
+            connection.close()
+
+
+# ---- the ledger ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Copy:
+    """One message as Telegram took it."""
+
+    sent: SentMessage
+    run: int  # the process that sent it (0: none found)
+
+
+@dataclass(slots=True)
+class Findings:
+    problems: list[str] = field(default_factory=list)
+    excused: list[str] = field(default_factory=list)  # duplicates a SIGKILL explains
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _utc(value: Any) -> float | None:
+    if value is None:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+class Ledger:
+    """What arrived at the fake Bot API, sorted into answers (by answer and part), reminders
+    and everything else, with the timeline of runs to tell which process sent what."""
+
+    def __init__(self, telegram: FakeTelegramServer, runs: Sequence[Run]) -> None:
+        self.runs = runs
+        self.parts: dict[tuple[str, int], list[Copy]] = defaultdict(list)  # (r7, 2) -> copies
+        self.answer_of: dict[str, tuple[int, tuple[str, ...], int]] = {}  # r7 -> (n, names, chat)
+        self.answered_by: dict[str, set[str]] = defaultdict(set)  # label -> answers naming it
+        self.reminders: dict[str, list[Copy]] = defaultdict(list)
+        self.others: list[Copy] = []
+        for chat_id, messages in telegram.sent.items():
+            for sent in messages:
+                copy = Copy(sent, self.run_at(sent.received_at))
+                header = HEADER.search(sent.plain)
+                reminder = REMINDER_TEXT.search(sent.plain)
+                if header:
+                    tag, part, total = header.group(1), int(header.group(2)), int(header.group(3))
+                    names = tuple(LABEL.findall(header.group(4)))
+                    self.parts[(tag, part)].append(copy)
+                    self.answer_of[tag] = (total, names, chat_id)
+                    for name in names:
+                        self.answered_by[name].add(tag)
+                elif reminder:
+                    self.reminders[reminder.group(1)].append(copy)
+                else:
+                    self.others.append(copy)
+        for copies in [*self.parts.values(), *self.reminders.values()]:
+            copies.sort(key=lambda c: c.sent.received_at)
+
+    def run_at(self, moment: float) -> int:
+        return next((run.number for run in reversed(self.runs) if run.holds(moment)), 0)
+
+    def complete(self, label: str) -> bool:
+        """Some answer names `label` and all of its parts arrived."""
+        for tag in self.answered_by.get(label, ()):
+            total = self.answer_of[tag][0]
+            if all(self.parts.get((tag, part)) for part in range(1, total + 1)):
+                return True
+        return False
+
+    def first_delivery(self, label: str) -> float | None:
+        moments = [
+            self.parts[(tag, 1)][0].sent.received_at
+            for tag in self.answered_by.get(label, ())
+            if self.parts.get((tag, 1))
+        ]
+        return min(moments, default=None)
+
+
+class Scenario:
+    """What the test drove, and the judgement of what arrived."""
+
+    def __init__(
+        self,
+        seed: int,
+        stop_signal: signal.Signals,
+        plan: Sequence[Ask],
+        telegram: FakeTelegramServer,
+        model: ChaosModel,
+        daemon: ChaosDaemon,
+    ) -> None:
+        self.seed = seed
+        self.stop_signal = stop_signal
+        self.plan = plan
+        self.telegram = telegram
+        self.model = model
+        self.daemon = daemon
+        self.pushed: list[Ask] = []
+        self.started = time.time()
+        self.stops = 0  # by `stop_signal`, at the seeded moments
+        self.notes: list[str] = []
+
+    # ---- expectations ----------------------------------------------------------------------
+
+    @property
+    def expected_reminders(self) -> list[Ask]:
+        return [ask for ask in self.pushed if ask.reminder_in]
+
+    @property
+    def expected_briefings(self) -> list[Ask]:
+        return [ask for ask in self.pushed if ask.briefing_in]
+
+    def everything_arrived(self) -> bool:
+        ledger = Ledger(self.telegram, self.daemon.runs)
+        return (
+            all(ledger.complete(ask.label) for ask in self.pushed)
+            and all(ledger.reminders.get(ask.reminder) for ask in self.expected_reminders)
+            and all(ledger.complete(ask.briefing) for ask in self.expected_briefings)
+        )
+
+    def quiet(self) -> bool:
+        """Nothing left for Bruce to do: no message waiting or in a turn, no reply unsent, no
+        task still to fire."""
+        busy = self.daemon.rows(
+            "SELECT count(*) AS n FROM messages WHERE (role = 'user' AND status IN "
+            "('pending', 'processing')) OR (role = 'assistant' AND status IN "
+            "('pending', 'undelivered'))"
+        )
+        tasks = self.daemon.rows(
+            "SELECT count(*) AS n FROM proactive_tasks WHERE status = 'active'"
+        )
+        return bool(busy and tasks) and busy[0].get("n") == 0 and tasks[0].get("n") == 0
+
+    # ---- judgement -------------------------------------------------------------------------
+
+    def t(self, moment: float | None) -> str:
+        return "never" if moment is None else f"+{moment - self.started:.2f}s"
+
+    def judge(self) -> Findings:
+        ledger = Ledger(self.telegram, self.daemon.runs)
+        findings = Findings()
+        for ask in self.pushed:
+            self._judge_answered(ask.label, ledger, findings)
+        for ask in self.expected_briefings:
+            self._judge_answered(ask.briefing, ledger, findings)
+            self._judge_task(ask.briefing, ledger.first_delivery(ask.briefing), findings)
+        for ask in self.expected_reminders:
+            copies = ledger.reminders.get(ask.reminder, [])
+            if not copies:
+                findings.problems.append(
+                    f"LOST reminder {ask.reminder} (asked by {ask.label}): never delivered; "
+                    + self._task_story(ask.reminder)
+                )
+            self._judge_task(ask.reminder, copies[0].sent.received_at if copies else None, findings)
+        for (tag, part), copies in sorted(ledger.parts.items()):
+            total, names, _ = ledger.answer_of[tag]
+            self._judge_copies(
+                f"{tag} part {part}/{total} (re {some_of(names)})",
+                copies,
+                ledger,
+                findings,
+                tag=tag,
+                part=part,
+            )
+        for title, copies in sorted(ledger.reminders.items()):
+            fired = self.daemon.rows(
+                "SELECT id, status, extra FROM messages WHERE role = 'assistant' AND kind = "
+                "'reminder' AND content LIKE ?",
+                f"⏰ {title}%",
+            )
+            if len(fired) > 1:  # separate firings, not one reminder sent again
+                findings.problems.append(
+                    f"FIRED {len(fired)} TIMES reminder {title}: stored as {fired}; copies at "
+                    + ", ".join(f"{self.t(c.sent.received_at)} (run {c.run})" for c in copies)
+                )
+                continue
+            self._judge_copies(f"reminder {title}", copies, ledger, findings)
+        for tag, (total, names, chat_id) in sorted(ledger.answer_of.items()):
+            missing = [p for p in range(1, total + 1) if not ledger.parts.get((tag, p))]
+            if missing:
+                findings.problems.append(
+                    f"LOST part(s) {missing} of {total} of answer {tag} (re {some_of(names)}); "
+                    + self._reply_story(tag)
+                )
+            if not names:
+                findings.problems.append(
+                    f"EXTRA answer {tag} to chat {chat_id} named nothing new: every message its "
+                    "turn could see was answered already (by a turn outside whose batch it was)"
+                )
+        for copy in ledger.others:
+            findings.problems.append(
+                f"UNEXPECTED message to chat {copy.sent.chat_id} at {self.t(copy.sent.received_at)}"
+                f" (run {copy.run}): {copy.sent.plain[:160]!r}"
+            )
+        for run in self.daemon.runs:
+            if run.signal is None or (run.signal == "SIGTERM" and run.returncode not in (0, -15)):
+                findings.problems.append(
+                    f"EXIT run {run.number} ended with rc={run.returncode} after "
+                    f"{run.signal or 'no signal: it exited by itself'}; its stderr ends: "
+                    + " | ".join(self.daemon.stderr_lines(run)[-5:])
+                )
+            elif "then SIGKILL" in run.signal:
+                findings.problems.append(f"HUNG run {run.number}: {run.signal}")
+        for error in self.model.tool_errors:
+            findings.problems.append(f"TOOL ERROR seen by the model: {error}")
+        findings.stats = self._stats(ledger, findings)
+        return findings
+
+    def _judge_answered(self, label: str, ledger: Ledger, findings: Findings) -> None:
+        tags = sorted(ledger.answered_by.get(label, ()), key=lambda tag: int(tag[1:]))
+        if not tags:
+            generated = [tag for tag, names in self.model.answers.items() if label in names]
+            story = self._message_story(label, generated)
+            if label.startswith("brief-"):
+                story = self._task_story(label)
+            findings.problems.append(
+                f"LOST {label}: no answer reached Telegram; model answers naming it: "
+                f"{generated or 'none'}; {story}"
+            )
+            return
+        if len(tags) > 1:
+            answers = "; ".join(
+                f"{tag} (re {some_of(ledger.answer_of[tag][1])}, run "
+                f"{ledger.parts[(tag, 1)][0].run if ledger.parts.get((tag, 1)) else '?'})"
+                for tag in tags
+            )
+            findings.problems.append(f"ANSWERED {len(tags)} TIMES {label}: by {answers}")
+
+    def _judge_task(self, title: str, delivered: float | None, findings: Findings) -> None:
+        tasks = self.daemon.rows("SELECT * FROM proactive_tasks WHERE title = ?", title)
+        if len(tasks) > 1 or (not tasks and delivered is not None):
+            executions = self.daemon.rows(
+                "SELECT id, answers_message_id, substr(output, 1, 30) AS output FROM "
+                "tool_executions WHERE tool_name = 'proactive_create' AND input LIKE ?",
+                f'%"title": "{title}"%',
+            )
+            findings.problems.append(
+                f"SCHEDULED {len(tasks)} TIMES {title}: tasks "
+                f"{[(t.get('id'), t.get('created_at')) for t in tasks]}; the tool executions "
+                f"recorded for it: {executions or 'none'}"
+            )
+        if not tasks or delivered is None:
+            return
+        due = _utc(tasks[0].get("run_at"))
+        if due is None:
+            return
+        late = self._uptime_between(due, delivered)
+        findings.stats.setdefault("lateness", []).append(late)
+        if late > LATE_LIMIT:
+            findings.problems.append(
+                f"LATE {title}: due {self.t(due)}, delivered {self.t(delivered)}, "
+                f"{late:.1f} s late while Bruce was up (limit {LATE_LIMIT:.0f} s)"
+            )
+
+    def _uptime_between(self, start: float, end: float) -> float:
+        up = 0.0
+        for run in self.daemon.runs:
+            if run.ready_at is None:
+                continue
+            stopped = run.signalled_at or run.exited_at or time.time()
+            up += max(0.0, min(end, stopped) - max(start, run.ready_at))
+        return up
+
+    def _judge_copies(
+        self,
+        what: str,
+        copies: Sequence[Copy],
+        ledger: Ledger,
+        findings: Findings,
+        *,
+        tag: str | None = None,
+        part: int | None = None,
+    ) -> None:
+        for earlier, later in itertools.pairwise(copies):
+            first = earlier.sent
+            why = self._excuse(first, ledger, tag, part)
+            if later.run == earlier.run:
+                why = f"not stopped in between: run {later.run} sent it twice"
+            story = (
+                f"DOUBLED {what}: copy at {self.t(first.received_at)} (run {earlier.run}, "
+                f"answered {self.t(first.answered_at)}), again at "
+                f"{self.t(later.sent.received_at)} (run {later.run})"
+            )
+            if why is not None and not why.startswith("not"):
+                findings.excused.append(f"{story}: {why}")
+            else:
+                findings.problems.append(f"{story}: {why or 'no stop explains it'}")
+
+    def _excuse(
+        self, first: SentMessage, ledger: Ledger, tag: str | None, part: int | None
+    ) -> str | None:
+        """Why a second copy of `first` was fair, or (starting with "not") why it was not."""
+        for run in self.daemon.runs:
+            stopped = run.signalled_at
+            if stopped is None or not run.spawned_at <= first.received_at <= stopped:
+                continue
+            in_flight = first.answered_at is None or first.answered_at > stopped - COMMIT_SLACK
+            if not in_flight:
+                return (
+                    f"not in flight: Telegram answered {stopped - (first.answered_at or 0):.2f} s "
+                    f"before the {run.signal} of run {run.number}, which had not recorded it"
+                )
+            if tag is not None and part is not None:
+                later = [
+                    copy
+                    for (other_tag, other_part), copies in ledger.parts.items()
+                    if other_tag == tag and other_part > part
+                    for copy in copies
+                    if first.received_at < copy.sent.received_at <= stopped
+                ]
+                if later:
+                    return (
+                        f"not in flight only: part {part} was not recorded although run "
+                        f"{run.number} had gone on to send a later part before its {run.signal}"
+                    )
+            if run.signal != "SIGKILL":
+                return f"not excused: in flight at the {run.signal} of run {run.number}"
+            return f"in flight at the SIGKILL of run {run.number} ({self.t(stopped)})"
+        return "not stopped: the same process or a live one sent it twice"
+
+    # ---- stories for what went wrong --------------------------------------------------------
+
+    def _message_story(self, label: str, generated: Sequence[str]) -> str:
+        rows = self.daemon.rows(
+            "SELECT id, status FROM messages WHERE role = 'user' AND content LIKE ?", f"%{label}%"
+        )
+        story = f"DB user message: {rows or 'not stored'}"
+        for row in rows[:1]:
+            claimed = self.daemon.rows(
+                "SELECT m.id, m.status, substr(m.content, 1, 90) AS content FROM messages m, "
+                "json_each(m.extra, '$.answers') a WHERE m.role = 'assistant' AND a.value = ?",
+                row.get("id"),
+            )
+            for reply in claimed:
+                header = HEADER.search(str(reply.get("content")))
+                seen = self.model.seen.get(header.group(1), ()) if header else ()
+                story += f"; DB reply {reply} lists it in extra.answers"
+                if header and label not in seen:
+                    story += (
+                        f", but its model request never showed it ({len(seen)} messages in "
+                        f"view, from {seen[0] if seen else '-'})"
+                    )
+        for tag in generated:
+            story += "; " + self._reply_story(tag)
+        return story
+
+    def _reply_story(self, tag: str) -> str:
+        rows = self.daemon.rows(
+            "SELECT id, status FROM messages WHERE role = 'assistant' AND content LIKE ?",
+            f"%[{tag} part 1/%",
+        )
+        if not rows or "id" not in rows[0]:
+            return f"DB reply {tag}: not stored {rows or ''}".strip()
+        deliveries = self.daemon.rows(
+            "SELECT part, attempt, status FROM deliveries WHERE message_id = ? ORDER BY id",
+            rows[0]["id"],
+        )
+        return f"DB reply {tag}: {rows[0]}, deliveries {deliveries}"
+
+    def _task_story(self, title: str) -> str:
+        tasks = self.daemon.rows(
+            "SELECT id, status, run_at, next_run_at FROM proactive_tasks WHERE title = ?", title
+        )
+        if title in self.model.refused and not tasks:
+            return f"never asked for: {self.model.refused[title]}"
+        story = f"DB tasks: {tasks or 'none'}"
+        for task in tasks:
+            if "id" in task:
+                runs = self.daemon.rows("SELECT * FROM task_runs WHERE task_id = ?", task["id"])
+                story += f"; runs of task {task['id']}: {runs or 'none'}"
+        messages = self.daemon.rows(
+            "SELECT id, kind, status FROM messages WHERE role = 'assistant' AND content LIKE ?",
+            f"%{title}%",
+        )
+        return story + f"; DB messages naming it: {messages or 'none'}"
+
+    # ---- the report ------------------------------------------------------------------------
+
+    def _stats(self, ledger: Ledger, findings: Findings) -> dict[str, Any]:
+        runs = self.daemon.runs
+        lateness = findings.stats.get("lateness", [])
+        return {
+            "messages": len(self.pushed),
+            "chats": len({ask.user_id for ask in self.pushed}),
+            "reminders": len(self.expected_reminders),
+            "briefings": len(self.expected_briefings),
+            "long answers": sum(1 for total, _, _ in ledger.answer_of.values() if total > 1),
+            "stops": self.stops,
+            "runs": len(runs),
+            "killed before ready": sum(1 for run in runs if run.ready_at is None),
+            "sendMessage": sum(len(m) for m in self.telegram.sent.values()),
+            "model answers": len(self.model.answers),
+            "excused duplicates": len(findings.excused),
+            "worst lateness s": round(max(lateness, default=0.0), 2),
+            "seconds": round(time.time() - self.started, 1),
+        }
+
+    def headline(self, findings: Findings) -> str:
+        return (
+            f"chaos with {self.stop_signal.name}, BRUCE_CHAOS_SEED={self.seed}: "
+            f"{len(findings.problems)} problems; "
+            + ", ".join(f"{key}: {value}" for key, value in findings.stats.items())
+        )
+
+    def report(self, findings: Findings) -> str:
+        lines = [
+            f"chaos with {self.stop_signal.name}, BRUCE_CHAOS_SEED={self.seed}",
+            "  " + ", ".join(f"{key}: {value}" for key, value in findings.stats.items()),
+            "  runs: "
+            + "; ".join(
+                f"#{run.number} ready {self.t(run.ready_at)} {run.signal or 'running'} "
+                f"{self.t(run.signalled_at)} rc={run.returncode}"
+                for run in self.daemon.runs
+            ),
+            *(f"  note: {note}" for note in self.notes),
+        ]
+        if findings.excused:
+            lines.append(f"  excused ({len(findings.excused)}):")
+            lines += [f"    {line}" for line in findings.excused]
+        if findings.problems:
+            lines.append(f"  PROBLEMS ({len(findings.problems)}):")
+            lines += [f"    {line}" for line in findings.problems]
+            lines.append("  daemon log, errors and warnings over all runs (first 25):")
+            lines += [f"    {line}" for line in self._log_trouble()[:25]]
+            last = self.daemon.runs[-1] if self.daemon.runs else None
+            if last is not None:
+                lines.append(f"  daemon stderr, last 20 lines of run {last.number}:")
+                lines += [f"    {line}" for line in self.daemon.stderr_lines(last)[-20:]]
+        return "\n".join(lines)
+
+    def _log_trouble(self) -> list[str]:
+        seen: list[str] = []
+        for run in self.daemon.runs:
+            for line in self.daemon.stderr_lines(run):
+                lowered = line.lower()
+                if "traceback" in lowered or "[error" in lowered or "[warning" in lowered:
+                    seen.append(f"run {run.number}: {line[:240]}")
+        return seen
+
+
+# ---- the scenario --------------------------------------------------------------------------
+
+USER_IDS = (3001, 3002, 3003, 3004)
+PLANNED_MESSAGES = 400  # more than the chaos phase can send: it ends by time
+STOPS = 12
+CHAOS_SECONDS = 95.0  # the phase of stops and starts ends after STOPS, or after this
+QUIET_SECONDS = 30.0  # then at most this long for everything to arrive and settle
+START_TIMEOUT = 30.0
+SHUTDOWN_TIMEOUT = 10.0  # agent.shutdown_timeout_seconds: a graceful stop lets turns finish
+SEND_DELAY = 0.25  # Telegram's answer to sendMessage comes this long after it took the message
+
+
+def daemon_config(telegram: FakeTelegramServer, llm_url: str) -> dict[str, Any]:
+    return {
+        "app": {"timezone": "UTC"},
+        "llm": {
+            "provider": "anthropic",
+            "api_key": "test-key",
+            "base_url": llm_url,
+            "max_retries": 0,
+            "timeout_seconds": 30,
+        },
+        "agent": {"shutdown_timeout_seconds": SHUTDOWN_TIMEOUT},
+        "brain": {"enabled": False},  # its background requests are not part of this scenario
+        "tools": {
+            "web_search": {"enabled": False},
+            "web_fetch": {"enabled": False},
+            "artifacts": {"enabled": False},
+            "proactive": {"enabled": True},
+        },
+        "channels": {
+            "telegram": {
+                "enabled": True,
+                "token": telegram.token,
+                "base_url": telegram.base_url,
+                "allowed_user_ids": list(USER_IDS),
+            }
+        },
+    }
+
+
+async def settle(scenario: Scenario, within: float, idle_for: float = 3.0) -> bool:
+    """Poll until everything arrived and Bruce has nothing left to do (True), or until Bruce has
+    had nothing left to do for `idle_for` seconds without everything arriving, or `within` ran
+    out (False: the judgement says what is missing)."""
+    deadline = time.monotonic() + within
+    idle_since: float | None = None
+    while time.monotonic() < deadline:
+        quiet = scenario.quiet()
+        if quiet and scenario.everything_arrived():
+            return True
+        idle_since = (idle_since or time.monotonic()) if quiet else None
+        if idle_since is not None and time.monotonic() - idle_since > idle_for:
+            return False
+        await asyncio.sleep(0.25)
+    return False
+
+
+async def run_scenario(
+    workdir: Path, seed: int, stop_signal: signal.Signals
+) -> tuple[Scenario, Findings]:
+    """Messages from four chats at seeded moments; the daemon stopped with `stop_signal` at
+    seeded moments after each start, `STOPS` times (or until `CHAOS_SECONDS`), started again
+    over the same database each time; then a quiet period until everything arrived and Bruce
+    has nothing left to do (at most `QUIET_SECONDS`); then a graceful stop and the judgement."""
+    plan = make_plan(random.Random(f"{seed}:plan"), USER_IDS, PLANNED_MESSAGES)
+    moments = random.Random(f"{seed}:stops")
+    model = ChaosModel(plan)
+    async with (
+        FakeTelegramServer(send_delay=SEND_DELAY) as telegram,
+        FakeAnthropicServer(responder=model) as llm,
+    ):
+        daemon = ChaosDaemon(workdir, daemon_config(telegram, llm.base_url))
+        scenario = Scenario(seed, stop_signal, plan, telegram, model, daemon)
+        users = {
+            user_id: telegram.user(user_id, f"User{n}") for n, user_id in enumerate(USER_IDS, 1)
+        }
+        driving = asyncio.Event()
+        driving.set()
+
+        async def drive() -> None:
+            for ask in plan:
+                # The seeded gap between two messages: when users write is the scenario's input.
+                await asyncio.sleep(ask.gap)
+                if not driving.is_set():
+                    return
+                telegram.private_text(users[ask.user_id], ask.text)
+                scenario.pushed.append(ask)
+
+        driver = asyncio.create_task(drive(), name="chaos-driver")
+        try:
+            ends = time.monotonic() + CHAOS_SECONDS
+            while scenario.stops < STOPS:
+                if time.monotonic() > ends:
+                    scenario.notes.append(f"chaos phase ended by time after {scenario.stops} stops")
+                    break
+                await daemon.spawn()
+                if len(daemon.runs) == 1 and not await daemon.wait_ready(START_TIMEOUT):
+                    # The first start creates the schema: the seeded stops begin once it stands
+                    # (a kill inside the migrations is a matter of its own, not this scenario's).
+                    scenario.notes.append("the first run never became ready")
+                    break
+                ready = asyncio.create_task(daemon.wait_ready(START_TIMEOUT))
+                # The seeded moment of the stop, counted from the spawn: early ones hit start-up
+                # (recovery, redelivery, the scheduler's catch-up), later ones the running daemon.
+                await asyncio.sleep(moments.uniform(0.4, 4.5))
+                ready.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ready
+                await daemon.stop(stop_signal, within=SHUTDOWN_TIMEOUT + 20)
+                scenario.stops += 1
+            driving.clear()
+            await daemon.spawn()
+            if not await daemon.wait_ready(START_TIMEOUT):
+                scenario.notes.append("the last run never became ready")
+            elif not await settle(scenario, QUIET_SECONDS):
+                scenario.notes.append(
+                    "not everything arrived, and Bruce had nothing left to do (or "
+                    f"{QUIET_SECONDS:.0f} s passed)"
+                )
+            await daemon.stop(signal.SIGTERM, within=SHUTDOWN_TIMEOUT + 20)
+        finally:
+            driving.clear()
+            driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await driver
+            if daemon.process is not None and daemon.process.returncode is None:
+                await daemon.stop(signal.SIGKILL)
+        return scenario, scenario.judge()
