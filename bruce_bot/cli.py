@@ -75,6 +75,23 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_db_check(args: argparse.Namespace) -> int:
+    from bruce_bot.doctor import find_problems
+    from bruce_bot.storage.database import upgrade_schema
+
+    config = _load(args.config)
+    asyncio.run(upgrade_schema(config.database_url))
+    problems = asyncio.run(find_problems(config))
+    where = config.database_url.split("@")[-1]
+    if not problems:
+        print(f"no problems found in {where}")
+        return 0
+    print(f"{len(problems)} row(s) need a look in {where}:")
+    for problem in problems:
+        print(f"  {problem}")
+    return 1
+
+
 def _cmd_token(_args: argparse.Namespace) -> int:
     print(secrets.token_urlsafe(TOKEN_BYTES))
     return 0
@@ -120,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(db_commands.add_parser("upgrade", help="apply pending migrations")).set_defaults(
         handler=_cmd_db_upgrade
     )
+    with_config(
+        db_commands.add_parser("check", help="report rows Bruce cannot use (after a crash or edit)")
+    ).set_defaults(handler=_cmd_db_check)
     with_config(
         commands.add_parser("check-config", help="validate the configuration and exit")
     ).set_defaults(handler=_cmd_check_config)

@@ -1,0 +1,144 @@
+"""`bruce db check`: rows a crash, a bug or a hand edit left in a state Bruce cannot use.
+
+The daemon repairs or skips such rows on its own at start-up (with a log line naming the id); this
+report lets the owner see them before starting, or after a log line said something was set
+aside. It reads only: messages and task runs with a status nothing knows, tasks whose schedule
+cannot be read or whose scheduler job is gone, runs left open for longer than the grace period,
+and messages left in a turn by a process that is not running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import inspect, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+
+from bruce_bot.config import Config
+from bruce_bot.domain import utcnow
+from bruce_bot.scheduler.service import JOBSTORE_TABLE, UNCONFIRMED, job_id
+from bruce_bot.scheduler.timing import ScheduleError, cron_trigger, zone_of
+from bruce_bot.storage.models import MessageRow, ProactiveTaskRow, TaskRunRow
+from bruce_bot.storage.tasks import CLOSED_RUN_STATUSES, OPEN_RUN_STATUSES
+
+MESSAGE_STATUSES = frozenset(
+    {"pending", "processing", "done", "failed", "too_long", "sent", "undelivered"}
+)
+TASK_STATUSES = frozenset({"active", "paused", "done", "cancelled", "missed", UNCONFIRMED})
+RUN_STATUSES = frozenset({*OPEN_RUN_STATUSES, *CLOSED_RUN_STATUSES})
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    table: str
+    row_id: int
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.table} #{self.row_id}: {self.what} — {self.fix}"
+
+
+async def find_problems(config: Config) -> list[Problem]:
+    engine = create_async_engine(config.database_url)
+    try:
+        async with engine.connect() as connection:
+            problems = await _statuses(connection)
+            problems += await _tasks(connection)
+            problems += await _open_runs(connection, config.scheduler.misfire_grace_seconds)
+        return problems
+    finally:
+        await engine.dispose()
+
+
+async def _statuses(connection: AsyncConnection) -> list[Problem]:
+    problems: list[Problem] = []
+    checks: tuple[tuple[type, frozenset[str], str], ...] = (
+        (MessageRow, MESSAGE_STATUSES, "start Bruce: it skips the message (nothing answers it)"),
+        (ProactiveTaskRow, TASK_STATUSES, "cancel it in the dashboard (Schedules)"),
+        (TaskRunRow, RUN_STATUSES, "start Bruce: it closes the run"),
+    )
+    for model, known, fix in checks:
+        table = model.__table__  # type: ignore[attr-defined]
+        rows = await connection.execute(
+            select(table.c.id, table.c.status).where(table.c.status.not_in(sorted(known)))
+        )
+        problems += [
+            Problem(table.name, row.id, f"unknown status {row.status!r}", fix) for row in rows
+        ]
+    pending = await connection.execute(
+        select(MessageRow.__table__.c.id).where(MessageRow.__table__.c.status == "processing")
+    )
+    problems += [
+        Problem(
+            "messages",
+            row.id,
+            "left in a turn (status 'processing'); fine while Bruce runs",
+            "start Bruce: it answers the message again",
+        )
+        for row in pending
+    ]
+    return problems
+
+
+async def _tasks(connection: AsyncConnection) -> list[Problem]:
+    table = ProactiveTaskRow.__table__
+    rows = (
+        await connection.execute(
+            select(table.c.id, table.c.cron, table.c.timezone).where(table.c.status == "active")
+        )
+    ).all()
+    jobs = await _job_ids(connection)
+    problems: list[Problem] = []
+    for row in rows:
+        try:
+            zone = zone_of(row.timezone)
+            if row.cron:
+                cron_trigger(row.cron, zone)
+        except (ScheduleError, ValueError) as exc:
+            problems.append(
+                Problem("proactive_tasks", row.id, f"schedule unreadable ({exc})", "cancel it")
+            )
+            continue
+        if jobs is not None and job_id(row.id) not in jobs:
+            problems.append(
+                Problem(
+                    "proactive_tasks",
+                    row.id,
+                    "active but its scheduler job is missing",
+                    "start Bruce: it recreates the job at start-up",
+                )
+            )
+    return problems
+
+
+async def _job_ids(connection: AsyncConnection) -> set[str] | None:
+    def has_table(sync: object) -> bool:
+        return bool(inspect(sync).has_table(JOBSTORE_TABLE))  # type: ignore[arg-type]
+
+    has: Callable[[object], bool] = has_table
+    if not await connection.run_sync(has):
+        return None
+    rows = await connection.execute(text(f"SELECT id FROM {JOBSTORE_TABLE}"))
+    return {str(row[0]) for row in rows}
+
+
+async def _open_runs(connection: AsyncConnection, grace_seconds: int) -> list[Problem]:
+    table = TaskRunRow.__table__
+    cutoff = utcnow() - timedelta(seconds=max(grace_seconds, 3600))
+    rows = await connection.execute(
+        select(table.c.id, table.c.status).where(
+            table.c.status.in_(OPEN_RUN_STATUSES), table.c.scheduled_for < cutoff
+        )
+    )
+    return [
+        Problem(
+            "task_runs",
+            row.id,
+            f"still {row.status!r} long after it was due",
+            "start Bruce: it finishes or closes the run",
+        )
+        for row in rows
+    ]
