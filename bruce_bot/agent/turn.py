@@ -137,11 +137,12 @@ class TurnRunner:
             session.context_start_message_id, summary.covers_until_message_id if summary else 0
         )
         stored = await self._stores.messages.start_turn(
-            # The batch always fits: the limit counts the earlier messages shown with it.
+            # However long the batch, all of it is read: each message it marks answered is one
+            # the model has seen.
             session.id,
             [item.id for item in batch],
             after,
-            agent.history_max_messages + len(batch),
+            max(agent.history_max_messages, len(batch)),
         )
         is_task = any(item.kind == "task" for item in batch)
         title = next((i.metadata.get("title") for i in batch if i.metadata.get("title")), "")
