@@ -129,6 +129,7 @@ class TurnRunner:
         self._summarizer = summarizer
         self._clock = clock
         self._outages = OutageMemory()
+        self._typing_tasks: set[asyncio.Task[None]] = set()  # finishing their last request
 
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
         agent = self._config.agent
@@ -379,13 +380,25 @@ class TurnRunner:
 
     @contextlib.asynccontextmanager
     async def _typing(self, session: SessionRecord) -> AsyncIterator[None]:
+        """Keep the typing indicator on while the turn runs.
+
+        The indicator's request is never cancelled mid-flight: httpcore does not give a pool
+        slot back when a request is cancelled (encode/httpcore#1093), so cancelling one per turn
+        leaked a Telegram connection every ~70 messages until no reply could be sent (found by
+        the soak benchmark). The loop is told to stop instead and ends after its current request.
+        """
+        done = asyncio.Event()
+
         async def refresh() -> None:
-            while True:
+            while not done.is_set():
                 await self._outbox.show_typing(session.channel, session.chat_id)
-                await asyncio.sleep(TYPING_REFRESH_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), TYPING_REFRESH_SECONDS)
 
         task = asyncio.create_task(refresh())
+        self._typing_tasks.add(task)
+        task.add_done_callback(self._typing_tasks.discard)
         try:
             yield
         finally:
-            task.cancel()
+            done.set()
