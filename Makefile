@@ -2,12 +2,13 @@
 #   make run   — create .venv, install Bruce, apply migrations and start it (./config.yml or defaults)
 #   make test  — install the dev tools (and Chromium and PostgreSQL for their tests) and run the
 #                whole suite
+#   make test-clock — the unit and integration tests on a wall clock moved by libfaketime (see below)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CONFIG_ARG := $(if $(wildcard config.yml),--config config.yml,)
 
-.PHONY: run test lint format bench clean chromium postgres
+.PHONY: run test test-clock lint format bench soak clean chromium postgres faketime
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +49,28 @@ test: $(VENV)/.installed-dev chromium postgres
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
+# The clock tests need libfaketime; install Debian's faketime when it is missing.
+faketime:
+	@command -v faketime >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing faketime for the clock tests..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null; \
+	  else echo "faketime not found: install Debian's faketime package" >&2; exit 1; fi; }
+
+# No test may depend on the wall clock's date or time of day: run the unit and integration tests
+# with the clock moved to CLOCK_START (default: two minutes before midnight in São Paulo, the
+# tests' app timezone, on the night Europe/Berlin springs forward), running on from there, e.g.
+#   make test-clock CLOCK_START="2026-03-29 00:59:30 UTC"   (Berlin's clocks jump 30 s later)
+# The clock is an offset from the real one, so child processes (`bruce run`, PostgreSQL) share it;
+# the monotonic clock stays real, or asyncio's timers would break.
+CLOCK_START ?= 2026-03-28 23:58:00 -0300
+CLOCK_TESTS ?= tests/unit tests/integration
+test-clock: $(VENV)/.installed-dev faketime postgres
+	@start=$$(date -d "$(CLOCK_START)" +%s) || exit 1; offset=$$((start - $$(date +%s))); \
+	echo "tests on a clock starting at $$(date -u -d "$(CLOCK_START)") (offset $${offset} s)"; \
+	FAKETIME_DONT_FAKE_MONOTONIC=1 faketime -f "$$(printf '%+d' $$offset)" \
+	  $(BIN)/python -m pytest $(CLOCK_TESTS) -q -p no:cacheprovider $(PYTEST_ARGS)
+
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -60,6 +83,13 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/run.py --brain
 	$(BIN)/python bench/reminders.py
+
+# The soak: `bruce run` with real PTB and the anthropic SDK against the fake servers, 100,000
+# messages over ~30 minutes in burst/steady phases; reports RSS, descriptor and SQLite growth and
+# p99 per phase (bench/RESULTS.md, "Soak"). Shorter: make soak SOAK_ARGS="--messages 5000 --minutes 3"
+SOAK_ARGS ?=
+soak: $(VENV)/.installed-dev
+	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
