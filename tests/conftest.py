@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import select
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,25 @@ from bruce_bot.app import Bruce
 from bruce_bot.config import Config, validate
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
+
+
+def _sleep_on_select(seconds: float) -> None:
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        select.select([], [], [], left)
+
+
+# `make test-clock` runs the suite under libfaketime with the monotonic clock left real. Debian's
+# libfaketime 0.9.10 then breaks Python 3.11's time.sleep (clock_nanosleep with an absolute
+# monotonic deadline fails with EINVAL, wolfcw/libfaketime#426), which subprocess's wait(timeout)
+# uses: sleep on select's relative timeout instead. Only under faketime; nothing else changes.
+if (
+    "faketime" in os.environ.get("LD_PRELOAD", "")
+    and os.environ.get("FAKETIME_DONT_FAKE_MONOTONIC") == "1"
+):
+    time.sleep = _sleep_on_select
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +92,21 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await asyncio.sleep(interval)
+
+
+def clock_from(start: datetime) -> Callable[[], datetime]:
+    """A clock for `Bruce(clock=...)` that reads `start` now and runs on at the real pace. It
+    advances on the monotonic clock, so the wall clock's date and time of day never show."""
+    origin = time.monotonic()
+    return lambda: start + timedelta(seconds=time.monotonic() - origin)
+
+
+def days_ahead_at(hour: int, minute: int = 0, zone: tzinfo = UTC, days: int = 2) -> datetime:
+    """`hour:minute` in `zone`, `days` days after today: a fixed time of day that is still ahead
+    of the real clock, so that APScheduler (which reads the real one) fires nothing planned from
+    it during a test."""
+    day = datetime.now(zone).date() + timedelta(days=days)
+    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
 
 
 @contextlib.asynccontextmanager

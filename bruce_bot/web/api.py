@@ -21,7 +21,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
-from bruce_bot.domain import utcnow
 from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.tasks import TaskRecord
@@ -456,7 +455,7 @@ def dashboard_api_routes(context: WebContext) -> list[BaseRoute]:
 
     async def usage(request: Request) -> Response:
         days = int_param(request, "days", 30, high=MAX_USAGE_DAYS)
-        rows = await stores.audit.usage_by_day(usage_days(days, zone, utcnow()))
+        rows = await stores.audit.usage_by_day(usage_days(days, zone, context.clock()))
         fields = (
             "calls",
             "input_tokens",

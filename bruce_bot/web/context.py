@@ -33,4 +33,5 @@ class WebContext:
     public_url: str = ""
     allowed_hosts: tuple[str, ...] = ()
     session_max_age_days: int = 30  # web.session_max_age_days, from the last use
-    clock: Callable[[], datetime] = utcnow  # sign-in sessions and the failed-sign-in throttle
+    # Sign-in sessions, the failed-sign-in throttle and which days the usage page counts.
+    clock: Callable[[], datetime] = utcnow

@@ -6,14 +6,15 @@ and failed deliveries are all made through the real message path."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
-from bruce_bot.domain import InboundMessage, OutboundMessage
+from bruce_bot.domain import InboundMessage, OutboundMessage, utcnow
 from bruce_bot.tools.artifacts import ArtifactSaveTool
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
@@ -103,9 +104,13 @@ class Dashboard:
 
 @contextlib.asynccontextmanager
 async def running_dashboard(
-    tmp_path: Path, token: str, **overrides: Any
+    tmp_path: Path,
+    token: str,
+    clock: Callable[[], datetime] = utcnow,
+    **overrides: Any,
 ) -> AsyncIterator[Dashboard]:
-    """Bruce with the dashboard on `token`; `overrides` go into the config (e.g. `database`)."""
+    """Bruce with the dashboard on `token` and `clock`; `overrides` go into the config (e.g.
+    `database`)."""
     async with FakeAnthropicServer(
         responder=lambda body: f"You said: {last_user_text(body)}"
     ) as fake:
@@ -117,7 +122,7 @@ async def running_dashboard(
         )
         tools = ToolRegistry([AddTool(), LookupTool()])
         channel = ChatChannel()
-        async with running_bruce(config, tools=tools, channels=[channel]) as bruce:
+        async with running_bruce(config, tools=tools, channels=[channel], clock=clock) as bruce:
             assert bruce.stores is not None
             # The artifact tool needs the stores, which exist once Bruce runs; the turn runner
             # shares this registry, so the model can call it from now on.

@@ -7,7 +7,7 @@ the token; bad parameters are a 400 that names them; writes need a JSON content 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -16,11 +16,11 @@ import httpx
 import pytest
 
 from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
-from bruce_bot.domain import SessionKey
+from bruce_bot.domain import SessionKey, utcnow
 from bruce_bot.scheduler.service import job_id
 from bruce_bot.storage.models import LLMCallRow
 from bruce_bot.web.api import MAX_LIMIT, usage_days
-from tests.conftest import wait_until
+from tests.conftest import clock_from, days_ahead_at, wait_until
 from tests.integration.dashboard_support import YAML_PROMPT, Dashboard, running_dashboard
 from tests.integration.support import db_rows, system_text
 
@@ -31,8 +31,16 @@ SAO_PAULO = ZoneInfo("America/Sao_Paulo")
 
 
 @pytest.fixture
-async def dashboard(tmp_path: Path) -> AsyncIterator[Dashboard]:
-    async with running_dashboard(tmp_path, TOKEN) as running:
+def clock_start() -> datetime | None:
+    """Where Bruce's clock starts; None is the real clock. A test that depends on the date or
+    the time of day sets it with `@pytest.mark.parametrize("clock_start", [...])`."""
+    return None
+
+
+@pytest.fixture
+async def dashboard(tmp_path: Path, clock_start: datetime | None) -> AsyncIterator[Dashboard]:
+    clock = utcnow if clock_start is None else clock_from(clock_start)
+    async with running_dashboard(tmp_path, TOKEN, clock) as running:
         yield running
 
 
@@ -226,8 +234,10 @@ async def create_task(dashboard: Dashboard, chat_id: str, **values: Any) -> Any:
     )
 
 
+# 10:00 UTC: two hours on, 12:00, comes before 09:00 in Berlin (07:00 or 08:00 UTC) the next day.
+@pytest.mark.parametrize("clock_start", [days_ahead_at(10)], ids=["10:00 UTC"])
 async def test_tasks_list_schedule_timezone_status_and_next_run(
-    client: httpx.AsyncClient, dashboard: Dashboard
+    client: httpx.AsyncClient, dashboard: Dashboard, clock_start: datetime
 ) -> None:
     briefing = await create_task(
         dashboard,
@@ -261,13 +271,20 @@ async def test_tasks_list_schedule_timezone_status_and_next_run(
     assert listed["chat_id"] == "alice" and listed["session_id"] == briefing.session_id
     next_run = datetime.fromisoformat(listed["next_run_at"])
     assert next_run == briefing.next_run_at
-    assert next_run.astimezone(ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "09:00"
+    berlin = next_run.astimezone(ZoneInfo("Europe/Berlin"))
+    assert berlin.strftime("%H:%M") == "09:00"
+    assert berlin.date() == clock_start.date() + timedelta(days=1)
     # The description says when that is for the user, in the app's timezone.
     assert "America/Sao_Paulo" in listed["next_run"]
     assert listed["last_run"] is None
 
     once = tasks[reminder.id]
     assert (once["schedule"], once["mode"], once["content"]) == ("once", "message", "Call Ana now")
+    assert (
+        timedelta(0)
+        <= reminder.next_run_at - clock_start - timedelta(hours=2)
+        < timedelta(minutes=1)
+    )
     # Soonest next run first among active tasks.
     assert [task["id"] for task in data["tasks"]] == [reminder.id, briefing.id]
 
@@ -491,15 +508,17 @@ async def test_usage_is_aggregated_per_day_model_and_purpose(
     assert data["totals"]["calls"] == sum(r["calls"] for r in data["rows"])
 
 
+# Five minutes after midnight in São Paulo (03:05 UTC): the days are São Paulo's, not UTC's.
+@pytest.mark.parametrize(
+    "clock_start", [datetime(2026, 3, 29, 0, 5, tzinfo=SAO_PAULO)], ids=["00:05 São Paulo"]
+)
 async def test_usage_days_are_the_app_timezone_days(
-    client: httpx.AsyncClient, dashboard: Dashboard
+    client: httpx.AsyncClient, dashboard: Dashboard, clock_start: datetime
 ) -> None:
+    today = clock_start.date()
+    yesterday, two_days_ago = today - timedelta(days=1), today - timedelta(days=2)
     # 23:30 in São Paulo is 02:30 UTC the next day: it belongs to the São Paulo day.
-    today = datetime.now(SAO_PAULO).date()
-    two_days_ago = today - timedelta(days=2)
-    late_evening = datetime(
-        two_days_ago.year, two_days_ago.month, two_days_ago.day, 23, 30, tzinfo=SAO_PAULO
-    )
+    late_evening = datetime.combine(two_days_ago, time(23, 30), tzinfo=SAO_PAULO)
     too_old = late_evening - timedelta(days=30)
     calls = [  # (purpose, model, input tokens, output tokens, error)
         ("summary", "m-small", 10, 5, None),
@@ -517,20 +536,35 @@ async def test_usage_days_are_the_app_timezone_days(
         await connection.execute(
             LLMCallRow.__table__.insert(),
             [{**row, "created_at": late_evening} for row in rows]
-            + [{**rows[0], "created_at": too_old}],
+            + [{**rows[0], "created_at": too_old}]
+            # A minute before and a minute after midnight: yesterday and today, in São Paulo
+            # (both are today in UTC).
+            + [{**rows[2], "created_at": clock_start - timedelta(minutes=6)}]
+            + [{**rows[2], "created_at": clock_start - timedelta(minutes=4), "input_tokens": 3}],
         )
 
+    def summary(data: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [
+            (r["day"], r["model"], r["purpose"], r["calls"], r["input_tokens"], r["errors"])
+            for r in data["rows"]
+        ]
+
     data = await get_json(client, "/api/usage", days=7)
-    assert [
-        (r["day"], r["model"], r["purpose"], r["calls"], r["input_tokens"], r["errors"])
-        for r in data["rows"]
-    ] == [
+    assert summary(data) == [
+        (today.isoformat(), "m-big", "agent", 1, 3, 0),
+        (yesterday.isoformat(), "m-big", "agent", 1, 100, 0),
         (two_days_ago.isoformat(), "m-big", "agent", 1, 100, 0),
         (two_days_ago.isoformat(), "m-small", "summary", 2, 17, 1),
     ]
-    assert data["totals"]["output_tokens"] == 56
-    # The day before yesterday is outside a two-day window.
-    assert (await get_json(client, "/api/usage", days=2))["rows"] == []
+    assert data["totals"]["output_tokens"] == 156
+    # The day before yesterday is outside a two-day window, yesterday outside a one-day one.
+    assert [r["day"] for r in (await get_json(client, "/api/usage", days=2))["rows"]] == [
+        today.isoformat(),
+        yesterday.isoformat(),
+    ]
+    assert summary(await get_json(client, "/api/usage", days=1)) == [
+        (today.isoformat(), "m-big", "agent", 1, 3, 0)
+    ]
 
 
 def test_usage_days_follow_daylight_saving_time() -> None:
