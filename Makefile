@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CONFIG_ARG := $(if $(wildcard config.yml),--config config.yml,)
 
-.PHONY: run test test-clock lint format bench soak clean chromium postgres faketime
+.PHONY: run test test-clock chaos lint format bench soak clean chromium postgres faketime
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ postgres:
 test: $(VENV)/.installed-dev chromium postgres
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# The chaos tests: the real daemon killed a dozen times at seeded moments (BRUCE_CHAOS_SEED=N).
+chaos: $(VENV)/.installed-dev
+	BRUCE_CHAOS=1 $(BIN)/pytest -q -p no:cacheprovider tests/integration/test_chaos.py -s
 
 # The clock tests need libfaketime; install Debian's faketime when it is missing.
 faketime:

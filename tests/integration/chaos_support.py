@@ -48,6 +48,9 @@ HEADER = re.compile(r"\[(r\d+) part (\d+)/(\d+)\] re ([^.\]]*)\.")
 REMINDER_TEXT = re.compile(r"⏰ (rem-c\d+-\d+)")
 # Between Telegram's answer and the process recording it: a commit on a busy 2-core machine.
 COMMIT_SLACK = 0.5
+# A send the process wrote just before the signal landed reaches the fake a moment after the
+# harness noted the signal: it was still in flight at the kill.
+SIGNAL_SLACK = 0.1
 LATE_LIMIT = 60.0  # seconds late, not counting the time Bruce was down
 FILLER = "Nothing more to add here, this sentence only makes the answer long. " * 34
 SUMMARY_MARK = "<new_messages>"
@@ -633,7 +636,7 @@ class Scenario:
         """Why a second copy of `first` was fair, or (starting with "not") why it was not."""
         for run in self.daemon.runs:
             stopped = run.signalled_at
-            if stopped is None or not run.spawned_at <= first.received_at <= stopped:
+            if stopped is None or not run.spawned_at <= first.received_at <= stopped + SIGNAL_SLACK:
                 continue
             in_flight = first.answered_at is None or first.answered_at > stopped - COMMIT_SLACK
             if not in_flight:
