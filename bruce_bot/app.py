@@ -37,7 +37,7 @@ from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
 from bruce_bot.scheduler.confirmations import TaskConfirmations
-from bruce_bot.scheduler.leader import RETRY_SECONDS, SchedulerLeadership
+from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
 from bruce_bot.storage.database import Database, sync_url, upgrade_schema
 from bruce_bot.storage.sessions import SessionRecord
@@ -69,8 +69,8 @@ def build_channels(config: Config) -> list[ChannelAdapter]:
 
 
 class Bruce:
-    """The running daemon. Tests and the benchmark inject `llm`, `tools` and extra channels, and
-    may shorten how often a process that does not lead the scheduler tries again to lead."""
+    """The running daemon. Tests and the benchmark inject `llm`, `tools`, extra channels and
+    the clock."""
 
     def __init__(
         self,
@@ -80,14 +80,12 @@ class Bruce:
         tools: ToolRegistry | None = None,
         channels: Sequence[ChannelAdapter] | None = None,
         clock: Callable[[], datetime] = utcnow,
-        leader_retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self.config = config
         self._llm_override = llm
         self._tools_override = tools
         self._channels_override = channels
         self._clock = clock
-        self._leader_retry_seconds = leader_retry_seconds
         self.web_channel = WebChannel() if config.web.enabled else None
         self.channels: dict[str, ChannelAdapter] = {}
         self.database: Database | None = None
@@ -181,7 +179,9 @@ class Bruce:
         leadership = (
             None
             if self.database.is_sqlite
-            else SchedulerLeadership(config.database_url, retry_seconds=self._leader_retry_seconds)
+            else SchedulerLeadership(
+                config.database_url, retry_seconds=config.scheduler.leader_retry_seconds
+            )
         )
         self.tasks = tasks = TaskService(
             stores,

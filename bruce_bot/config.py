@@ -282,6 +282,9 @@ class AppConfig(_Section):
 
 class DatabaseConfig(_Section):
     url: str = ""  # empty: SQLite under app.data_dir
+    # PostgreSQL with several processes: how long a process's claim on a session (or on a reply
+    # it is sending) lasts without renewal; a process that dies is taken over after this.
+    lease_seconds: float = Field(default=30.0, ge=0.5, le=3600)
 
     @field_validator("url")
     @classmethod
@@ -473,6 +476,9 @@ class SchedulerConfig(_Section):
     misfire_grace_seconds: int = Field(default=86_400, ge=0)
     min_agent_interval_minutes: int = Field(default=30, ge=1)
     max_active_tasks_per_chat: int = Field(default=50, ge=1)
+    # PostgreSQL with several processes: how often a process that does not lead the scheduler
+    # tries to take over (and the leader checks its lock).
+    leader_retry_seconds: float = Field(default=15.0, ge=0.5, le=3600)
 
 
 class SkillsConfig(_Section):

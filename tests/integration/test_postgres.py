@@ -313,9 +313,8 @@ def two_configs(tmp_path: Path, fake: FakeAnthropicServer, url: str) -> tuple[Co
 async def start(
     config: Config, console: ConsoleChannel, retry_seconds: float = RETRY_SECONDS
 ) -> Bruce:
-    bruce = Bruce(
-        config, tools=ToolRegistry([]), channels=[console], leader_retry_seconds=retry_seconds
-    )
+    config.scheduler.leader_retry_seconds = retry_seconds
+    bruce = Bruce(config, tools=ToolRegistry([]), channels=[console])
     await bruce.start()
     return bruce
 
