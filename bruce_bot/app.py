@@ -39,7 +39,9 @@ from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
+from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url, upgrade_schema
+from bruce_bot.storage.leases import Claimant, new_owner, open_leases
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.catalog import build_tools
@@ -48,6 +50,9 @@ from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.tools.subagent import SpawnSubagentTool
 
 log = structlog.get_logger(__name__)
+
+INBOX_TOPIC = "inbox"  # change feed: a session got a message another process should take
+WEB_TOPIC = "web-chat"  # change feed: a reply was delivered in a web chat
 
 
 class StartupError(Exception):
@@ -89,6 +94,7 @@ class Bruce:
         self.web_channel = WebChannel() if config.web.enabled else None
         self.channels: dict[str, ChannelAdapter] = {}
         self.database: Database | None = None
+        self.feed: ChangeFeed | None = None
         self.stores: Stores | None = None
         self.inbox: Inbox | None = None
         self.llm: LLMService | None = None
@@ -122,7 +128,11 @@ class Bruce:
                 "database must exist (createdb) and its user must be allowed to connect."
             ) from exc
         self.database = Database(config.database_url)
-        self.stores = stores = Stores.open(self.database)
+        shared = not self.database.is_sqlite  # other processes may use the same database
+        claimant = Claimant(new_owner(), config.database.lease_seconds)
+        self.feed = feed = open_feed(config.database_url, claimant.owner)
+        await feed.start()
+        self.stores = stores = Stores.open(self.database, feed, claimant=claimant)
         self.llm = llm = self._llm_override or self._lazy_llm()
         tools = (
             self._tools_override
@@ -137,7 +147,7 @@ class Bruce:
         adapters = ([self.web_channel] if self.web_channel else []) + platform
         self.channels = {adapter.name: adapter for adapter in adapters}
         self.outbox = outbox = Outbox(
-            stores.messages, stores.deliveries, stores.sessions, self.channels
+            stores.messages, stores.deliveries, stores.sessions, self.channels, shared=shared
         )
         summarizer = Summarizer(
             llm,
@@ -172,9 +182,17 @@ class Bruce:
         self.inbox = inbox = Inbox(
             stores,
             self._run_turn,
+            open_leases(self.database.engine, claimant, shared=shared),
+            channels=set(self.channels),
             max_concurrent_sessions=config.agent.max_concurrent_sessions,
             max_message_chars=config.agent.max_message_chars,
+            announce=lambda session_id: feed.publish(INBOX_TOPIC, str(session_id)),
         )
+        feed.subscribe(INBOX_TOPIC, lambda key: inbox.poke(int(key) if key.isdigit() else None))
+        if self.web_channel is not None and shared:
+            web_channel = self.web_channel
+            web_channel.relay(lambda chat_id: feed.publish(WEB_TOPIC, chat_id))
+            feed.subscribe(WEB_TOPIC, web_channel.changed_elsewhere)
         # On SQLite the instance lock already makes this process the only scheduler.
         leadership = (
             None
@@ -223,10 +241,13 @@ class Bruce:
             except Exception as exc:  # a wrong token or setting: the adapter's message says which
                 raise StartupError(f"the {adapter.name} channel could not start: {exc}") from exc
             log.info("channel_started", channel=adapter.name)
-        await outbox.redeliver(include_pending=True)
-        self._background.append(
-            asyncio.create_task(self._redeliver_periodically(outbox), name="redelivery")
-        )
+        await outbox.redeliver()
+        # With other processes, a reply a dead one left unsent is found within a lease or two.
+        every = config.database.lease_seconds if shared else REDELIVERY_INTERVAL_SECONDS
+        self._background += [
+            asyncio.create_task(self._redeliver_periodically(outbox, every), name="redelivery"),
+            asyncio.create_task(inbox.keep_leases(), name="session-leases"),
+        ]
         await tasks.start()
         if self.web_channel is not None:
             await self._start_web()
@@ -254,9 +275,9 @@ class Bruce:
         if self.tasks is not None:
             await self.tasks.briefing_finished(run_id, delivered, error)
 
-    async def _redeliver_periodically(self, outbox: Outbox) -> None:
+    async def _redeliver_periodically(self, outbox: Outbox, every: float) -> None:
         while True:
-            await asyncio.sleep(REDELIVERY_INTERVAL_SECONDS)
+            await asyncio.sleep(every)
             try:
                 await outbox.redeliver()
             except Exception as exc:  # keep retrying next round; never kill the daemon
@@ -348,6 +369,8 @@ class Bruce:
         if self.llm is not None:
             with contextlib.suppress(Exception):
                 await self.llm.aclose()
+        if self.feed is not None:
+            await self.feed.stop()
         if self.database is not None:
             await self.database.dispose()
         self._lock.release()

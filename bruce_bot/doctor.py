@@ -4,7 +4,8 @@ The daemon repairs or skips such rows on its own at start-up (with a log line na
 report lets the owner see them before starting, or after a log line said something was set
 aside. It reads only: messages and task runs with a status nothing knows, tasks whose schedule
 cannot be read or whose scheduler job is gone, runs left open for longer than the grace period,
-and messages left in a turn by a process that is not running.
+messages left in a turn by a process that is not running, and conversations still held by the
+lease of a process that stopped renewing it (PostgreSQL with several processes).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.scheduler.service import JOBSTORE_TABLE, UNCONFIRMED, job_id
 from bruce_bot.scheduler.timing import ScheduleError, cron_trigger, zone_of
-from bruce_bot.storage.models import MessageRow, ProactiveTaskRow, TaskRunRow
+from bruce_bot.storage.models import MessageRow, ProactiveTaskRow, SessionLeaseRow, TaskRunRow
 from bruce_bot.storage.tasks import CLOSED_RUN_STATUSES, OPEN_RUN_STATUSES
 
 MESSAGE_STATUSES = frozenset(
@@ -48,6 +49,7 @@ async def find_problems(config: Config) -> list[Problem]:
             problems = await _statuses(connection)
             problems += await _tasks(connection)
             problems += await _open_runs(connection, config.scheduler.misfire_grace_seconds)
+            problems += await _lapsed_leases(connection)
         return problems
     finally:
         await engine.dispose()
@@ -139,6 +141,34 @@ async def _open_runs(connection: AsyncConnection, grace_seconds: int) -> list[Pr
             row.id,
             f"still {row.status!r} long after it was due",
             "start Bruce: it finishes or closes the run",
+        )
+        for row in rows
+    ]
+
+
+async def _lapsed_leases(connection: AsyncConnection) -> list[Problem]:
+    leases, messages = SessionLeaseRow.__table__, MessageRow.__table__
+    waiting = (
+        select(messages.c.id)
+        .where(
+            messages.c.session_id == leases.c.session_id,
+            messages.c.role == "user",
+            messages.c.status.in_(("pending", "processing")),
+        )
+        .exists()
+    )
+    rows = await connection.execute(
+        select(leases.c.session_id, leases.c.owner, leases.c.expires_at).where(
+            leases.c.expires_at < utcnow(), waiting
+        )
+    )
+    return [
+        Problem(
+            "session_leases",
+            row.session_id,
+            f"conversation with unanswered messages held by {row.owner}, which stopped "
+            f"renewing its lease at {row.expires_at:%Y-%m-%d %H:%M:%S} UTC (it is not running)",
+            "start Bruce (or wait for a running process): it takes the conversation over",
         )
         for row in rows
     ]

@@ -1,20 +1,26 @@
 """The inbox: a durable, per-session queue and the workers that drain it.
 
 `submit` stores a message (status `pending`) before returning, so a channel acknowledges the
-platform only once nothing can be lost. Each busy session has one worker task: it takes *all*
-of the session's waiting messages as one batch (messages that arrive during a turn are folded
-into the next one, with no timer), so a session's messages are handled in arrival order and
-never two turns at once, while different sessions run concurrently under a global cap. A turn
-shows the model exactly its batch (`MessageStore.start_turn`): a message stored after the batch
-was taken waits for the next turn, whatever the timing. On start-up `recover` re-queues what a
-crash left `pending` or `processing`, every message of a session before its worker starts; on
-shutdown `drain` lets running turns finish within a timeout and puts the rest back to `pending`.
+platform only once nothing can be lost. The database is the queue: a session's worker takes
+*all* of the session's waiting messages as one batch (`MessageStore.claim_batch`; messages that
+arrive during a turn are folded into the next one, with no timer), so a session's messages are
+handled in arrival order and never two turns at once, while different sessions run concurrently
+under a global cap. A turn shows the model exactly its batch (`MessageStore.start_turn`).
+
+A worker runs only while its process holds the session's lease (storage/leases.py): on SQLite
+always; on PostgreSQL one process at a time, so two processes that store messages of one chat
+never answer them twice or out of order. A process that cannot take a session's lease leaves the
+message to the holder and pokes it (`announce`, a notification to the other processes); a worker
+gives the lease up when nothing is left, then looks once more, so a message stored meanwhile is
+never stranded. `recover` (at start-up, and periodically with other processes) takes the
+sessions with unanswered messages that no live process holds; on shutdown `drain` lets running
+turns finish within a timeout and puts the rest back to `pending`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +28,8 @@ import structlog
 
 from bruce_bot.channels.base import Submission
 from bruce_bot.domain import InboundMessage, MessageKind
+from bruce_bot.storage.leases import Leases
+from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 
@@ -37,22 +45,16 @@ class QueuedMessage:
     metadata: dict[str, Any] = field(default_factory=dict)
     text: str = ""
 
+    @classmethod
+    def of(cls, row: StoredMessage) -> QueuedMessage:
+        return cls(row.id, row.kind, row.extra or {}, row.content)  # type: ignore[arg-type]
+
 
 TurnProcessor = Callable[[SessionRecord, list[QueuedMessage]], Awaitable[None]]
 
 
-def _next_batch(queue: list[QueuedMessage]) -> list[QueuedMessage]:
-    """Take the next turn's messages off `queue`: a scheduled task alone (its turn runs without
-    the scheduling tools, and its answer is a titled briefing), else the chat messages up to the
-    next task. A user's "remind me…" is never answered in a briefing's turn."""
-    if not queue:
-        return []
-    if queue[0].kind == "task":
-        return [queue.pop(0)]
-    end = next((i for i, item in enumerate(queue) if item.kind == "task"), len(queue))
-    batch = queue[:end]
-    del queue[:end]
-    return batch
+async def _nobody(session_id: int) -> None:
+    return None
 
 
 def prepare_text(text: str, max_chars: int) -> str | None:
@@ -73,17 +75,23 @@ class Inbox:
         self,
         stores: Stores,
         process_turn: TurnProcessor,
+        leases: Leases,
         *,
+        channels: Collection[str],
         max_concurrent_sessions: int,
         max_message_chars: int,
+        announce: Callable[[int], Awaitable[None]] = _nobody,
     ) -> None:
         self._stores = stores
         self._process_turn = process_turn
+        self._leases = leases
+        self._channels = set(channels)
+        self._announce = announce  # tells the other processes a session has new messages
         self._slots = asyncio.Semaphore(max_concurrent_sessions)
         self._max_message_chars = max_message_chars
-        self._queues: dict[int, list[QueuedMessage]] = {}
         self._sessions: dict[int, SessionRecord] = {}
         self._workers: dict[int, asyncio.Task[None]] = {}
+        self._more: set[int] = set()  # sessions with messages stored since their last claim
         self._in_flight: dict[int, list[int]] = {}
         self._accepting = True
 
@@ -99,8 +107,8 @@ class Inbox:
         if text is None:
             return Submission(False, reason="empty")
         session = await self._stores.sessions.get_or_create(message.session_key)
-        # Stored and queued as one step: a caller cancelled in between (a platform request that
-        # went away) must not leave a stored message that no worker will ever take.
+        # Stored and woken as one step: a caller cancelled in between (a platform request that
+        # went away) must not leave a stored message that no worker will look at.
         return await asyncio.shield(self._store(session, message, text))
 
     async def _store(
@@ -115,83 +123,135 @@ class Inbox:
                 platform_message_id=message.platform_message_id,
             )
             return Submission(False, reason="duplicate")
-        self._enqueue(session, QueuedMessage(message_id, message.kind, message.metadata, text))
+        self.wake(session)
         return Submission(True, message_id=message_id)
 
     async def recover(self) -> int:
-        """Re-queue messages a previous run accepted but did not finish; returns how many."""
-        unfinished = await self._stores.messages.unfinished_inbound()
-        # Every session first, then every message, with no await in between: a worker starts
-        # with all of its session's messages queued, so its first turn answers all of them.
-        sessions: dict[int, SessionRecord | None] = {}
-        for row in unfinished:
-            if row.session_id not in sessions:
-                sessions[row.session_id] = await self._stores.sessions.get(row.session_id)
-        for row in unfinished:
-            if (session := sessions[row.session_id]) is not None:
-                self._enqueue(
-                    session,
-                    QueuedMessage(row.id, row.kind, row.extra or {}, row.content),  # type: ignore[arg-type]
-                )
-        if unfinished:
-            log.info("inbox_recovered", messages=len(unfinished), sessions=len(self._queues))
-        return len(unfinished)
+        """Take the sessions with messages a previous run (or a process that died) accepted but
+        did not finish, and that no live process holds; returns how many sessions."""
+        if not self._accepting:
+            return 0
+        orphaned = await self._leases.orphaned(self._channels)
+        found = await self._stores.sessions.get_many(orphaned)
+        for session_id in orphaned:
+            if (session := found.get(session_id)) is not None:
+                self.wake(session)
+        if orphaned:
+            log.info("inbox_recovered", sessions=len(orphaned), session_ids=orphaned[:20])
+        return len(orphaned)
 
     def enqueue_stored(self, session: SessionRecord, item: QueuedMessage) -> bool:
-        """Queue a message its caller already stored as `pending` in a commit of its own (a
-        scheduled briefing, stored with its task run). False while stopping: the message stays
-        `pending` and `recover` queues it on the next start."""
+        """Wake the session for a message its caller already stored as `pending` in a commit of
+        its own (a scheduled briefing, stored with its task run). False while stopping: the
+        message stays `pending` and is taken on the next start."""
         if not self._accepting:
             return False
-        self._enqueue(session, item)
+        self.wake(session)
         return True
 
-    def _enqueue(self, session: SessionRecord, item: QueuedMessage) -> None:
-        self._queues.setdefault(session.id, []).append(item)
+    def wake(self, session: SessionRecord) -> None:
+        """The session has a new message: its worker takes it, or one starts for it."""
         self._sessions[session.id] = session
-        if session.id not in self._workers:
-            self._workers[session.id] = asyncio.create_task(
-                self._work(session.id), name=f"session-{session.id}"
-            )
+        if session.id in self._workers:
+            self._more.add(session.id)
+            return
+        self._workers[session.id] = asyncio.create_task(
+            self._work(session.id), name=f"session-{session.id}"
+        )
+
+    def poke(self, session_id: int | None) -> None:
+        """Another process stored a message of a session (None: of any, notices may have been
+        missed): wake its worker if this process has one (else the process holding the session
+        has it, or our worker's last look will)."""
+        if session_id is None:
+            self._more.update(self._workers)
+        elif session_id in self._workers:
+            self._more.add(session_id)
 
     async def _work(self, session_id: int) -> None:
         try:
-            while self._queues.get(session_id):
+            if not await self._take(session_id):
+                return
+            while self._leases.holds(session_id):
+                self._more.discard(session_id)
                 async with self._slots:
-                    # Take what is waiting now, including what arrived while queued.
-                    batch = _next_batch(self._queues.get(session_id, []))
-                    if not self._queues.get(session_id):
-                        self._queues.pop(session_id, None)
-                    if not batch:
+                    rows = await self._stores.messages.claim_batch(session_id)
+                    if rows:
+                        await self._answer(session_id, [QueuedMessage.of(row) for row in rows])
                         continue
-                    ids = [item.id for item in batch]
-                    self._in_flight[session_id] = ids
-                    try:
-                        await self._process_turn(self._sessions[session_id], batch)
-                    except Exception:  # the turn runner handles its own errors; this is a bug
-                        log.exception("turn_crashed", session_id=session_id, message_ids=ids)
-                        await self._stores.messages.set_status(ids, "failed")
-                    finally:
-                        self._in_flight.pop(session_id, None)
+                if session_id in self._more:
+                    continue
+                # Nothing left: give the session up, then look once more. A message another
+                # process stored while we held it was committed before that process failed to
+                # take the session, so this look sees it.
+                await self._leases.release(session_id)
+                if session_id not in self._more and not (
+                    self._leases.shared and await self._stores.messages.has_unanswered(session_id)
+                ):
+                    return
+                if not await self._take(session_id):
+                    return
+        except Exception:  # the database is away: the next recovery round takes the session
+            log.exception("inbox_worker_failed", session_id=session_id)
         finally:
-            # No await between the last empty check and this line: nothing can slip in between.
+            # No await between the last look and this line: a wake() after it starts a worker.
             self._workers.pop(session_id, None)
+            self._more.discard(session_id)
+
+    async def _take(self, session_id: int) -> bool:
+        if not self._accepting:
+            return False
+        if await self._leases.acquire(session_id):
+            return True
+        # Another live process works on this session: it takes the message (or its last look
+        # does, if it is just letting the session go).
+        await self._announce(session_id)
+        return False
+
+    async def _answer(self, session_id: int, batch: list[QueuedMessage]) -> None:
+        ids = [item.id for item in batch]
+        self._in_flight[session_id] = ids
+        try:
+            await self._process_turn(self._sessions[session_id], batch)
+        except Exception:  # the turn runner handles its own errors; this is a bug
+            log.exception("turn_crashed", session_id=session_id, message_ids=ids)
+            await self._stores.messages.set_status(ids, "failed")
+        finally:
+            self._in_flight.pop(session_id, None)
+
+    async def keep_leases(self) -> None:
+        """Renew this process's leases (every third of their life) and take over the sessions
+        of processes that died (every half): run as a background task when processes share the
+        database."""
+        period = self._leases.claimant.seconds
+        while True:
+            await asyncio.sleep(period / 3)
+            try:
+                await self._leases.renew()
+                if self._accepting:
+                    await self.recover()
+            except Exception as exc:  # the database is away: try again next round
+                log.warning("session_leases_round_failed", error=repr(exc))
 
     def stop_intake(self) -> None:
         self._accepting = False
 
     async def drain(self, grace_seconds: float) -> None:
-        """Let running turns finish for up to `grace_seconds`; re-queue what could not."""
+        """Let running turns finish for up to `grace_seconds`; re-queue what could not, and
+        let the sessions go so that another process may take them at once."""
         self.stop_intake()
         workers = list(self._workers.values())
-        if not workers:
-            return
-        log.info("inbox_draining", sessions=len(workers), grace_seconds=grace_seconds)
-        _, still_running = await asyncio.wait(workers, timeout=grace_seconds)
-        interrupted = [mid for ids in self._in_flight.values() for mid in ids]
-        for task in still_running:
-            task.cancel()
-        await asyncio.gather(*still_running, return_exceptions=True)
-        if interrupted:
-            await self._stores.messages.set_status(interrupted, "pending")
-            log.warning("inbox_requeued", messages=len(interrupted))
+        if workers:
+            log.info("inbox_draining", sessions=len(workers), grace_seconds=grace_seconds)
+            _, still_running = await asyncio.wait(workers, timeout=grace_seconds)
+            interrupted = [mid for ids in self._in_flight.values() for mid in ids]
+            for task in still_running:
+                task.cancel()
+            await asyncio.gather(*still_running, return_exceptions=True)
+            if interrupted:
+                await self._stores.messages.set_status(interrupted, "pending")
+                log.warning("inbox_requeued", messages=len(interrupted))
+        try:
+            await self._leases.release_all()
+        except Exception as exc:  # they lapse on their own
+            log.warning("session_leases_not_released", error=repr(exc))

@@ -1,13 +1,15 @@
 """The outbox: every reply is stored first, then delivered through its channel.
 
-A reply's row (status `pending`) exists before any send is attempted, so a crash between the two
-is repaired at start-up by `redeliver(include_pending=True)`. Long texts are split at the
-channel's limit on paragraph, line and word boundaries without breaking code fences. Failed
-sends are retried with backoff (honouring a platform's retry-after). Every attempt is recorded in
-`deliveries` as it happens — a part the platform accepted is committed before the next one is
-tried, so a crash resends at most the part in flight — and the last one together with the
-message's final status: `sent`, `failed` (permanent) or `undelivered`; the latter are tried
-again by `redeliver`, at start-up and then every minute, skipping the parts recorded sent.
+A reply's row (status `pending`) exists before any send is attempted, claimed by the process
+that stored it (storage/leases.py), so a crash between the two is repaired by `redeliver`: at
+start-up and then periodically, by any process running the channel, once the claim lapsed.
+Long texts are split at the channel's limit on paragraph, line and word boundaries without
+breaking code fences. Failed sends are retried with backoff (honouring a platform's
+retry-after). Every attempt is recorded in `deliveries` as it happens — a part the platform
+accepted is committed before the next one is tried, so a crash resends at most the part in
+flight — and the last one together with the message's final status: `sent`, `failed`
+(permanent) or `undelivered`; the latter are tried again by `redeliver` too, skipping the parts
+recorded sent.
 """
 
 from __future__ import annotations
@@ -86,13 +88,14 @@ class Outbox:
         deliveries: DeliveryStore,
         sessions: SessionStore,
         channels: Mapping[str, ChannelAdapter],
+        *,
+        shared: bool = False,
     ) -> None:
         self._messages = messages
         self._deliveries = deliveries
         self._sessions = sessions
         self._channels = channels
-        # Pending replies stored from now on are in this run's hands, not left by a crash.
-        self._started_at = utcnow()
+        self._shared = shared  # other processes deliver from the same database (PostgreSQL)
 
     async def deliver(self, message: OutboundMessage, skip_parts: Set[int] = frozenset()) -> str:
         """Send a stored message part by part; returns its delivery status (`sent` when every
@@ -175,6 +178,8 @@ class Outbox:
                 note(attempt, "retrying", str(exc))
                 await self._deliveries.record(message.message_id, attempts)
                 attempts.clear()
+                if message.message_id is not None:  # still ours while we wait to retry
+                    await self._messages.extend_claim(message.message_id)
                 await asyncio.sleep(exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (attempt - 1))
             except Exception as exc:  # an adapter bug must not kill the worker
                 log.exception(
@@ -190,20 +195,16 @@ class Outbox:
                 return "sent"
         return "undelivered"
 
-    async def redeliver(
-        self, *, include_pending: bool = False, max_age: timedelta = REDELIVERY_WINDOW
-    ) -> int:
-        """Deliver stored replies that never went out (a channel that was down; with
-        `include_pending`, at start-up only, also replies a crash left unsent — while running,
-        `pending` replies are still in a worker's hands, and so are those stored since this
-        outbox was made: a recovered turn may have stored one already). Parts recorded sent
-        are skipped."""
-        statuses = ("pending", "undelivered") if include_pending else ("undelivered",)
-        rows = await self._messages.undelivered(utcnow() - max_age, statuses)
+    async def redeliver(self, *, max_age: timedelta = REDELIVERY_WINDOW) -> int:
+        """Deliver stored replies that never went out and that no live process has in hand: a
+        channel that was down (`undelivered`), or a reply a crash left unsent (`pending`, its
+        claim lapsed or, alone on SQLite, made by an earlier run). Parts recorded sent are
+        skipped. Returns how many were delivered."""
+        rows = await self._messages.claim_undelivered(
+            utcnow() - max_age, list(self._channels), shared=self._shared
+        )
         delivered = 0
         for row in rows:
-            if row.status == "pending" and row.created_at >= self._started_at:
-                continue
             session = await self._sessions.get(row.session_id)
             if session is None:
                 continue

@@ -2,12 +2,15 @@
 
 The HTTP routes call `submit` to put a message into the inbox; replies are already stored by the
 outbox, so `send` only wakes the browsers waiting on a long poll for that chat. Access is guarded
-by the web app's auth (`web.auth_token`), not by a user allowlist.
+by the web app's auth (`web.auth_token`), not by a user allowlist. With several processes on one
+database, a reply may be delivered by another process than the one a browser waits on: `relay`
+gives the channel a way to tell the others, and `changed_elsewhere` is how they hear it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from bruce_bot.channels.base import InboxPort, Submission
 from bruce_bot.domain import InboundMessage, OutboundMessage
@@ -24,6 +27,18 @@ class WebChannel:
         self._changed: dict[str, asyncio.Event] = {}
         self._versions: dict[str, int] = {}
         self._typing: set[str] = set()
+        self._relay: Callable[[str], Awaitable[None]] | None = None
+
+    def relay(self, announce: Callable[[str], Awaitable[None]]) -> None:
+        """Call `announce(chat_id)` after each reply, for the browsers of other processes."""
+        self._relay = announce
+
+    def changed_elsewhere(self, chat_id: str) -> None:
+        """Another process delivered a reply in this chat (`*`: in any chat, as far as we know:
+        notices may have been missed)."""
+        for chat in list(self._changed) if chat_id == "*" else [chat_id]:
+            self._typing.discard(chat)
+            self._notify(chat)
 
     async def start(self, inbox: InboxPort) -> None:
         self._inbox = inbox
@@ -53,6 +68,8 @@ class WebChannel:
     async def send(self, message: OutboundMessage) -> None:
         self._typing.discard(message.chat_id)
         self._notify(message.chat_id)
+        if self._relay is not None:
+            await self._relay(message.chat_id)
 
     async def typing(self, chat_id: str) -> None:
         self._typing.add(chat_id)

@@ -16,13 +16,18 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import utcnow
-from bruce_bot.storage.messages import SET_STATUS
 from bruce_bot.storage.models import DeliveryRow, MessageRow, SessionRow
 
 _deliveries = DeliveryRow.__table__
 _messages = MessageRow.__table__
 _sessions = SessionRow.__table__
 INSERT_DELIVERY = _deliveries.insert()
+# The outcome lets the reply go: an `undelivered` one is any process's to try again.
+SETTLE = (
+    _messages.update()
+    .where(_messages.c.id == bindparam("mid"))
+    .values(status=bindparam("new_status"), lease_owner=None, lease_until=None)
+)
 SENT_PARTS = select(_deliveries.c.part).where(
     _deliveries.c.message_id == bindparam("mid"), _deliveries.c.status == "sent"
 )
@@ -92,7 +97,7 @@ class DeliveryStore:
             if rows:
                 await connection.execute(INSERT_DELIVERY, rows)
             if message_id is not None:
-                await connection.execute(SET_STATUS, {"ids": [message_id], "new_status": status})
+                await connection.execute(SETTLE, {"mid": message_id, "new_status": status})
 
     async def sent_parts(self, message_id: int) -> set[int]:
         async with self._engine.connect() as connection:

@@ -3,7 +3,9 @@
 Goals form a two-level tree per session: root goals and the sub-goals (TODO items) under them.
 Completing a root goal completes its active sub-goals in the same commit. The open tree (active
 root goals with all their sub-goals) is read on every turn for the agent's prompt, so it is cached
-per session and dropped whenever the session's goals change; Bruce's daemon is their only writer.
+per session and dropped whenever the session's goals change: by a write through this store, or by
+one of another process sharing the database, which it announces on the change feed (topic
+`goals`, the session id).
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import structlog
 from sqlalchemy import bindparam, func, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bruce_bot.domain import utcnow
+from bruce_bot.storage.changes import EVERYTHING, ChangeFeed, LocalFeed
 from bruce_bot.storage.models import GoalRow
+
+log = structlog.get_logger(__name__)
+
+TOPIC = "goals"
 
 ACTIVE = "active"
 COMPLETED = "completed"
@@ -71,25 +79,41 @@ COUNT_ACTIVE = select(func.count()).where(
 
 
 class GoalStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, feed: ChangeFeed | None = None) -> None:
         self._engine = engine
+        self._feed = feed or LocalFeed()
         self._open: dict[int, tuple[Goal, ...]] = {}
         self._changes: dict[int, int] = {}  # per session: bumped by every write
+        self._everything = 0  # bumped by every "anything may have changed" notice
+        self._feed.subscribe(TOPIC, self._changed_elsewhere)
 
     def _changed(self, session_id: int) -> None:
         self._changes[session_id] = self._changes.get(session_id, 0) + 1
         self._open.pop(session_id, None)
+
+    def _changed_elsewhere(self, key: str) -> None:
+        if key == EVERYTHING:
+            self._everything += 1
+            self._open.clear()
+            return
+        try:
+            self._changed(int(key))
+        except ValueError:
+            log.warning("goals_notice_ignored", key=key)
+
+    async def _announce(self, connection: AsyncConnection, session_id: int) -> None:
+        await self._feed.publish_with(connection, TOPIC, str(session_id))
 
     async def open_tree(self, session_id: int) -> tuple[Goal, ...]:
         """Active goals and the sub-goals (done or not) of active root goals, oldest first."""
         cached = self._open.get(session_id)
         if cached is not None:
             return cached
-        version = self._changes.get(session_id, 0)
+        version = (self._everything, self._changes.get(session_id, 0))
         async with self._engine.connect() as connection:
             rows = await connection.execute(OPEN_TREE, {"sid": session_id})
             tree = tuple(Goal(*row) for row in rows)
-        if self._changes.get(session_id, 0) == version:  # no write raced with this read
+        if (self._everything, self._changes.get(session_id, 0)) == version:  # no write raced
             self._open[session_id] = tree
         return tree
 
@@ -114,6 +138,7 @@ class GoalStore:
             result = await connection.execute(_goals.insert(), values)
             goal_id = int(result.inserted_primary_key[0])
             row = (await connection.execute(ONE, {"gid": goal_id})).one()
+            await self._announce(connection, session_id)
         self._changed(session_id)
         return Goal(*row)
 
@@ -122,6 +147,7 @@ class GoalStore:
             await connection.execute(
                 update(_goals).where(_goals.c.id == goal.id).values(description=description)
             )
+            await self._announce(connection, goal.session_id)
         self._changed(goal.session_id)
 
     async def complete(self, goal: Goal) -> list[int]:
@@ -141,5 +167,6 @@ class GoalStore:
                 .where(_goals.c.id.in_(done), _goals.c.status == ACTIVE)
                 .values(status=COMPLETED, completed_at=now)
             )
+            await self._announce(connection, goal.session_id)
         self._changed(goal.session_id)
         return done

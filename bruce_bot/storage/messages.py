@@ -8,16 +8,17 @@ statuses and usage in one commit), and record the delivery.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, or_, select
+from sqlalchemy import bindparam, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import InboundMessage, LLMCallRecord, MessageKind, utcnow
+from bruce_bot.storage.leases import Claimant, default_claimant
 from bruce_bot.storage.models import LLMCallRow, MessageRow, SessionRow
 
 
@@ -131,15 +132,54 @@ UNFINISHED_INBOUND = (
     .where(_messages.c.role == "user", _messages.c.status.in_(UNANSWERED))
     .order_by(_messages.c.id)
 )
-UNDELIVERED = (
+# A session's user messages no turn has finished, in arrival order: what its next turns answer.
+SESSION_UNANSWERED = (
     select(*_COLUMNS)
     .where(
-        _messages.c.role == "assistant",
-        _messages.c.status.in_(bindparam("statuses", expanding=True)),
-        _messages.c.created_at >= bindparam("since"),
+        _messages.c.session_id == bindparam("sid"),
+        _messages.c.role == "user",
+        _messages.c.status.in_(UNANSWERED),
     )
     .order_by(_messages.c.id)
 )
+HAS_UNANSWERED = (
+    select(_messages.c.id)
+    .where(
+        _messages.c.session_id == bindparam("sid"),
+        _messages.c.role == "user",
+        _messages.c.status.in_(UNANSWERED),
+    )
+    .limit(1)
+)
+EXTEND_CLAIM = (
+    _messages.update()
+    .where(_messages.c.id == bindparam("mid"), _messages.c.lease_owner == bindparam("me"))
+    .values(lease_until=bindparam("until"))
+)
+BATCH_SIZE_FOR_REDELIVERY = 100
+
+
+def _claimable(claimant: Claimant, shared: bool, now: datetime) -> Any:
+    """A reply nobody alive has in hand: never claimed, or (with other processes) its claim
+    lapsed, or (alone, SQLite) claimed by an earlier run of the daemon."""
+    unclaimed = _messages.c.lease_owner.is_(None)
+    if shared:
+        return or_(unclaimed, _messages.c.lease_until < now)
+    return or_(unclaimed, _messages.c.lease_owner != claimant.owner)
+
+
+def next_batch(rows: Sequence[StoredMessage]) -> list[StoredMessage]:
+    """The next turn's messages among a session's unanswered ones (arrival order): a scheduled
+    task alone (its turn runs without the scheduling tools, its answer is a titled briefing),
+    else the chat messages up to the next task — a turn a crash cut short included, with what
+    arrived since (its recorded tool calls are replayed, agent/resume.py). A user's "remind
+    me…" is never answered in a briefing's turn."""
+    if not rows:
+        return []
+    if rows[0].kind == "task":
+        return [rows[0]]
+    end = next((i for i, row in enumerate(rows) if row.kind == "task"), len(rows))
+    return list(rows[:end])
 
 
 def _stored(row: Any) -> StoredMessage:
@@ -147,8 +187,10 @@ def _stored(row: Any) -> StoredMessage:
 
 
 class MessageStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, claimant: Claimant | None = None) -> None:
         self._engine = engine
+        # Replies are stored claimed by this process, which delivers them right after.
+        self._claimant = claimant or default_claimant()
 
     async def add_inbound(self, session_id: int, message: InboundMessage, text: str) -> int | None:
         """Persist a user message as `pending`; None when its platform id was already stored."""
@@ -188,27 +230,74 @@ class MessageStore:
         """User messages a previous run accepted but never finished, oldest first."""
         return await self._select(UNFINISHED_INBOUND)
 
-    async def undelivered(
-        self, since: datetime, statuses: Sequence[str] = ("pending", "undelivered")
+    async def claim_undelivered(
+        self, since: datetime, channels: Collection[str], *, shared: bool
     ) -> list[StoredMessage]:
-        """Replies stored since `since` and not delivered yet: a crash between store and send
-        (`pending`) or a channel that stayed unreachable through every retry (`undelivered`)."""
-        return await self._select(UNDELIVERED, {"since": since, "statuses": list(statuses)})
+        """Claim, for this process, replies of `channels` stored since `since` that nobody alive
+        has in hand and that were not delivered: a crash between store and send (`pending`) or
+        a channel that stayed unreachable through every retry (`undelivered`). Oldest first, at
+        most a hundred; processes sweeping at once skip each other's rows (SKIP LOCKED)."""
+        now = utcnow()
+        wanted = (
+            select(_messages.c.id)
+            .join(_sessions, _sessions.c.id == _messages.c.session_id)
+            .where(
+                _messages.c.role == "assistant",
+                _messages.c.status.in_(("pending", "undelivered")),
+                _messages.c.created_at >= since,
+                _sessions.c.channel.in_(list(channels)),
+                _claimable(self._claimant, shared, now),
+            )
+            .order_by(_messages.c.id)
+            .limit(BATCH_SIZE_FOR_REDELIVERY)
+            .with_for_update(of=_messages, skip_locked=True)
+        )
+        claim = (
+            update(_messages)
+            .where(_messages.c.id.in_(wanted.scalar_subquery()))
+            .values(lease_owner=self._claimant.owner, lease_until=self._claimant.until(now))
+            .returning(*_COLUMNS)
+        )
+        async with self._engine.begin() as connection:
+            rows = [_stored(row) for row in await connection.execute(claim)]
+        return sorted(rows, key=lambda row: row.id)
+
+    async def extend_claim(self, message_id: int) -> None:
+        """Keep a reply this process is still delivering (retries that take a while) its own."""
+        params = {"mid": message_id, "me": self._claimant.owner, "until": self._claimant.until()}
+        async with self._engine.begin() as connection:
+            await connection.execute(EXTEND_CLAIM, params)
+
+    async def claim_batch(self, session_id: int) -> list[StoredMessage]:
+        """Take the session's next turn (`next_batch`) and mark it `processing`, in one commit.
+        Call it only while holding the session (its lease): nobody else takes its messages."""
+        async with self._engine.begin() as connection:
+            rows = [
+                _stored(row)
+                for row in await connection.execute(SESSION_UNANSWERED, {"sid": session_id})
+            ]
+            batch = next_batch(rows)
+            waiting = [row.id for row in batch if row.status != "processing"]
+            if waiting:
+                await connection.execute(SET_STATUS, {"ids": waiting, "new_status": "processing"})
+        return batch
+
+    async def has_unanswered(self, session_id: int) -> bool:
+        async with self._engine.connect() as connection:
+            return (
+                await connection.execute(HAS_UNANSWERED, {"sid": session_id})
+            ).first() is not None
 
     async def start_turn(
         self, session_id: int, batch_ids: Sequence[int], after_id: int, limit: int
     ) -> list[StoredMessage]:
-        """Mark the batch `processing` and read the history it will be answered with, at once.
+        """The history a claimed batch (`claim_batch`) is answered with.
 
-        The history holds exactly the batch of the session's unanswered user messages: those
-        stored since the batch was taken wait for the next turn, which claims them.
+        It holds exactly the batch of the session's unanswered user messages: those stored
+        since the batch was taken wait for the next turn, which claims them.
         """
         params = {"sid": session_id, "after": after_id, "limit": limit, "batch": list(batch_ids)}
-        async with self._engine.begin() as connection:
-            await connection.execute(
-                SET_STATUS, {"ids": list(batch_ids), "new_status": "processing"}
-            )
-            rows = [_stored(row) for row in await connection.execute(TURN_HISTORY, params)]
+        rows = await self._select(TURN_HISTORY, params)
         rows.reverse()
         return rows
 
@@ -261,6 +350,7 @@ class MessageStore:
             "status": "pending",
             "extra": {ANSWERS: list(inbound_ids)} if inbound_ids else None,
             "created_at": now,
+            **self._claimant.stamp(),
         }
         reply_id: int | None = None
         async with self._engine.begin() as connection:
@@ -309,6 +399,7 @@ class MessageStore:
             "status": "pending",
             "extra": extra,
             "created_at": utcnow(),
+            **self._claimant.stamp(),
         }
         async with self._engine.begin() as connection:
             result = await connection.execute(INSERT_MESSAGE, row)

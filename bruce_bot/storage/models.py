@@ -141,6 +141,23 @@ class MessageRow(Base):
     status: Mapped[str] = mapped_column(BoundedString(16), default="pending")
     extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # A reply being delivered: the process that has it in hand, and until when (see
+    # storage/leases.py); another process redelivers it only once that claim has lapsed.
+    lease_owner: Mapped[str | None] = mapped_column(BoundedString(128))
+    lease_until: Mapped[datetime | None]
+
+
+class SessionLeaseRow(Base):
+    """Which process works on a session's inbox, until when (PostgreSQL with several processes;
+    see storage/leases.py): one process at a time, so a chat's messages are answered in order."""
+
+    __tablename__ = "session_leases"
+
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    owner: Mapped[str] = mapped_column(BoundedString(128))
+    expires_at: Mapped[datetime]
 
 
 class ToolExecutionRow(Base):

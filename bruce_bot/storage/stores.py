@@ -1,14 +1,20 @@
-"""All stores over one database, built together so the rest of Bruce receives a single value."""
+"""All stores over one database, built together so the rest of Bruce receives a single value.
+
+The stores that cache rows (sessions, summaries, settings, goals) share one change feed: it tells
+the other processes on the same database what they wrote and tells them what the others wrote.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bruce_bot.storage.artifacts import ArtifactStore
 from bruce_bot.storage.audit import AuditStore
+from bruce_bot.storage.changes import ChangeFeed, LocalFeed
 from bruce_bot.storage.database import Database
 from bruce_bot.storage.deliveries import DeliveryStore
 from bruce_bot.storage.goals import GoalStore
+from bruce_bot.storage.leases import Claimant
 from bruce_bot.storage.messages import MessageStore
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
@@ -30,20 +36,33 @@ class Stores:
     tasks: TaskStore
     goals: GoalStore
     web_sessions: WebSessionStore
+    feed: ChangeFeed = field(default_factory=LocalFeed)
 
     @classmethod
-    def open(cls, database: Database) -> Stores:
+    def open(
+        cls,
+        database: Database,
+        feed: ChangeFeed | None = None,
+        *,
+        claimant: Claimant | None = None,
+    ) -> Stores:
+        """`feed` (started and stopped by the caller) tells the other processes on the database
+        what the caching stores write, and them what the others wrote; the default tells nobody,
+        right for SQLite's one process. `claimant`: this process, as it claims the replies it
+        stores (storage/leases.py)."""
         engine = database.engine
+        feed = feed or LocalFeed()
         return cls(
             database=database,
-            sessions=SessionStore(engine),
-            messages=MessageStore(engine),
+            sessions=SessionStore(engine, feed),
+            messages=MessageStore(engine, claimant),
             audit=AuditStore(engine),
-            summaries=SummaryStore(engine),
-            settings=SettingsStore(engine),
+            summaries=SummaryStore(engine, feed),
+            settings=SettingsStore(engine, feed),
             artifacts=ArtifactStore(engine),
             deliveries=DeliveryStore(engine),
-            tasks=TaskStore(engine),
-            goals=GoalStore(engine),
+            tasks=TaskStore(engine, claimant),
+            goals=GoalStore(engine, feed),
             web_sessions=WebSessionStore(engine),
+            feed=feed,
         )

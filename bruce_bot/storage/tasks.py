@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bruce_bot.domain import utcnow
+from bruce_bot.storage.leases import Claimant, default_claimant
 from bruce_bot.storage.messages import ANSWERS
 from bruce_bot.storage.models import MessageRow, ProactiveTaskRow, TaskRunRow
 
@@ -96,8 +97,10 @@ class RunOutcome:
 
 
 class TaskStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, claimant: Claimant | None = None) -> None:
         self._engine = engine
+        # A reminder is stored in this process's hands: it delivers it right after the commit.
+        self._claimant = claimant or default_claimant()
 
     async def create(self, **values: Any) -> TaskRecord:
         values.setdefault("status", "active")
@@ -295,6 +298,8 @@ class TaskStore:
                 message_id = None
                 if message is not None:
                     stored = {**message, "extra": {**(message.get("extra") or {}), RUN_KEY: run_id}}
+                    if stored.get("role") == "assistant":
+                        stored.update(self._claimant.stamp())
                     result = await connection.execute(_messages.insert(), stored)
                     message_id = int(result.inserted_primary_key[0])
                     await connection.execute(

@@ -80,7 +80,19 @@ async def test_db_check_names_each_unusable_row_and_passes_a_clean_database(
             "WHERE id = ?",
             (task.id,),
         )
+        # A process that died holding the conversation while a message waited in it.
+        connection.execute(
+            "INSERT INTO messages (session_id, role, kind, content, status, created_at) "
+            "VALUES (?, 'user', 'chat', 'still waiting', 'pending', ?)",
+            (session.id, at.isoformat()),
+        )
+        connection.execute(
+            "INSERT INTO session_leases (session_id, owner, expires_at) VALUES (?, ?, ?)",
+            (session.id, "db-host:4242:dead", "2020-01-01 09:00:30.000000"),
+        )
     code, out = await check(config)
     assert code == 1, out
     assert "messages #" in out and "unknown status 'weird'" in out
     assert f"proactive_tasks #{task.id}: schedule unreadable" in out
+    assert f"session_leases #{session.id}: conversation with unanswered messages held by " in out
+    assert "db-host:4242:dead, which stopped renewing its lease at 2020-01-01 09:00:30" in out

@@ -1,5 +1,6 @@
-"""Bruce on a real PostgreSQL server: migrations, the message path, the scheduler, and the election
-of the one process that runs the scheduler when several share the database.
+"""Bruce on a real PostgreSQL server: migrations, the message path and the scheduler, in one process
+(several processes sharing the database, and their election of the one that runs the scheduler,
+are in test_cluster.py).
 
 Each test gets a fresh database on the server of `tests/integration/postgres.py`; Bruce talks to
 it through asyncpg (and APScheduler's job store through psycopg), the model is the fake Messages
@@ -27,7 +28,6 @@ from bruce_bot.app import Bruce, StartupError
 from bruce_bot.channels.console import ConsoleChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import InboundMessage, SessionKey
-from bruce_bot.scheduler.leader import LEADER_LOCK_KEY
 from bruce_bot.storage import database
 from bruce_bot.storage.database import SCHEMA_HEAD, upgrade_schema
 from bruce_bot.storage.models import Base
@@ -38,7 +38,6 @@ from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.integration.support import config_for, next_reply, user_texts
 
 DUE_TIMEOUT = 15.0
-RETRY_SECONDS = 0.2  # how often a process that does not lead tries again, in these tests
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -94,13 +93,6 @@ def run_statuses(url: str, task_id: int) -> list[str]:
 async def delivered_once(url: str, task_id: int) -> None:
     """The task's one firing is recorded as delivered (the ledger is written after sending)."""
     await wait_until(lambda: run_statuses(url, task_id) == ["delivered"])
-
-
-def drained(queue: asyncio.Queue[str]) -> list[str]:
-    items = []
-    while not queue.empty():
-        items.append(queue.get_nowait())
-    return items
 
 
 # ---- schema --------------------------------------------------------------------------------
@@ -299,89 +291,3 @@ async def test_a_reminder_fires_once_from_the_postgresql_job_store(
         f"task-{later.id}"
     ]
     assert console.replies.empty()
-
-
-# ---- several processes on one database ------------------------------------------------------
-
-
-def two_configs(tmp_path: Path, fake: FakeAnthropicServer, url: str) -> tuple[Config, Config]:
-    return tuple(  # type: ignore[return-value]
-        pg_config(tmp_path / name, fake, url) for name in ("first", "second")
-    )
-
-
-async def start(
-    config: Config, console: ConsoleChannel, retry_seconds: float = RETRY_SECONDS
-) -> Bruce:
-    config.scheduler.leader_retry_seconds = retry_seconds
-    bruce = Bruce(config, tools=ToolRegistry([]), channels=[console])
-    await bruce.start()
-    return bruce
-
-
-def leads(bruce: Bruce) -> bool:
-    assert bruce.tasks is not None
-    return bruce.tasks.is_leader
-
-
-async def test_only_the_elected_process_runs_the_scheduler_and_another_takes_over_when_it_stops(
-    tmp_path: Path, anthropic_fake: FakeAnthropicServer, postgres_url: str
-) -> None:
-    first_config, second_config = two_configs(tmp_path, anthropic_fake, postgres_url)
-    first_console, second_console = ConsoleChannel(), ConsoleChannel()
-    # The leader checks its lock only once a minute here: what wakes its scheduler for a job
-    # that the other process adds is that process's notification.
-    first = await start(first_config, first_console, retry_seconds=60)
-    second: Bruce | None = None
-    try:
-        second = await start(second_config, second_console)
-        assert leads(first) and not leads(second)
-
-        # Created in the process that does not lead: the leader fires it, once.
-        task = await create_reminder(second, "Call the bank")
-        assert await next_reply(first_console.replies, DUE_TIMEOUT) == "⏰ Call the bank"
-        await delivered_once(postgres_url, task.id)
-        assert rows(postgres_url, "SELECT id FROM apscheduler_jobs") == []  # nothing left to fire
-        assert second_console.replies.empty()
-
-        # A reminder due after the leader stopped is fired by the process that takes over.
-        handed_over = await create_reminder(first, "Take the pills", run_at="+2s")
-        await first.stop()
-        await wait_until(lambda: leads(second), timeout=RETRY_SECONDS * 10)
-        assert await next_reply(second_console.replies, DUE_TIMEOUT) == "⏰ Take the pills"
-        await delivered_once(postgres_url, handed_over.id)
-    finally:
-        await first.stop()
-        if second is not None:
-            await second.stop()
-    assert drained(first_console.replies) == [] and drained(second_console.replies) == []
-
-
-async def test_a_leader_that_loses_its_connection_steps_down_and_the_other_process_leads(
-    tmp_path: Path, anthropic_fake: FakeAnthropicServer, postgres_url: str
-) -> None:
-    first_config, second_config = two_configs(tmp_path, anthropic_fake, postgres_url)
-    first_console, second_console = ConsoleChannel(), ConsoleChannel()
-    first = await start(first_config, first_console)
-    try:
-        second = await start(second_config, second_console)
-        try:
-            assert leads(first) and not leads(second)
-            [holder] = rows(
-                postgres_url,
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND (classid::bigint << 32 | objid::bigint) = %s",
-                LEADER_LOCK_KEY,
-            )
-            rows(postgres_url, "SELECT pg_terminate_backend(%s)", holder["pid"])
-
-            await wait_until(lambda: leads(second) and not leads(first), timeout=5)
-            task = await create_reminder(first, "Feed the cat")  # from the process that lost
-            assert await next_reply(second_console.replies, DUE_TIMEOUT) == "⏰ Feed the cat"
-            await delivered_once(postgres_url, task.id)
-            assert not leads(first)  # its retries meet the lock the other process holds
-        finally:
-            await second.stop()
-    finally:
-        await first.stop()
-    assert first_console.replies.empty()
