@@ -36,6 +36,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.date import DateTrigger
+from sqlalchemy.exc import SQLAlchemyError
 
 from bruce_bot.config import SchedulerConfig
 from bruce_bot.domain import OutboundMessage, SessionKey, utcnow
@@ -60,6 +61,7 @@ from bruce_bot.storage.tasks import OPEN_RUN_STATUSES, RUN_KEY, OpenRun, TaskRec
 
 log = structlog.get_logger(__name__)
 
+JOB_TABLE_ATTEMPTS = 5  # tries to start the scheduler while another process creates its table
 LATE_AFTER_SECONDS = 60.0  # a firing later than this says so ("late: was due at 09:00")
 # How often runs left `undelivered` are checked against their messages (after redelivery).
 SETTLE_INTERVAL_SECONDS = REDELIVERY_INTERVAL_SECONDS
@@ -123,6 +125,21 @@ def create_scheduler(
     )
 
 
+async def start_paused(scheduler: BackgroundScheduler) -> None:
+    """Start APScheduler paused; this creates its job table if there is none. Processes
+    starting together on a new PostgreSQL database race to create it and the losers' CREATE
+    TABLE fails: once the winner's table exists, the next try finds it."""
+    for attempt in range(1, JOB_TABLE_ATTEMPTS + 1):
+        try:
+            await asyncio.to_thread(scheduler.start, paused=True)
+            return
+        except SQLAlchemyError as exc:
+            if attempt == JOB_TABLE_ATTEMPTS:
+                raise
+            log.warning("scheduler_start_retried", attempt=attempt, error=repr(exc))
+            await asyncio.sleep(0.2 * attempt)
+
+
 class TaskService:
     def __init__(
         self,
@@ -168,7 +185,7 @@ class TaskService:
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         jobs.bind(self)
-        await asyncio.to_thread(self._scheduler.start, paused=True)  # creates the job table
+        await start_paused(self._scheduler)
         self._settling = asyncio.create_task(self._settle_periodically(), name="task-runs-settle")
         if self._leadership is None:
             await self._lead()

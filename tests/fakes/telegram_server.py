@@ -57,6 +57,27 @@ Everything the bot did is kept: `sent` (per chat; a message's `buttons` follow i
 message, as the real API takes a while: a crash test then has the window where Telegram has a
 message and the bot has not heard so yet. Each `SentMessage` keeps when it arrived
 (`received_at`) and when the bot was answered (`answered_at`, None until then), in `time.time()`.
+
+Several bots at once (processes of one bot sharing a database): each may talk to the API at its
+own `base_url_for(name)` (the same API under `/client/<name>/`), and every `SentMessage` then
+names the one that sent it (`client`; None at the plain `base_url`). `balance_webhook(urls,
+seed=...)` puts a load balancer where the webhook's public URL leads: once a webhook is set (by
+any of the bots: they all register the same public URL, which is recorded in `webhook_url` but
+no longer decides where updates go, nor does a later setWebhook), each queued update is POSTed
+to one of `urls`, picked by a generator seeded with `seed`; a refused connection, a status other
+than 200 or no answer within `timeout` seconds sends it to another of them, round after round,
+until one answers 200, as Telegram retries. Like Telegram, which "waits for you to end the
+request before sending the next update that belongs to that chat" (grammY's guide,
+https://grammy.dev/guide/deployment-types), up to `max_connections` updates of different chats
+are in flight at once, and a chat's next update goes out once its previous one was answered 200,
+to whichever bot the pick names: so one bot may still be answering a chat's message while its
+next message reaches another.
+`balanced_deliveries` lists each try (a `WebhookPost`: update, url, status, when), `queued`
+every update ever queued, by update_id::
+
+    telegram.balance_webhook([f"http://127.0.0.1:{port}/hook" for port in ports], seed=7)
+    config = {..., "base_url": telegram.base_url_for("a"), "mode": "webhook", ...}
+    assert telegram.sent_to(alice.id)[0].client == "a"
 """
 
 from __future__ import annotations
@@ -66,9 +87,11 @@ import contextlib
 import html
 import itertools
 import json
+import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -84,6 +107,8 @@ _ID_KEYS = {"id", "chat_id", "user_id", "migrate_to_chat_id", "migrate_from_chat
 _MESSAGE_ID_KEYS = {"message_id", "message_thread_id", "forward_from_message_id"}
 BOT_ID = 999_000
 BOT_USERNAME = "bruce_test_bot"
+# The bot that made the request being served (its `base_url_for` name; None: the plain base_url).
+_CLIENT: ContextVar[str | None] = ContextVar("telegram_fake_client", default=None)
 
 # Telegram's HTML subset: tag -> allowed attributes.
 _ALLOWED_TAGS: dict[str, set[str]] = {
@@ -194,12 +219,23 @@ class SentMessage:
     reply_markup: dict[str, Any] | None = None  # its inline keyboard now (edits change it)
     received_at: float = 0.0  # time.time() when the fake took it (it is delivered from then on)
     answered_at: float | None = None  # time.time() when the bot was told; None: not yet
+    client: str | None = None  # which bot sent it (`base_url_for`); None: the plain base_url
 
     @property
     def buttons(self) -> list[dict[str, Any]]:
         """The message's inline buttons now, row after row."""
         rows = (self.reply_markup or {}).get("inline_keyboard", [])
         return [button for row in rows for button in row]
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookPost:
+    """One try of the load balancer (`balance_webhook`) to deliver an update."""
+
+    update_id: int
+    url: str
+    status: int  # the HTTP status; 0: no answer (refused, reset, timed out)
+    at: float  # time.time() when the try ended
 
 
 @dataclass(slots=True)
@@ -230,6 +266,13 @@ class FakeTelegramServer:
         self.webhook_url = ""
         self.webhook_secret: str | None = None
         self.webhook_deliveries: list[tuple[int, int]] = []  # (update_id, HTTP status)
+        self.queued: dict[int, dict[str, Any]] = {}  # every update ever queued, by update_id
+        self.balanced_deliveries: list[WebhookPost] = []  # with `balance_webhook`: every try
+        self._balanced: list[str] | None = None  # where the balancer posts (None: no balancer)
+        self._balance_rng = random.Random(0)
+        self._balance_connections = 40
+        self._balance_timeout = 10.0
+        self._balance_wake = asyncio.Event()
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(100)
@@ -256,6 +299,7 @@ class FakeTelegramServer:
     async def start(self) -> str:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_route("*", "/client/{client}/bot{token}/{method}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -287,6 +331,10 @@ class FakeTelegramServer:
         """What `channels.telegram.base_url` should be (PTB appends the token)."""
         return self.root_url + "/bot"
 
+    def base_url_for(self, client: str) -> str:
+        """The `base_url` of one of several bots: its messages are marked `client`."""
+        return f"{self.root_url}/client/{client}/bot"
+
     # ---- scripting ---------------------------------------------------------------------------
 
     def fail_next(self, method: str, times: int = 1, status: int = 502) -> None:
@@ -312,6 +360,26 @@ class FakeTelegramServer:
     def reject_markup_next(self, times: int = 1) -> None:
         """The next `times` sendMessage calls with a parse_mode get "can't parse entities"."""
         self._reject_markup += times
+
+    def balance_webhook(
+        self,
+        urls: Sequence[str],
+        *,
+        seed: int | str | None = None,
+        max_connections: int = 40,
+        timeout: float = 10.0,
+    ) -> None:
+        """Post the updates to `urls` through a load balancer (see the module docstring) from
+        now on, or from when a webhook is set. Called again, it changes the pool (a bot added
+        or taken out); `seed` None keeps the generator that picks."""
+        self._balanced = list(urls)
+        if seed is not None:
+            self._balance_rng = random.Random(seed)
+        self._balance_connections = max_connections
+        self._balance_timeout = timeout
+        self._balance_wake.set()
+        if self.webhook_url:
+            self._ensure_pushing()
 
     def forbid_edits(self, sent: SentMessage) -> None:
         """Telegram refuses to edit this message from now on ("message can't be edited")."""
@@ -560,6 +628,7 @@ class FakeTelegramServer:
             if isinstance(message, dict):
                 self._learn(message)
         self._updates.append(update)
+        self.queued[int(update["update_id"])] = update
         self._notify()
         if self.webhook_url:
             self._ensure_pushing()
@@ -631,6 +700,7 @@ class FakeTelegramServer:
         if request.match_info["token"] != self.token:
             return _error(401, "Unauthorized")
         method = request.match_info["method"]
+        _CLIENT.set(request.match_info.get("client"))
         params = await _params(request)
         self.calls.append((method, params))
         self._notify()
@@ -767,6 +837,7 @@ class FakeTelegramServer:
             chat_id, message_id, text, plain, parse_mode, reply_to, params, thread, markup
         )
         sent.received_at = time.time()
+        sent.client = _CLIENT.get()
         self.sent.setdefault(chat_id, []).append(sent)
         if thread is not None:
             self._threads[(chat_id, message_id)] = thread
@@ -883,7 +954,8 @@ class FakeTelegramServer:
 
     def _ensure_pushing(self) -> None:
         if self._push_task is None or self._push_task.done():
-            self._push_task = asyncio.get_running_loop().create_task(self._push_updates())
+            push = self._balance_updates if self._balanced is not None else self._push_updates
+            self._push_task = asyncio.get_running_loop().create_task(push())
 
     async def _stop_pushing(self) -> None:
         task, self._push_task = self._push_task, None
@@ -895,18 +967,9 @@ class FakeTelegramServer:
     async def _push_updates(self) -> None:
         """POST queued updates to the webhook one at a time, like Telegram: retry until 200."""
         async with aiohttp.ClientSession() as session:
-            while self.webhook_url and self._updates:
+            while self.webhook_url and self._updates and self._balanced is None:
                 update = self._updates[0]
-                headers = {"Content-Type": "application/json"}
-                if self.webhook_secret:
-                    headers["X-Telegram-Bot-Api-Secret-Token"] = self.webhook_secret
-                try:
-                    async with session.post(
-                        self.webhook_url, data=json.dumps(update), headers=headers
-                    ) as response:
-                        status = response.status
-                except aiohttp.ClientError:
-                    status = 0
+                status = await self._post(session, self.webhook_url, update)
                 self.webhook_deliveries.append((int(update["update_id"]), status))
                 self._notify()
                 if status == 200:
@@ -914,6 +977,79 @@ class FakeTelegramServer:
                         self._updates.pop(0)
                 else:
                     await asyncio.sleep(0.1)
+
+    async def _post(self, session: aiohttp.ClientSession, url: str, update: dict[str, Any]) -> int:
+        """One POST of an update; its HTTP status, 0 when no answer came."""
+        headers = {"Content-Type": "application/json"}
+        if self.webhook_secret:
+            headers["X-Telegram-Bot-Api-Secret-Token"] = self.webhook_secret
+        try:
+            async with session.post(url, data=json.dumps(update), headers=headers) as response:
+                return response.status
+        except (aiohttp.ClientError, TimeoutError):
+            return 0
+
+    async def _balance_updates(self) -> None:
+        """The load balancer: each chat's oldest update in flight (up to the connection limit)
+        until answered 200; the next one of a chat only after that."""
+        posting: dict[int, asyncio.Task[None]] = {}
+        timeout = aiohttp.ClientTimeout(total=self._balance_timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            try:
+                while self.webhook_url and self._balanced is not None:
+                    self._balance_wake.clear()
+                    if not self._updates and not posting:
+                        return  # `push_raw` starts it again
+                    chats: set[Any] = set()
+                    for update in list(self._updates):
+                        chat = _chat_of(update)
+                        if chat in chats:
+                            continue  # an earlier update of this chat waits for its 200
+                        chats.add(chat)
+                        update_id = int(update["update_id"])
+                        if update_id in posting or len(posting) >= self._balance_connections:
+                            continue
+                        task = asyncio.create_task(self._post_balanced(session, update))
+                        posting[update_id] = task
+                        task.add_done_callback(
+                            lambda _, update_id=update_id: self._posted(posting, update_id)
+                        )
+                    await self._balance_wake.wait()
+            finally:
+                for task in posting.values():
+                    task.cancel()
+                await asyncio.gather(*posting.values(), return_exceptions=True)
+
+    def _posted(self, posting: dict[int, asyncio.Task[None]], update_id: int) -> None:
+        posting.pop(update_id, None)
+        self._balance_wake.set()
+
+    async def _post_balanced(self, session: aiohttp.ClientSession, update: dict[str, Any]) -> None:
+        """Try the pool in a seeded order, round after round, until one answers 200."""
+        update_id = int(update["update_id"])
+        while True:
+            pool = list(self._balanced or ())
+            for url in self._balance_rng.sample(pool, len(pool)):
+                status = await self._post(session, url, update)
+                self.webhook_deliveries.append((update_id, status))
+                self.balanced_deliveries.append(WebhookPost(update_id, url, status, time.time()))
+                self._notify()
+                if status == 200:
+                    self._updates = [u for u in self._updates if u is not update]
+                    return
+            await asyncio.sleep(0.1)
+
+
+def _chat_of(update: dict[str, Any]) -> Any:
+    """The chat an update belongs to (Telegram keeps a chat's updates in order), or a key of
+    the update's own when it names none."""
+    for value in update.values():
+        if isinstance(value, dict):
+            message = value.get("message") if "chat_instance" in value else value
+            chat = message.get("chat") if isinstance(message, dict) else None
+            if isinstance(chat, dict) and "id" in chat:
+                return chat["id"]
+    return ("update", update.get("update_id"))
 
 
 class _APIError(Exception):

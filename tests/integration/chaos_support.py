@@ -30,7 +30,7 @@ import sqlite3
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -244,14 +244,20 @@ class Run:
     signalled_at: float | None = None
     exited_at: float | None = None
     returncode: int | None = None
+    label: str = ""  # how reports name it ("process b" in a cluster); default "run 3"
 
     def holds(self, moment: float) -> bool:
         return self.spawned_at <= moment <= (self.exited_at or float("inf"))
 
+    @property
+    def name(self) -> str:
+        return self.label or f"run {self.number}"
+
 
 class ChaosDaemon:
     """`python -m bruce_bot run` in its own process group (so a signal reaches all of it), one
-    config in `workdir`, each run's output in its own files."""
+    config in `workdir`, each run's output in its own files. The database is a SQLite file in
+    `workdir` unless `config` has a `database` section of its own (PostgreSQL: a cluster)."""
 
     def __init__(self, workdir: Path, config: dict[str, Any]) -> None:
         self.workdir = workdir
@@ -259,7 +265,9 @@ class ChaosDaemon:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = {**config, "app": {**config.get("app", {}), "data_dir": str(self.data_dir)}}
-        config["database"] = {"url": f"sqlite+aiosqlite:///{self.data_dir / 'bruce.db'}"}
+        config["database"] = config.get("database") or {
+            "url": f"sqlite+aiosqlite:///{self.data_dir / 'bruce.db'}"
+        }
         config["web"] = {"host": "127.0.0.1", "port": self.port}
         self.config_path = workdir / "config.yml"
         self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -373,10 +381,17 @@ def _utc(value: Any) -> float | None:
 
 class Ledger:
     """What arrived at the fake Bot API, sorted into answers (by answer and part), reminders
-    and everything else, with the timeline of runs to tell which process sent what."""
+    and everything else, with the timeline of runs to tell which process sent what (or
+    `sender`, when several run at once: the number of the one that sent a message)."""
 
-    def __init__(self, telegram: FakeTelegramServer, runs: Sequence[Run]) -> None:
+    def __init__(
+        self,
+        telegram: FakeTelegramServer,
+        runs: Sequence[Run],
+        sender: Callable[[SentMessage], int] | None = None,
+    ) -> None:
         self.runs = runs
+        self._sender = sender
         self.parts: dict[tuple[str, int], list[Copy]] = defaultdict(list)  # (r7, 2) -> copies
         self.answer_of: dict[str, tuple[int, tuple[str, ...], int]] = {}  # r7 -> (n, names, chat)
         self.answered_by: dict[str, set[str]] = defaultdict(set)  # label -> answers naming it
@@ -384,7 +399,8 @@ class Ledger:
         self.others: list[Copy] = []
         for chat_id, messages in telegram.sent.items():
             for sent in messages:
-                copy = Copy(sent, self.run_at(sent.received_at))
+                run = self._sender(sent) if self._sender else self.run_at(sent.received_at)
+                copy = Copy(sent, run)
                 header = HEADER.search(sent.plain)
                 reminder = REMINDER_TEXT.search(sent.plain)
                 if header:
@@ -419,6 +435,45 @@ class Ledger:
             if self.parts.get((tag, 1))
         ]
         return min(moments, default=None)
+
+
+def in_flight_excuse(
+    first: SentMessage,
+    runs: Sequence[Run],
+    ledger: Ledger,
+    tag: str | None,
+    part: int | None,
+    t: Callable[[float | None], str],
+) -> str | None:
+    """Why a second copy of `first` was fair, or (starting with "not") why it was not: it was in
+    flight when a SIGKILL hit the run of `runs` that sent it (`t` writes a moment)."""
+    for run in runs:
+        stopped = run.signalled_at
+        if stopped is None or not run.spawned_at <= first.received_at <= stopped + SIGNAL_SLACK:
+            continue
+        in_flight = first.answered_at is None or first.answered_at > stopped - COMMIT_SLACK
+        if not in_flight:
+            return (
+                f"not in flight: Telegram answered {stopped - (first.answered_at or 0):.2f} s "
+                f"before the {run.signal} of {run.name}, which had not recorded it"
+            )
+        if tag is not None and part is not None:
+            later = [
+                copy
+                for (other_tag, other_part), copies in ledger.parts.items()
+                if other_tag == tag and other_part > part
+                for copy in copies
+                if first.received_at < copy.sent.received_at <= stopped
+            ]
+            if later:
+                return (
+                    f"not in flight only: part {part} was not recorded although {run.name} "
+                    f"had gone on to send a later part before its {run.signal}"
+                )
+        if run.signal != "SIGKILL":
+            return f"not excused: in flight at the {run.signal} of {run.name}"
+        return f"in flight at the SIGKILL of {run.name} ({t(stopped)})"
+    return "not stopped: the same process or a live one sent it twice"
 
 
 class Scenario:
@@ -633,34 +688,7 @@ class Scenario:
     def _excuse(
         self, first: SentMessage, ledger: Ledger, tag: str | None, part: int | None
     ) -> str | None:
-        """Why a second copy of `first` was fair, or (starting with "not") why it was not."""
-        for run in self.daemon.runs:
-            stopped = run.signalled_at
-            if stopped is None or not run.spawned_at <= first.received_at <= stopped + SIGNAL_SLACK:
-                continue
-            in_flight = first.answered_at is None or first.answered_at > stopped - COMMIT_SLACK
-            if not in_flight:
-                return (
-                    f"not in flight: Telegram answered {stopped - (first.answered_at or 0):.2f} s "
-                    f"before the {run.signal} of run {run.number}, which had not recorded it"
-                )
-            if tag is not None and part is not None:
-                later = [
-                    copy
-                    for (other_tag, other_part), copies in ledger.parts.items()
-                    if other_tag == tag and other_part > part
-                    for copy in copies
-                    if first.received_at < copy.sent.received_at <= stopped
-                ]
-                if later:
-                    return (
-                        f"not in flight only: part {part} was not recorded although run "
-                        f"{run.number} had gone on to send a later part before its {run.signal}"
-                    )
-            if run.signal != "SIGKILL":
-                return f"not excused: in flight at the {run.signal} of run {run.number}"
-            return f"in flight at the SIGKILL of run {run.number} ({self.t(stopped)})"
-        return "not stopped: the same process or a live one sent it twice"
+        return in_flight_excuse(first, self.daemon.runs, ledger, tag, part, self.t)
 
     # ---- stories for what went wrong --------------------------------------------------------
 

@@ -20,12 +20,6 @@ import pytest
 
 from tests.integration.chaos_support import run_scenario
 
-# Opt-in for now (`make chaos`): under a heavily loaded machine its judge of "in flight at the
-# kill" still flags edge cases (seed 323318) that need a look before it gates `make test`.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("BRUCE_CHAOS") != "1", reason="chaos tests run with BRUCE_CHAOS=1 (make chaos)"
-)
-
 SEED = int(os.environ.get("BRUCE_CHAOS_SEED") or random.SystemRandom().randrange(1, 1_000_000))
 
 

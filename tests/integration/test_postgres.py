@@ -15,11 +15,13 @@ import pickle
 import sys
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from apscheduler.schedulers.base import STATE_PAUSED
 from psycopg.rows import dict_row
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import make_url
@@ -28,6 +30,7 @@ from bruce_bot.app import Bruce, StartupError
 from bruce_bot.channels.console import ConsoleChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import InboundMessage, SessionKey
+from bruce_bot.scheduler.service import create_scheduler, start_paused
 from bruce_bot.storage import database
 from bruce_bot.storage.database import SCHEMA_HEAD, upgrade_schema
 from bruce_bot.storage.models import Base
@@ -291,3 +294,20 @@ async def test_a_reminder_fires_once_from_the_postgresql_job_store(
         f"task-{later.id}"
     ]
     assert console.replies.empty()
+
+
+async def test_processes_starting_together_on_a_new_database_all_get_their_scheduler(
+    postgres_url: str,
+) -> None:
+    # Each creates APScheduler's job table if it is missing: on a new database they race, and
+    # without a retry the losers' start failed ("apscheduler_jobs" already exists).
+    await upgrade_schema(postgres_url)
+    zone = ZoneInfo("UTC")
+    schedulers = [create_scheduler(database.sync_url(postgres_url), zone, 60) for _ in range(3)]
+    try:
+        await asyncio.gather(*(start_paused(scheduler) for scheduler in schedulers))
+        assert all(scheduler.state == STATE_PAUSED for scheduler in schedulers)
+    finally:
+        for scheduler in schedulers:
+            if scheduler.running:
+                scheduler.shutdown(wait=False)

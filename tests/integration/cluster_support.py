@@ -1,0 +1,811 @@
+"""The cluster tests' machinery (tests/integration/test_cluster.py): several `bruce run` processes
+on one PostgreSQL database, behind the fake Bot API's load balancer, judged by what the users
+received.
+
+Each process (`ClusterProcess`, a `ChaosDaemon` of chaos_support.py) has its own data dir, web
+port and webhook port, the same database, short leases (`database.lease_seconds`) and a quick
+leader election (`scheduler.leader_retry_seconds`), and its own API key (`key-a`, `key-b`...) so
+that the fake model knows which process asks, and its own address at the fake Bot API so that
+every message Telegram takes names its sender. They all register the same public webhook URL;
+the fake's balancer posts each update to one of them (seeded), another when that one fails, a
+chat's next update once its previous one was answered, as Telegram does.
+
+The model (`ClusterModel`) is chaos_support's `ChaosModel`: every answer names the messages it
+answers (`[r7 part 1/1] re msg-c2-014.`), reminders arrive as `⏰ rem-c2-014`. So two answers
+naming one message mean it was answered twice; the same answer twice is one reply sent twice,
+excused (by chaos_support's `in_flight_excuse`) only when its first copy was in flight when a
+SIGKILL hit the process that sent it. Per chat, the answers must come in the order of the
+messages. `Cluster.judge` writes each finding the way the user would tell it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import json
+import random
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from sqlalchemy.engine import make_url
+
+from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
+from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+from tests.integration.chaos_support import (
+    HEADER,
+    LABEL,
+    Ask,
+    ChaosDaemon,
+    ChaosModel,
+    Findings,
+    Ledger,
+    Run,
+    free_port,
+    in_flight_excuse,
+    some_of,
+)
+
+LEASE_SECONDS = 2.0  # database.lease_seconds: a dead process's sessions are taken over after it
+LEADER_RETRY_SECONDS = 0.5  # scheduler.leader_retry_seconds
+SEND_DELAY = 0.25  # Telegram answers sendMessage this long after it took the message
+START_TIMEOUT = 40.0  # two or three processes starting at once on two cores
+STOP_TIMEOUT = 15.0
+SHUTDOWN_GRACE = 5.0  # agent.shutdown_timeout_seconds
+PUBLIC_HOOK = "https://bruce.example.test/telegram-hook"  # what every process registers
+HOOK_SECRET = "cluster-hook-secret"
+# After everything arrived and Bruce has nothing left to do, this long without anything new
+# (a second answer from a process that took over a lease would come within it).
+TAIL_SECONDS = LEASE_SECONDS + 1.5
+# Nothing new at all for this long: what is missing will not come.
+IDLE_SECONDS = 3 * LEASE_SECONDS + 3.0
+# Events that end a process's leadership, in its log.
+LEADERSHIP_ENDS = (
+    "scheduler_leadership_lost",
+    "scheduler_leadership_released",
+    "scheduler_leader_start_failed",
+)
+
+
+def pg_rows(url: str, sql: str, *params: Any) -> list[dict[str, Any]]:
+    """Rows of a query, read with psycopg outside Bruce (errors become a row that says so)."""
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(conninfo, row_factory=dict_row, connect_timeout=5) as connection:
+            return connection.execute(sql, params).fetchall()  # type: ignore[arg-type]
+    except psycopg.Error as exc:
+        return [{"error": f"{type(exc).__name__}: {exc}"}]
+
+
+async def until(predicate: Callable[[], Any], within: float, interval: float = 0.05) -> Any:
+    """`predicate()` once it is truthy, polled until `within` seconds passed (then its last,
+    falsy value: the caller says what did not happen)."""
+    deadline = time.monotonic() + within
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(interval)
+
+
+# ---- the plan ------------------------------------------------------------------------------
+
+
+def chat_plan(
+    rng: random.Random,
+    user_ids: Sequence[int],
+    count: int,
+    *,
+    gap: tuple[float, float] = (0.15, 0.5),
+    think: tuple[float, float] = (0.6, 1.5),
+    slow: float = 0.0,  # this share of the messages takes the model `slow_think` seconds
+    slow_think: float = 3.0,
+) -> list[Ask]:
+    """`count` messages over the chats (one line each), in a seeded order, the model slow."""
+    numbers = dict.fromkeys(user_ids, 0)
+    plan = []
+    for _ in range(count):
+        user_id = rng.choice(list(user_ids))
+        numbers[user_id] += 1
+        is_slow = rng.random() < slow
+        plan.append(
+            Ask(
+                label=f"msg-c{list(user_ids).index(user_id) + 1}-{numbers[user_id]:03d}",
+                user_id=user_id,
+                gap=rng.uniform(*gap),
+                think=slow_think if is_slow else rng.uniform(*think),
+                parts=1,
+            )
+        )
+    return plan
+
+
+def reminder_plan(user_ids: Sequence[int], gap: float = 0.05) -> list[Ask]:
+    """One message per chat, each asking for a message-mode reminder (its due time is set by
+    `ClusterModel.due`)."""
+    return [
+        Ask(f"msg-c{n}-001", user_id, gap=gap, think=0.05, parts=1, reminder_in=60)
+        for n, user_id in enumerate(user_ids, 1)
+    ]
+
+
+# ---- the model -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """A final answer the model is working on."""
+
+    process: str
+    tag: str  # r7
+    labels: tuple[str, ...]
+    started: float  # time.time()
+    until: float
+
+
+class ClusterModel(ChaosModel):
+    """`ChaosModel` that knows which process asks (by its API key) and records which process
+    each answer went to and which answers are being worked on; a reminder in `due` is asked
+    for at that moment rather than some seconds after the request."""
+
+    def __init__(self, plan: Iterable[Ask]) -> None:
+        super().__init__(plan)
+        self.server: FakeAnthropicServer | None = None
+        self.process_of_answer: dict[str, str] = {}  # r7 -> "a"
+        self.serving: list[Serving] = []
+        self.requests_by: dict[str, int] = {}
+        self.due: dict[str, datetime] = {}  # reminder title -> when it is due
+
+    async def respond(self, body: dict[str, Any]) -> AnthropicReply:
+        process = self._process_of(body)
+        self.requests_by[process] = self.requests_by.get(process, 0) + 1
+        reply = self(body)
+        if reply.tool_calls:
+            calls = [
+                (name, {**arguments, "run_at": self.due[arguments["title"]].isoformat()})
+                if arguments.get("title") in self.due
+                else (name, arguments)
+                for name, arguments, *_ in reply.tool_calls
+            ]
+            return dataclasses.replace(reply, tool_calls=calls)
+        header = HEADER.search(reply.text if isinstance(reply.text, str) else "")
+        if header:
+            tag = header.group(1)
+            self.process_of_answer[tag] = process
+            now = time.time()
+            think = reply.delay_seconds or 0.0
+            self.serving.append(Serving(process, tag, self.answers[tag], now, now + think))
+        return reply
+
+    def expect(self, ask: Ask) -> None:
+        """A message the test adds to the plan as it goes."""
+        self._asks[ask.label] = ask
+
+    def serving_now(self, at_least: float = 0.0) -> list[Serving]:
+        """The answers being worked on now that take at least `at_least` seconds."""
+        now = time.time()
+        return [s for s in self.serving if s.until > now and s.until - s.started >= at_least]
+
+    def _process_of(self, body: dict[str, Any]) -> str:
+        assert self.server is not None
+        for request, headers in zip(
+            reversed(self.server.requests), reversed(self.server.request_headers), strict=False
+        ):
+            if request is body:  # the SDK sends the key as x-api-key or as a bearer token
+                sent = {k.lower(): v for k, v in headers.items()}
+                key = sent.get("x-api-key") or sent.get("authorization", "?")
+                return key.removeprefix("Bearer ").removeprefix("key-")
+        return "?"
+
+
+# ---- the processes -------------------------------------------------------------------------
+
+
+def process_config(
+    name: str,
+    telegram: FakeTelegramServer,
+    llm_url: str,
+    database_url: str,
+    hook_port: int,
+    user_ids: Sequence[int],
+    leader_retry_seconds: float,
+) -> dict[str, Any]:
+    return {
+        "app": {"timezone": "UTC"},
+        "database": {"url": database_url, "lease_seconds": LEASE_SECONDS},
+        "llm": {
+            "provider": "anthropic",
+            "api_key": f"key-{name}",
+            "base_url": llm_url,
+            "max_retries": 0,
+            "timeout_seconds": 30,
+        },
+        "agent": {"shutdown_timeout_seconds": SHUTDOWN_GRACE},
+        "brain": {"enabled": False},  # its background requests are not part of these scenarios
+        "tools": {
+            "web_search": {"enabled": False},
+            "web_fetch": {"enabled": False},
+            "artifacts": {"enabled": False},
+            "proactive": {"enabled": True},
+        },
+        "scheduler": {"leader_retry_seconds": leader_retry_seconds},
+        "channels": {
+            "telegram": {
+                "enabled": True,
+                "token": telegram.token,
+                "base_url": telegram.base_url_for(name),
+                "allowed_user_ids": list(user_ids),
+                "mode": "webhook",
+                "webhook": {
+                    "url": PUBLIC_HOOK,
+                    "listen": "127.0.0.1",
+                    "port": hook_port,
+                    "secret_token": HOOK_SECRET,
+                },
+            }
+        },
+        "logging": {"json": True},
+    }
+
+
+class ClusterProcess(ChaosDaemon):
+    """One `bruce run` of the cluster, named `a`, `b`...; its log read as JSON lines."""
+
+    def __init__(self, workdir: Path, name: str, number: int, config: dict[str, Any]) -> None:
+        self.name = name
+        self.number = number  # its number in the ledger
+        self.hook_port = int(config["channels"]["telegram"]["webhook"]["port"])
+        workdir.mkdir(parents=True, exist_ok=True)
+        super().__init__(workdir, config)
+
+    @property
+    def hook_url(self) -> str:
+        """Where this process's webhook server listens (what the balancer posts to)."""
+        return f"http://127.0.0.1:{self.hook_port}/telegram-hook"
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def spawn(self) -> Run:
+        run = await super().spawn()
+        run.label = f"process {self.name}"
+        return run
+
+    def events(self, *names: str) -> list[dict[str, Any]]:
+        """Its log entries (all runs) with one of these event names, oldest first."""
+        found = []
+        for run in self.runs:
+            for line in self.stderr_lines(run):
+                if not line.startswith("{"):
+                    continue
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    if not names or entry.get("event") in names:
+                        found.append(entry)
+        return found
+
+    @property
+    def leads(self) -> bool:
+        """Its log says it was elected and has not lost or given up the leadership since."""
+        changes = self.events("scheduler_leader_elected", *LEADERSHIP_ENDS)
+        return self.alive and bool(changes) and changes[-1]["event"] == "scheduler_leader_elected"
+
+    def trouble(self) -> list[str]:
+        """Errors and warnings in its log."""
+        return [
+            f"{self.name}: {json.dumps(entry)[:300]}"
+            for entry in self.events()
+            if entry.get("level") in ("error", "warning", "critical")
+        ]
+
+
+def logged_at(entry: dict[str, Any]) -> float:
+    moment = datetime.fromisoformat(str(entry.get("timestamp")).replace("Z", "+00:00"))
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+# ---- the cluster ---------------------------------------------------------------------------
+
+
+class Cluster:
+    """The processes, the fakes they talk to, what the test drove, and the judgement."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        database_url: str,
+        seed: int,
+        user_ids: Sequence[int],
+        telegram: FakeTelegramServer,
+        llm: FakeAnthropicServer,
+        model: ClusterModel,
+    ) -> None:
+        self.workdir = workdir
+        self.database_url = database_url
+        self.seed = seed
+        self.user_ids = list(user_ids)
+        self.telegram = telegram
+        self.llm = llm
+        self.model = model
+        self.processes: dict[str, ClusterProcess] = {}
+        self.users = {uid: telegram.user(uid, f"User{n}") for n, uid in enumerate(user_ids, 1)}
+        self.pushed: list[Ask] = []
+        self.pushed_at: dict[str, float] = {}
+        self.started = time.time()
+        self.notes: list[str] = []
+        self.expected_reminders: list[str] = []
+
+    # ---- processes --------------------------------------------------------------------------
+
+    def add(
+        self, name: str, *, leader_retry_seconds: float = LEADER_RETRY_SECONDS
+    ) -> ClusterProcess:
+        config = process_config(
+            name,
+            self.telegram,
+            self.llm.base_url,
+            self.database_url,
+            free_port(),
+            self.user_ids,
+            leader_retry_seconds,
+        )
+        process = ClusterProcess(self.workdir / name, name, len(self.processes) + 1, config)
+        self.processes[name] = process
+        return process
+
+    async def start(self, *names: str, **options: Any) -> list[ClusterProcess]:
+        """Add and start these processes at once; fails unless each answers /healthz. On a new
+        database the first starts alone: two first starts at once race to create APScheduler's
+        table, and the loser exits (UniqueViolation on pg_type "apscheduler_jobs")."""
+        first = not self.processes
+        processes = [self.add(name, **options) for name in names]
+        if first and len(processes) > 1:
+            await self._start(processes[:1])
+            processes = processes[1:]
+        await self._start(processes)
+        return [self.processes[name] for name in names]
+
+    async def _start(self, processes: Sequence[ClusterProcess]) -> None:
+        for process in processes:
+            await process.spawn()
+        ready = await asyncio.gather(*(p.wait_ready(START_TIMEOUT) for p in processes))
+        for process, ok in zip(processes, ready, strict=True):
+            assert ok, (
+                f"process {process.name} did not become ready within {START_TIMEOUT:.0f} s; its "
+                "stderr ends: " + " | ".join(process.stderr_lines(process.runs[-1])[-8:])
+            )
+
+    def balance(self, *names: str) -> None:
+        """The balancer posts to these processes from now on."""
+        self.telegram.balance_webhook(
+            [self.processes[name].hook_url for name in names], seed=f"{self.seed}:balancer"
+        )
+
+    async def kill(self, name: str) -> Run:
+        return await self.processes[name].stop(signal.SIGKILL)
+
+    async def stop_all(self) -> None:
+        alive = [p for p in self.processes.values() if p.alive]
+        await asyncio.gather(*(p.stop(signal.SIGTERM, within=STOP_TIMEOUT) for p in alive))
+
+    def leaders(self) -> list[str]:
+        return [name for name, process in self.processes.items() if process.leads]
+
+    async def wait_for_leader(self, within: float, among: Iterable[str] | None = None) -> str:
+        names = list(among or self.processes)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            leading = [name for name in self.leaders() if name in names]
+            if leading:
+                return leading[0]
+            await asyncio.sleep(0.05)
+        raise AssertionError(
+            f"none of processes {names} became the scheduler's leader within {within:.1f} s; "
+            f"leaders now: {self.leaders() or 'none'}"
+        )
+
+    # ---- driving ---------------------------------------------------------------------------
+
+    def say(self, ask: Ask) -> None:
+        self.telegram.private_text(self.users[ask.user_id], ask.text)
+        self.pushed.append(ask)
+        self.pushed_at[ask.label] = time.time()
+
+    async def drive(self, plan: Sequence[Ask]) -> None:
+        """The users write: each message after its seeded gap (the scenario's input)."""
+        for ask in plan:
+            await asyncio.sleep(ask.gap)
+            self.say(ask)
+
+    # ---- what arrived ------------------------------------------------------------------------
+
+    def sender(self, sent: SentMessage) -> int:
+        process = self.processes.get(sent.client or "")
+        return process.number if process is not None else 0
+
+    def name_of(self, number: int) -> str:
+        return next((p.name for p in self.processes.values() if p.number == number), "?")
+
+    def ledger(self) -> Ledger:
+        runs = [run for process in self.processes.values() for run in process.runs]
+        return Ledger(self.telegram, runs, self.sender)
+
+    def everything_arrived(self) -> bool:
+        ledger = self.ledger()
+        return all(ledger.complete(ask.label) for ask in self.pushed) and all(
+            ledger.reminders.get(title) for title in self.expected_reminders
+        )
+
+    async def quiet(self) -> bool:
+        """No message waiting or in a turn, no reply unsent, no reminder still to fire, the
+        model working on nothing, no update still to be posted."""
+        if self.model.serving_now() or self.telegram.pending_updates:
+            return False
+        [busy] = await asyncio.to_thread(
+            pg_rows,
+            self.database_url,
+            "SELECT (SELECT count(*) FROM messages WHERE (role = 'user' AND status IN "
+            "('pending', 'processing')) OR (role = 'assistant' AND status IN ('pending', "
+            "'undelivered'))) AS messages, (SELECT count(*) FROM proactive_tasks WHERE status "
+            "= 'active') AS tasks",
+        )
+        return busy.get("messages") == 0 and busy.get("tasks") == 0
+
+    async def settle(self, within: float = 40.0) -> bool:
+        """Poll until everything arrived, Bruce has nothing left to do and nothing new came for
+        `TAIL_SECONDS` (True); or until nothing at all happened for `IDLE_SECONDS`, or `within`
+        ran out (False: the judgement says what is missing)."""
+        deadline = time.monotonic() + within
+        state: tuple[int, ...] = ()
+        changed = time.monotonic()
+        while time.monotonic() < deadline:
+            now_state = (
+                sum(len(m) for m in self.telegram.sent.values()),
+                len(self.llm.requests),
+                self.telegram.pending_updates,
+            )
+            if now_state != state:
+                state, changed = now_state, time.monotonic()
+            still = time.monotonic() - changed
+            if still >= TAIL_SECONDS and self.everything_arrived() and await self.quiet():
+                return True
+            if still >= IDLE_SECONDS:
+                arrived = "everything arrived" if self.everything_arrived() else "not everything"
+                self.notes.append(
+                    f"nothing new for {IDLE_SECONDS:.0f} s, {arrived}; judged as it stood; left "
+                    f"in the database: {await asyncio.to_thread(self.unfinished)}"
+                )
+                return False
+            await asyncio.sleep(0.2)
+        self.notes.append(
+            f"not settled within {within:.0f} s; judged as it stood; left in the database: "
+            f"{await asyncio.to_thread(self.unfinished)}"
+        )
+        return False
+
+    def unfinished(self) -> str:
+        """What the database still holds as work to do (for the report)."""
+        rows = pg_rows(
+            self.database_url,
+            "SELECT id, role, kind, status, substr(content, 1, 40) AS content FROM messages "
+            "WHERE (role = 'user' AND status IN ('pending', 'processing')) OR (role = "
+            "'assistant' AND status IN ('pending', 'undelivered')) ORDER BY id",
+        )
+        tasks = pg_rows(
+            self.database_url, "SELECT id, title FROM proactive_tasks WHERE status = 'active'"
+        )
+        found = [
+            f"{row.get('role')} message {row.get('id')} {row.get('status')!r} "
+            f"{LABEL.findall(str(row.get('content'))) or row.get('content')}"
+            for row in rows
+        ] + [f"task {task.get('id')} {task.get('title')} still active" for task in tasks]
+        return "; ".join(found) or "nothing"
+
+    # ---- judgement -------------------------------------------------------------------------
+
+    def t(self, moment: float | None) -> str:
+        return "never" if moment is None else f"+{moment - self.started:.2f}s"
+
+    def judge(self) -> Findings:
+        ledger = self.ledger()
+        findings = Findings()
+        for ask in self.pushed:
+            self._judge_answered(ask, ledger, findings)
+        self._judge_order(ledger, findings)
+        for (tag, part), copies in sorted(ledger.parts.items()):
+            total, names, _ = ledger.answer_of[tag]
+            self._judge_copies(
+                f"answer {tag} part {part}/{total} (re {some_of(names)})",
+                copies,
+                ledger,
+                findings,
+                tag=tag,
+                part=part,
+            )
+        for title in self.expected_reminders:
+            self._judge_reminder(title, ledger, findings)
+        for tag, (_, names, chat_id) in sorted(ledger.answer_of.items()):
+            if not names:
+                findings.problems.append(
+                    f"EXTRA answer {tag} to chat {chat_id} named nothing new (by process "
+                    f"{self.model.process_of_answer.get(tag, '?')}): every message its turn "
+                    "could see was answered already"
+                )
+        for copy in ledger.others:
+            findings.problems.append(
+                f"UNEXPECTED message to chat {copy.sent.chat_id} at {self.t(copy.sent.received_at)}"
+                f" (process {self.name_of(copy.run)}): {copy.sent.plain[:160]!r}"
+            )
+        for process in self.processes.values():
+            for run in process.runs:
+                if run.signal is None and run.returncode is not None:
+                    findings.problems.append(
+                        f"EXIT process {process.name} ended by itself with rc={run.returncode};"
+                        " its stderr ends: " + " | ".join(process.stderr_lines(run)[-5:])
+                    )
+                elif run.signal is not None and "then SIGKILL" in run.signal:
+                    findings.problems.append(f"HUNG process {process.name}: {run.signal}")
+            for entry in process.events("task_fired_without_service", "turn_crashed"):
+                findings.problems.append(f"LOGGED by process {process.name}: {entry}")
+        for error in self.model.tool_errors:
+            findings.problems.append(f"TOOL ERROR seen by the model: {error}")
+        findings.stats = {
+            "messages": len(self.pushed),
+            "chats": len({ask.user_id for ask in self.pushed}),
+            "reminders": len(self.expected_reminders),
+            "processes": ", ".join(
+                f"{p.name} ({p.runs[-1].signal or 'running'})" for p in self.processes.values()
+            ),
+            "handed over": self._posts_by_process(),
+            "crossings": len(self.crossings()),
+            "model requests": self.model.requests_by,
+            "sendMessage": sum(len(m) for m in self.telegram.sent.values()),
+            "excused duplicates": len(findings.excused),
+            "seconds": round(time.time() - self.started, 1),
+        }
+        return findings
+
+    def _posts_by_process(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name, _ in self.handed_to().values():
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def handed_to(self) -> dict[str, tuple[str, float]]:
+        """Each message's label -> the process the balancer handed it to, and when (its 200)."""
+        by_url = {p.hook_url: p.name for p in self.processes.values()}
+        found: dict[str, tuple[str, float]] = {}
+        for post in self.telegram.balanced_deliveries:
+            message = self.telegram.queued.get(post.update_id, {}).get("message") or {}
+            labels = LABEL.findall(str(message.get("text", "")))
+            if post.status == 200 and labels and labels[0] not in found:
+                found[labels[0]] = (by_url.get(post.url, post.url), post.at)
+        return found
+
+    def crossings(self) -> list[str]:
+        """Messages handed to another process than their chat's previous message while that
+        one was still unanswered: the situation the cluster must get right."""
+        ledger, handed = self.ledger(), self.handed_to()
+        found = []
+        for user_id in self.user_ids:
+            asks = [ask for ask in self.pushed if ask.user_id == user_id]
+            for before, after in itertools.pairwise(asks):
+                if before.label not in handed or after.label not in handed:
+                    continue
+                (first, _), (second, at) = handed[before.label], handed[after.label]
+                answered = ledger.first_delivery(before.label)
+                if first != second and (answered is None or at < answered):
+                    found.append(f"{after.label} to {second} while {first} had {before.label}")
+        return found
+
+    def _answer_line(self, tag: str, ledger: Ledger) -> str:
+        copies = ledger.parts.get((tag, 1), [])
+        names = ledger.answer_of[tag][1]
+        at = self.t(copies[0].sent.received_at) if copies else "never"
+        sender = self.name_of(copies[0].run) if copies else "?"
+        return f"{tag} (re {some_of(names)}, from process {sender} at {at})"
+
+    def _judge_answered(self, ask: Ask, ledger: Ledger, findings: Findings) -> None:
+        label = ask.label
+        tags = sorted(ledger.answered_by.get(label, ()), key=lambda tag: int(tag[1:]))
+        if not tags:
+            generated = [
+                f"{tag} (for process {self.model.process_of_answer.get(tag, '?')})"
+                for tag, names in self.model.answers.items()
+                if label in names
+            ]
+            rows = pg_rows(
+                self.database_url,
+                "SELECT id, status FROM messages WHERE role = 'user' AND content LIKE %s",
+                f"%{label}%",
+            )
+            findings.problems.append(
+                f"LOST {label} (chat {ask.user_id}, sent {self.t(self.pushed_at[label])}): no "
+                f"answer reached the user; model answers naming it: {generated or 'none'}; "
+                f"in the database: {rows or 'not stored'}"
+            )
+        elif len(tags) > 1:
+            findings.problems.append(
+                f"ANSWERED {len(tags)} TIMES {label} (chat {ask.user_id}): "
+                + "; ".join(self._answer_line(tag, ledger) for tag in tags)
+            )
+
+    def _judge_order(self, ledger: Ledger, findings: Findings) -> None:
+        """Per chat, each message's first answer comes no earlier than its predecessor's."""
+        for user_id in self.user_ids:
+            asks = [ask for ask in self.pushed if ask.user_id == user_id]
+            answered = [(ask, ledger.first_delivery(ask.label)) for ask in asks]
+            answered = [(ask, moment) for ask, moment in answered if moment is not None]
+            for (before, first), (after, second) in itertools.pairwise(answered):
+                if second < first:
+                    findings.problems.append(
+                        f"OUT OF ORDER in chat {user_id}: the answer to {before.label} "
+                        f"{self._story_of(before.label, first, ledger)} came after the answer to "
+                        f"the next message, {after.label} "
+                        f"{self._story_of(after.label, second, ledger)}"
+                    )
+
+    def _story_of(self, label: str, answered: float, ledger: Ledger) -> str:
+        """(sent +3.10s, handed to b, answered +6.27s by r9 from b)"""
+        tags = [t for t in ledger.answered_by.get(label, ()) if ledger.parts.get((t, 1))]
+        tag = min(tags, key=lambda t: ledger.parts[(t, 1)][0].sent.received_at)
+        handed = self.handed_to().get(label, ("?", 0.0))[0]
+        return (
+            f"(sent {self.t(self.pushed_at.get(label))}, handed to {handed}, answered "
+            f"{self.t(answered)} by {tag} from {self.name_of(ledger.parts[(tag, 1)][0].run)})"
+        )
+
+    def _judge_reminder(self, title: str, ledger: Ledger, findings: Findings) -> None:
+        copies = ledger.reminders.get(title, [])
+        if not copies:
+            findings.problems.append(
+                f"LOST reminder {title}: never delivered; {self._reminder_story(title)}"
+            )
+            return
+        fired = pg_rows(
+            self.database_url,
+            "SELECT id, status FROM messages WHERE role = 'assistant' AND kind = 'reminder' "
+            "AND content LIKE %s",
+            f"⏰ {title}%",
+        )
+        if len(fired) > 1:  # separate firings, not one reminder sent again
+            findings.problems.append(
+                f"FIRED {len(fired)} TIMES reminder {title}: stored as {fired}; the user got it "
+                + ", ".join(
+                    f"at {self.t(c.sent.received_at)} from process {self.name_of(c.run)}"
+                    for c in copies
+                )
+            )
+            return
+        self._judge_copies(f"reminder {title}", copies, ledger, findings)
+
+    def _reminder_story(self, title: str) -> str:
+        """What the database and the logs say of a reminder: its task, firings, their messages,
+        the process that fired each."""
+        tasks = pg_rows(self.database_url, "SELECT * FROM proactive_tasks WHERE title = %s", title)
+        if not tasks and title in self.model.refused:
+            return f"never asked for: {self.model.refused[title]}"
+        if not tasks or "id" not in tasks[0]:
+            return f"no task was stored for it {tasks or ''}".strip()
+        story = []
+        for task in tasks:
+            due = task.get("run_at")
+            story.append(f"task {task['id']} ({task['status']}, due {due and due.isoformat()})")
+            firers = [
+                f"{p.name} at {self.t(logged_at(entry))}"
+                for p in self.processes.values()
+                for entry in p.events("task_fired")
+                if entry.get("task_id") == task["id"]
+            ]
+            story.append(f"task_fired logged by {', '.join(firers) or 'no process'}")
+            runs = pg_rows(
+                self.database_url,
+                "SELECT r.id, r.status, r.message_id, m.status AS message_status FROM task_runs "
+                "r LEFT JOIN messages m ON m.id = r.message_id WHERE r.task_id = %s",
+                task["id"],
+            )
+            story += [
+                f"run {run.get('id')} {run.get('status')!r} with message {run.get('message_id')} "
+                f"{run.get('message_status')!r}"
+                for run in runs
+            ] or ["no run"]
+        return "; ".join(story)
+
+    def _judge_copies(
+        self,
+        what: str,
+        copies: Sequence[Any],
+        ledger: Ledger,
+        findings: Findings,
+        *,
+        tag: str | None = None,
+        part: int | None = None,
+    ) -> None:
+        for earlier, later in itertools.pairwise(copies):
+            first = earlier.sent
+            sender = next((p for p in self.processes.values() if p.number == earlier.run), None)
+            runs = sender.runs if sender is not None else []
+            why = in_flight_excuse(first, runs, ledger, tag, part, self.t)
+            if later.run == earlier.run:
+                why = f"not stopped in between: process {self.name_of(later.run)} sent it twice"
+            story = (
+                f"DOUBLED {what}: the user got it at {self.t(first.received_at)} from process "
+                f"{self.name_of(earlier.run)} (Telegram answered {self.t(first.answered_at)}) "
+                f"and again at {self.t(later.sent.received_at)} from process "
+                f"{self.name_of(later.run)}"
+            )
+            if why is not None and not why.startswith("not"):
+                findings.excused.append(f"{story}: {why}")
+            else:
+                findings.problems.append(f"{story}: {why or 'no kill explains it'}")
+
+    # ---- the report ------------------------------------------------------------------------
+
+    def report(self, what: str, findings: Findings) -> str:
+        lines = [
+            f"{what}, seed {self.seed}: {len(findings.problems)} problems",
+            "  " + ", ".join(f"{key}: {value}" for key, value in findings.stats.items()),
+            "  processes: "
+            + "; ".join(
+                f"{p.name} ready {self.t(run.ready_at)} {run.signal or 'running'} "
+                f"{self.t(run.signalled_at)} rc={run.returncode}"
+                for p in self.processes.values()
+                for run in p.runs
+            ),
+            *(f"  note: {note}" for note in self.notes),
+        ]
+        if findings.excused:
+            lines.append(f"  excused ({len(findings.excused)}):")
+            lines += [f"    {line}" for line in findings.excused]
+        if findings.problems:
+            lines.append(f"  PROBLEMS ({len(findings.problems)}):")
+            lines += [f"    {line}" for line in findings.problems]
+            trouble = [line for p in self.processes.values() for line in p.trouble()]
+            lines.append(
+                f"  errors and warnings in the processes' logs ({len(trouble)}, first 20):"
+            )
+            lines += [f"    {line}" for line in trouble[:20]]
+        return "\n".join(lines)
+
+
+@contextlib.asynccontextmanager
+async def cluster_of(
+    workdir: Path,
+    database_url: str,
+    seed: int,
+    user_ids: Sequence[int],
+    plan: Sequence[Ask],
+) -> AsyncIterator[Cluster]:
+    """The fakes and an empty cluster over them; every process still running at the end is
+    stopped (SIGTERM, SIGKILL when it hangs)."""
+    model = ClusterModel(plan)
+    async with (
+        FakeTelegramServer(send_delay=SEND_DELAY) as telegram,
+        FakeAnthropicServer(responder=model.respond) as llm,
+    ):
+        model.server = llm
+        cluster = Cluster(workdir, database_url, seed, user_ids, telegram, llm, model)
+        try:
+            yield cluster
+        finally:
+            await cluster.stop_all()
+
+
+def due_in_window(
+    rng: random.Random, titles: Sequence[str], start: float, length: float
+) -> dict[str, datetime]:
+    """A seeded due time for each reminder, `start` to `start + length` seconds from now."""
+    now = datetime.now(UTC)
+    return {
+        title: (now + timedelta(seconds=start + rng.uniform(0, length))).replace(microsecond=0)
+        for title in titles
+    }
