@@ -23,8 +23,9 @@ from sqlalchemy.exc import DBAPIError
 
 from bruce_bot.agent.brain.library import load_library
 from bruce_bot.agent.brain.runner import AnalyticalBrain, BrainRunner
+from bruce_bot.agent.subagent import SpawnSubagentTool
 from bruce_bot.agent.summarizer import Summarizer
-from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING, TurnRunner
+from bruce_bot.agent.turn import TurnRunner
 from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
@@ -43,11 +44,11 @@ from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url, upgrade_schema
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
 from bruce_bot.storage.sessions import SessionRecord
+from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
-from bruce_bot.tools.subagent import SpawnSubagentTool
 
 log = structlog.get_logger(__name__)
 

@@ -55,6 +55,15 @@ class InboundMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class Submission:
+    """What the inbox did with a message: `accepted` means it is durable and will be answered."""
+
+    accepted: bool
+    message_id: int | None = None
+    reason: str = ""  # "duplicate", "empty", "stopping" when not accepted
+
+
+@dataclass(frozen=True, slots=True)
 class Choice:
     """A button under a message: a channel that has buttons shows `label`, and a press comes
     back as `data` through `InboxPort.choose`. Channels without buttons show the text only,

@@ -18,8 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from bruce_bot.channels.base import Submission
-from bruce_bot.domain import InboundMessage, SessionKey
+from bruce_bot.domain import InboundMessage, SessionKey, Submission
 from bruce_bot.inbox import Inbox
 from bruce_bot.storage.stores import Stores
 

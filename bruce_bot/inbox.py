@@ -26,8 +26,7 @@ from typing import Any
 
 import structlog
 
-from bruce_bot.channels.base import Submission
-from bruce_bot.domain import InboundMessage, MessageKind
+from bruce_bot.domain import InboundMessage, MessageKind, Submission
 from bruce_bot.storage.leases import Leases
 from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionRecord

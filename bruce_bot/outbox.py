@@ -26,6 +26,7 @@ from bruce_bot.domain import OutboundMessage, utcnow
 from bruce_bot.storage.deliveries import DeliveryAttempt, DeliveryStore
 from bruce_bot.storage.messages import MessageStore
 from bruce_bot.storage.sessions import SessionStore
+from bruce_bot.text import split_text
 
 log = structlog.get_logger(__name__)
 
@@ -34,51 +35,6 @@ BASE_BACKOFF_SECONDS = 0.5
 # Replies older than this are not redelivered: a day-old answer would only confuse.
 REDELIVERY_WINDOW = timedelta(hours=24)
 REDELIVERY_INTERVAL_SECONDS = 60.0
-
-
-def split_text(text: str, limit: int) -> list[str]:
-    """Split `text` into parts of at most `limit` characters on natural boundaries.
-
-    Paragraphs first, then lines, then words; a code fence cut in two is closed at the end of
-    one part and reopened (with its language) at the start of the next.
-    """
-    if len(text) <= limit:
-        return [text]
-    parts: list[str] = []
-    remaining = text
-    fence_reopen = ""
-    while remaining:
-        remaining = fence_reopen + remaining
-        if len(remaining) <= limit:
-            parts.append(remaining)
-            break
-        budget = limit - 4  # room to close a fence ("\n```")
-        window = remaining[:budget]
-        cut = -1
-        for separator in ("\n\n", "\n", " "):
-            cut = window.rfind(separator)
-            if cut > budget // 3:
-                break
-        if cut <= 0:
-            cut = budget
-        part, remaining = remaining[:cut].rstrip(), remaining[cut:].lstrip("\n ")
-        fence_reopen = ""
-        open_fence = _open_fence(part)
-        if open_fence is not None:
-            part += "\n```"
-            fence_reopen = f"```{open_fence}\n"
-        parts.append(part)
-    return [part for part in parts if part.strip()]
-
-
-def _open_fence(text: str) -> str | None:
-    """The language of a code fence left open at the end of `text`, or None if all are closed."""
-    language: str | None = None
-    for line in text.split("\n"):
-        stripped = line.strip()
-        if stripped.startswith("```"):
-            language = None if language is not None else stripped[3:].strip()
-    return language
 
 
 class Outbox:

@@ -18,6 +18,7 @@ from bruce_bot.agent.brain.library import Document
 from bruce_bot.domain import ChatMessage, SystemPrompt
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.messages import ANSWERS, StoredMessage
+from bruce_bot.tools.proactive import SCHEDULING_TOOLS
 
 # The status of a message that did not fit the model even after the history was shortened; the
 # model then sees a stub in its place.
@@ -26,7 +27,6 @@ TOO_LONG_STUB = (
     "[An earlier message of {chars} characters was here; it was too long for the model to read, "
     "and the user was told so.]"
 )
-SCHEDULING_TOOLS = frozenset({"proactive_create", "proactive_list", "proactive_cancel"})
 
 
 def humanize_gap(gap: timedelta) -> str:

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bruce_bot.domain import ToolExecution
+from bruce_bot.tools.proactive import CREATE_TOOL
 
 ARTIFACT_TOOLS = ("artifact_save",)
-SCHEDULING_TOOLS = ("proactive_create",)
 
 _SENTENCE = re.compile(r"[^.!?\n]+")
 _ARTIFACT_LINK = re.compile(r"\S*/artifacts/[^\s)\]>\"']+")
@@ -68,7 +68,7 @@ def find_unbacked_claim(text: str, executions: Sequence[ToolExecution]) -> Unbac
         path = link[link.index("/artifacts/") :]
         if not any(path in output for output in artifact_outputs):
             return UnbackedClaim("artifact", ARTIFACT_TOOLS, link)
-    scheduled = bool(_succeeded(executions, SCHEDULING_TOOLS))
+    scheduled = bool(_succeeded(executions, (CREATE_TOOL,)))
     for sentence in _SENTENCE.findall(text):
         if not artifact_outputs and _CREATED.search(sentence) and _ARTIFACT_THING.search(sentence):
             return UnbackedClaim("artifact", ARTIFACT_TOOLS, sentence.strip())
@@ -76,7 +76,7 @@ def find_unbacked_claim(text: str, executions: Sequence[ToolExecution]) -> Unbac
             (_SCHEDULED.search(sentence) and _SCHEDULE_THING.search(sentence))
             or _PROMISE.search(sentence)
         ):
-            return UnbackedClaim("schedule", SCHEDULING_TOOLS, sentence.strip())
+            return UnbackedClaim("schedule", (CREATE_TOOL,), sentence.strip())
     return None
 
 

@@ -21,7 +21,6 @@ import structlog
 from bruce_bot.agent.brain.library import Document, Library
 from bruce_bot.agent.budget import ContextBudget, newest_within, shrink_to
 from bruce_bot.agent.context import (
-    SCHEDULING_TOOLS,
     TOO_LONG,
     build_system_prompt,
     in_conversation_order,
@@ -50,6 +49,7 @@ from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.summaries import Summary
+from bruce_bot.tools.proactive import SCHEDULING_TOOLS
 from bruce_bot.tools.registry import ToolContext, ToolRegistry, arguments_json
 
 log = structlog.get_logger(__name__)
@@ -59,7 +59,6 @@ TYPING_REFRESH_SECONDS = 4.0
 BriefingHook = Callable[[int, bool, str | None], Awaitable[None]]
 # Told the session id after an exchange with a real reply; must return at once (the brain).
 ExchangeHook = Callable[[int], None]
-SYSTEM_PROMPT_SETTING = "agent.system_prompt"
 # Appended when the model keeps claiming an action no tool performed: the user must not be misled.
 UNCONFIRMED_NOTE = {
     "artifact": "\n\n(Note: I could not confirm that any file was actually saved.)",
@@ -306,7 +305,7 @@ class TurnRunner:
         self, session: SessionRecord, summary: Summary | None, tools: ToolRegistry
     ) -> SystemPrompt:
         agent = self._config.agent
-        base_prompt = await self._stores.settings.get(SYSTEM_PROMPT_SETTING, agent.system_prompt)
+        base_prompt = await self._stores.settings.system_prompt(agent.system_prompt)
         skills, workflow, goals = await self._kept_by_brain(session)
         return build_system_prompt(
             base_prompt=base_prompt,

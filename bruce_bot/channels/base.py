@@ -7,19 +7,9 @@ LLM or a database. The platform SDK is imported only inside the adapter's own mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from bruce_bot.domain import InboundMessage, OutboundMessage
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """What the inbox did with a message: `accepted` means it is durable and will be answered."""
-
-    accepted: bool
-    message_id: int | None = None
-    reason: str = ""  # "duplicate", "empty", "stopping" when not accepted
+from bruce_bot.domain import InboundMessage, OutboundMessage, Submission
 
 
 class InboxPort(Protocol):

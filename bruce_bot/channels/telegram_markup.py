@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import structlog
 from chatgpt_md_converter import telegram_format
 
-from bruce_bot.outbox import split_text
+from bruce_bot.text import split_text
 
 log = structlog.get_logger(__name__)
 

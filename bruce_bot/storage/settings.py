@@ -20,6 +20,10 @@ TOPIC = "settings"
 _UNSET = object()
 
 
+# The dashboard's base system prompt; the config's `agent.system_prompt` when unset.
+SYSTEM_PROMPT_SETTING = "agent.system_prompt"
+
+
 class SettingsStore:
     def __init__(self, engine: AsyncEngine, feed: ChangeFeed | None = None) -> None:
         self._engine = engine
@@ -75,3 +79,7 @@ class SettingsStore:
             await connection.execute(delete(SettingRow).where(SettingRow.key == key))
             await self._feed.publish_with(connection, TOPIC, key)
         self._keep(key, None, epoch)
+
+    async def system_prompt(self, configured: str) -> str:
+        """The base system prompt: the dashboard's, else `configured` (the config's)."""
+        return str(await self.get(SYSTEM_PROMPT_SETTING, configured))

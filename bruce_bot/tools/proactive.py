@@ -15,6 +15,13 @@ from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
 
+CREATE_TOOL = "proactive_create"
+LIST_TOOL = "proactive_list"
+CANCEL_TOOL = "proactive_cancel"
+# The tools that set up, show and cancel scheduled tasks: a scheduled run itself, and a
+# sub-agent, get none of them.
+SCHEDULING_TOOLS = frozenset({CREATE_TOOL, LIST_TOOL, CANCEL_TOOL})
+
 
 class TaskPort(Protocol):
     async def create(self, **fields: Any) -> TaskRecord: ...
@@ -40,7 +47,7 @@ def _session(context: ToolContext) -> int:
 
 
 class ProactiveCreate(Tool):
-    name = "proactive_create"
+    name = CREATE_TOOL
     description = (
         "Schedule something for later in this chat. execution_mode 'message' sends `content` as "
         "written when due (a plain reminder, no AI). execution_mode 'agent' runs `content` as an "
@@ -97,7 +104,7 @@ class ProactiveCreate(Tool):
 
 
 class ProactiveList(Tool):
-    name = "proactive_list"
+    name = LIST_TOOL
     description = "List this chat's active reminders and scheduled briefings with their next run."
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -116,7 +123,7 @@ class ProactiveList(Tool):
 
 
 class ProactiveCancel(Tool):
-    name = "proactive_cancel"
+    name = CANCEL_TOOL
     description = "Cancel an active task of this chat by its id (see proactive_list)."
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

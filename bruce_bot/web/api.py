@@ -20,9 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
 from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.storage.sessions import SessionRecord
+from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.web.context import WebContext
 

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, expect
 
-from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
 from bruce_bot.domain import SessionKey
 from bruce_bot.scheduler.service import job_id
+from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.web.auth import COOKIE_NAME
 from tests.browser.conftest import needs_chromium

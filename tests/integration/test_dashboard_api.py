@@ -15,10 +15,10 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
 from bruce_bot.domain import SessionKey, utcnow
 from bruce_bot.scheduler.service import job_id
 from bruce_bot.storage.models import LLMCallRow
+from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
 from bruce_bot.web.api import MAX_LIMIT, usage_days
 from tests.conftest import clock_from, days_ahead_at, wait_until
 from tests.integration.dashboard_support import YAML_PROMPT, Dashboard, running_dashboard

@@ -12,9 +12,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from bruce_bot.agent.subagent import SUBAGENT_NOTE
 from bruce_bot.channels.console import ConsoleChannel
 from bruce_bot.config import Config
-from bruce_bot.tools.subagent import SUBAGENT_NOTE
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer, ScriptedToolCall
 from tests.integration.support import (

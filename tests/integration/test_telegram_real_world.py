@@ -16,11 +16,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.base import Submission
 from bruce_bot.channels.telegram import ONLY_TEXT, TelegramChannel
 from bruce_bot.channels.telegram_texts import ANONYMOUS_REPLY, UNREADABLE
 from bruce_bot.config import TelegramConfig
-from bruce_bot.domain import InboundMessage, SessionKey
+from bruce_bot.domain import InboundMessage, SessionKey, Submission
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.fakes.telegram_server import BOT_ID, FakeTelegramServer, load_fixture

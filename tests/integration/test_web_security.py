@@ -23,8 +23,8 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
 from bruce_bot.app import Bruce
+from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
 from bruce_bot.web.auth import COOKIE_NAME
 from bruce_bot.web.hosts import AllowedHosts, parse_host
 from tests.conftest import make_config, running_bruce

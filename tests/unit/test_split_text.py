@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bruce_bot.outbox import split_text
+from bruce_bot.text import split_text
 
 
 def test_short_text_is_one_part() -> None:

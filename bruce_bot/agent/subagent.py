@@ -19,13 +19,13 @@ from typing import Any, ClassVar
 
 import structlog
 
-from bruce_bot.agent.context import SCHEDULING_TOOLS, build_system_prompt
+from bruce_bot.agent.context import build_system_prompt
 from bruce_bot.agent.loop import run_agent_loop
-from bruce_bot.agent.turn import SYSTEM_PROMPT_SETTING
 from bruce_bot.config import Config
 from bruce_bot.domain import ChatMessage, LLMCallRecord, SessionKey, ToolExecution, utcnow
 from bruce_bot.llm.base import LLMError, LLMService
 from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.proactive import SCHEDULING_TOOLS
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry, arguments_json
 
 log = structlog.get_logger(__name__)
@@ -114,7 +114,7 @@ class SpawnSubagentTool(Tool):
         task_id, _ = await stores.messages.add_settled(child.id, "user", task, "done")
         tools = self._tools.without({NAME, *SCHEDULING_TOOLS})
         agent = self._config.agent
-        base_prompt = await stores.settings.get(SYSTEM_PROMPT_SETTING, agent.system_prompt)
+        base_prompt = await stores.settings.system_prompt(agent.system_prompt)
         system_prompt = build_system_prompt(
             base_prompt=f"{base_prompt.strip()}\n\n{SUBAGENT_NOTE}",
             summary=None,

@@ -1,0 +1,90 @@
+"""The layer rules of docs/architecture.md, checked on the real import graph (grimp).
+
+Bruce's parts import one way: the core (domain, text, storage) knows no channel, tool or
+agent; channel adapters see only the domain and their port, never the inbox, the outbox or a
+database; tools and the web dashboard never reach into the agent. No two parts import each
+other, directly or through others. A rule broken here names the chain that breaks it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import defaultdict
+from functools import cache
+
+import grimp
+import pytest
+
+PACKAGE = "bruce_bot"
+
+
+@cache
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(PACKAGE)
+
+
+def part(module: str) -> str:
+    """The part a module belongs to: a subpackage (bruce_bot.agent) or a top-level module."""
+    return ".".join(module.split(".")[:2])
+
+
+def parts_imported() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for module in graph().modules:
+        for imported in graph().find_modules_directly_imported_by(module):
+            if PACKAGE not in (part(module), part(imported)) and part(module) != part(imported):
+                edges[part(module)].add(part(imported))
+    return edges
+
+
+def chain(importer: str, imported: str) -> list[str] | None:
+    chains = graph().find_shortest_chains(importer, imported, as_packages=True)
+    return min(chains, key=len) if chains else None  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("importer", "forbidden"),
+    [
+        ("bruce_bot.channels", "bruce_bot.inbox"),
+        ("bruce_bot.channels", "bruce_bot.outbox"),
+        ("bruce_bot.channels", "bruce_bot.storage"),
+        ("bruce_bot.tools", "bruce_bot.agent"),
+        ("bruce_bot.web", "bruce_bot.agent"),
+        ("bruce_bot.storage", "bruce_bot.agent"),
+        ("bruce_bot.storage", "bruce_bot.channels"),
+        ("bruce_bot.llm", "bruce_bot.storage"),
+        ("bruce_bot.domain", "bruce_bot.storage"),
+    ],
+)
+def test_a_layer_never_imports_what_it_must_not(importer: str, forbidden: str) -> None:
+    found = chain(importer, forbidden)
+    assert found is None, f"{importer} must not import {forbidden}: " + " -> ".join(found or ())
+
+
+def test_no_two_parts_import_each_other_even_through_others() -> None:
+    edges = parts_imported()
+    cycles: list[list[str]] = []
+
+    def walk(path: list[str]) -> None:
+        for following in sorted(edges.get(path[-1], ())):
+            if following == path[0]:
+                cycles.append([*path, following])
+            elif following not in path and following > path[0]:  # each cycle once
+                walk([*path, following])
+
+    for start in sorted(edges):
+        walk([start])
+    assert not cycles, "import cycles between parts: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_a_channel_formatter_loads_no_database_library() -> None:
+    # An adapter never sees a database: importing the Telegram markup must not pull SQLAlchemy.
+    probe = (
+        "import sys, bruce_bot.channels.telegram_markup; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]", out.stdout
