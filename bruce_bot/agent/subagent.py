@@ -21,12 +21,13 @@ import structlog
 
 from bruce_bot.agent.context import build_system_prompt
 from bruce_bot.agent.loop import run_agent_loop
+from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.config import Config
-from bruce_bot.domain import ChatMessage, LLMCallRecord, SessionKey, ToolExecution, utcnow
+from bruce_bot.domain import ChatMessage, SessionKey, utcnow
 from bruce_bot.llm.base import LLMError, LLMService
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.proactive import SCHEDULING_TOOLS
-from bruce_bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry, arguments_json
+from bruce_bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -41,29 +42,6 @@ SUBAGENT_NOTE = (
 )
 # Told the child session's id when it has answered (the analytical brain: it gets a nickname).
 FinishedHook = Callable[[int], None]
-
-
-class _ChildRecorder:
-    """Loop observer: the child's tool executions and LLM usage, written at once under its id."""
-
-    def __init__(self, stores: Stores, session_id: int) -> None:
-        self._stores = stores
-        self._session_id = session_id
-
-    async def on_llm_call(self, record: LLMCallRecord) -> None:
-        await self._stores.audit.record_usage(self._session_id, [record])
-
-    async def on_tool_executed(self, execution: ToolExecution) -> None:
-        result = execution.result
-        await self._stores.audit.record_tool_execution(
-            session_id=self._session_id,
-            turn=execution.turn,
-            tool_name=execution.call.name,
-            tool_input=arguments_json(execution.call.arguments, execution.call.raw_arguments),
-            output=None if result.is_error else result.content,
-            error=result.content if result.is_error else None,
-            duration_ms=execution.duration_ms,
-        )
 
 
 class SpawnSubagentTool(Tool):
@@ -132,7 +110,7 @@ class SpawnSubagentTool(Tool):
                 [ChatMessage("user", task)],
                 agent.max_turns,
                 context=ToolContext(session_id=child.id, channel=CHANNEL, chat_id=child.chat_id),
-                observer=_ChildRecorder(stores, child.id),
+                observer=AuditRecorder(stores.audit, child.id),
                 purpose=PURPOSE,
             )
         except LLMError as exc:

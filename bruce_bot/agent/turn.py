@@ -3,8 +3,9 @@
 The inbox hands a session's batch of waiting messages to `TurnRunner.run`. It assembles the
 history and the four-layer system prompt, runs the agent loop (recording each tool execution as
 it happens), stores the reply together with the batch's final status and the token usage in one
-commit, delivers it through the outbox, tells the analytical brain that an exchange happened
-(it runs in the background), and folds the history into the summary when it grew past its budget.
+commit, delivers it through the outbox, tells its listeners how the turn ended (the analytical
+brain, the scheduler for a briefing's run), and folds the history into the summary when it grew
+past its budget. A chat turn and a scheduled briefing's turn differ only by a `TurnKind` value.
 The session's active skills, workflow and goals, which the brain keeps, go into the prompt.
 Whatever fails, the user gets a short plain reply and nothing they sent is lost.
 """
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
+from zoneinfo import ZoneInfo
 
 import structlog
 
@@ -29,18 +33,11 @@ from bruce_bot.agent.context import (
 from bruce_bot.agent.failures import OutageMemory, notice_for
 from bruce_bot.agent.guard import correction_request, find_unbacked_claim
 from bruce_bot.agent.loop import AgentRun, run_agent_loop
+from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.agent.resume import ResumedRounds, resumed_rounds
 from bruce_bot.agent.summarizer import Summarizer, over_budget
-from bruce_bot.config import Config
-from bruce_bot.domain import (
-    ChatMessage,
-    LLMCallRecord,
-    MessageKind,
-    OutboundMessage,
-    SystemPrompt,
-    ToolExecution,
-    utcnow,
-)
+from bruce_bot.config import AgentConfig, LLMConfig
+from bruce_bot.domain import ChatMessage, MessageKind, OutboundMessage, SystemPrompt, utcnow
 from bruce_bot.inbox import QueuedMessage
 from bruce_bot.llm.base import LLMContextOverflowError, LLMService
 from bruce_bot.outbox import Outbox
@@ -49,16 +46,14 @@ from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.summaries import Summary
+from bruce_bot.storage.tasks import RUN_KEY
 from bruce_bot.tools.proactive import SCHEDULING_TOOLS
-from bruce_bot.tools.registry import ToolContext, ToolRegistry, arguments_json
+from bruce_bot.tools.registry import ToolContext, ToolRegistry
 
 log = structlog.get_logger(__name__)
 
 TYPING_REFRESH_SECONDS = 4.0
-# Told when a scheduled briefing's turn is over: (task run id, delivered?, error).
-BriefingHook = Callable[[int, bool, str | None], Awaitable[None]]
-# Told the session id after an exchange with a real reply; must return at once (the brain).
-ExchangeHook = Callable[[int], None]
+NO_ANSWER = "I don't have an answer to that; could you rephrase it?"
 # Appended when the model keeps claiming an action no tool performed: the user must not be misled.
 UNCONFIRMED_NOTE = {
     "artifact": "\n\n(Note: I could not confirm that any file was actually saved.)",
@@ -66,128 +61,118 @@ UNCONFIRMED_NOTE = {
 }
 
 
-class _TurnRecorder:
-    """Loop observer: writes each tool execution at once (with the message it answers, so a
-    turn cut by a crash can resume), keeps LLM usage for the final commit, and holds the rounds
-    such a cut turn had already run."""
+@dataclass(frozen=True, slots=True)
+class TurnKind:
+    """What differs between answering the user and running a scheduled briefing."""
 
-    def __init__(
-        self,
-        stores: Stores,
-        session_id: int,
-        batch_ids: Sequence[int],
-        resumed: ResumedRounds,
-    ) -> None:
-        self._stores = stores
-        self._session_id = session_id
-        self._answers_message_id = batch_ids[-1]
-        self.batch_ids = batch_ids
-        self.resumed = resumed
-        self.llm_calls: list[LLMCallRecord] = []
+    reply_kind: MessageKind
+    withheld_tools: frozenset[str]  # a briefing must not schedule more work: no feedback loops
+    always_tell_failure: bool  # a chat hears of an outage once; every failed briefing says so
 
-    async def on_llm_call(self, record: LLMCallRecord) -> None:
-        self.llm_calls.append(record)
+    def titled(self, title: str, reply: str) -> str:
+        return f"📋 {title}\n\n{reply}" if self.reply_kind == "briefing" and title else reply
 
-    async def on_tool_executed(self, execution: ToolExecution) -> None:
-        result = execution.result
-        await self._stores.audit.record_tool_execution(
-            session_id=self._session_id,
-            turn=execution.turn,
-            tool_name=execution.call.name,
-            tool_input=arguments_json(execution.call.arguments, execution.call.raw_arguments),
-            output=None if result.is_error else result.content,
-            error=result.content if result.is_error else None,
-            duration_ms=execution.duration_ms,
-            call_id=execution.call.id,
-            answers_message_id=self._answers_message_id,
-        )
+    def failure(self, title: str, notice: str) -> str:
+        return f"⚠️ Couldn't run {title}: {notice}" if self.always_tell_failure and title else notice
+
+
+CHAT_TURN = TurnKind("chat", frozenset(), always_tell_failure=False)
+BRIEFING_TURN = TurnKind("briefing", SCHEDULING_TOOLS, always_tell_failure=True)
+
+
+def kind_of(batch: Sequence[QueuedMessage]) -> TurnKind:
+    return BRIEFING_TURN if any(item.kind == "task" for item in batch) else CHAT_TURN
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSettings:
+    """What turns are run with, besides their collaborators."""
+
+    agent: AgentConfig
+    llm: LLMConfig
+    zone: ZoneInfo
+    clock: Callable[[], datetime] = utcnow
+    library: Library | None = None  # None: the brain is off, its layers are not shown
+
+    @property
+    def budget(self) -> ContextBudget:
+        return ContextBudget(self.llm.effective_context_window, self.llm.max_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    """How a turn ended, for its listeners."""
+
+    session_id: int
+    batch: Sequence[QueuedMessage]
+    answered: bool  # the batch got a real answer (else a failure notice, or nothing)
+    error: str | None  # what the chat was told instead of an answer
+    delivery: str  # the reply's delivery status; "sent" when there was none to send
+
+    @property
+    def run_ids(self) -> list[int]:
+        """The scheduled task runs this turn answered (a briefing)."""
+        return [run for item in self.batch if (run := item.metadata.get(RUN_KEY))]
+
+
+class TurnListener(Protocol):
+    async def turn_finished(self, turn: TurnFinished) -> None: ...
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One turn in progress: what it answers and with what."""
+
+    session: SessionRecord
+    batch: Sequence[QueuedMessage]
+    kind: TurnKind
+    stored: Sequence[StoredMessage]
+    summary: Summary | None
+    tools: ToolRegistry
+    recorder: AuditRecorder
+    resumed: ResumedRounds
+    context: ToolContext
+
+    @property
+    def ids(self) -> list[int]:
+        return [item.id for item in self.batch]
+
+    @property
+    def title(self) -> str:
+        return next((str(i.metadata["title"]) for i in self.batch if i.metadata.get("title")), "")
 
 
 class TurnRunner:
     def __init__(
         self,
-        config: Config,
+        settings: TurnSettings,
         stores: Stores,
         llm: LLMService,
         tools: ToolRegistry,
         outbox: Outbox,
-        summarizer: Summarizer,
-        clock: Callable[[], datetime] = utcnow,
-        briefing_finished: BriefingHook | None = None,
-        library: Library | None = None,
-        exchange_finished: ExchangeHook | None = None,
+        listeners: Sequence[TurnListener] = (),
     ) -> None:
-        self._briefing_finished = briefing_finished
-        self._library = library  # None: the brain is off, its layers are not shown
-        self._exchange_finished = exchange_finished
-        self._config = config
+        self._settings = settings
         self._stores = stores
         self._llm = llm
         self._tools = tools
         self._outbox = outbox
-        self._summarizer = summarizer
-        self._clock = clock
+        self._listeners = list(listeners)
+        self._summarizer = Summarizer(
+            llm, settings.llm, settings.agent, stores.messages, stores.summaries, stores.audit
+        )
         self._outages = OutageMemory()
         self._typing_tasks: set[asyncio.Task[None]] = set()  # finishing their last request
 
+    def listen(self, listener: TurnListener) -> None:
+        self._listeners.append(listener)
+
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
-        agent = self._config.agent
-        summary = await self._current_summary(session)
-        after = max(
-            session.context_start_message_id, summary.covers_until_message_id if summary else 0
-        )
-        stored = await self._stores.messages.start_turn(
-            # However long the batch, all of it is read: each message it marks answered is one
-            # the model has seen.
-            session.id,
-            [item.id for item in batch],
-            after,
-            max(agent.history_max_messages, len(batch)),
-        )
-        is_task = any(item.kind == "task" for item in batch)
-        title = next((i.metadata.get("title") for i in batch if i.metadata.get("title")), "")
-        # A scheduled briefing must not schedule more work: no feedback loops.
-        tools = self._tools.without(SCHEDULING_TOOLS) if is_task else self._tools
-        recorder = _TurnRecorder(
-            self._stores, session.id, [i.id for i in batch], await self._resumed(session, batch)
-        )
-        context = ToolContext(
-            session_id=session.id,
-            channel=session.channel,
-            chat_id=session.chat_id,
-            turn_key=f"m{batch[-1].id}",
-        )
-        reply_kind: MessageKind = "briefing" if is_task else "chat"
-        inbound_status = "done"
-        reply: str | None
-        shortened = False
-        try:
-            async with self._typing(session):
-                run, shortened = await self._answer(
-                    session, stored, summary, tools, context, recorder
-                )
-            reply = run.text.strip() or "I don't have an answer to that; could you rephrase it?"
-            if is_task and title:
-                reply = f"📋 {title}\n\n{reply}"
-            self._outages.recovered(session.id)
-        except Exception as exc:
-            notice = notice_for(exc, session.id)
-            reply_kind, inbound_status = "notice", "failed"
-            if isinstance(exc, LLMContextOverflowError):
-                # Marked so that later turns show the model a stub in its place: a message that
-                # never fits must not keep the chat from being answered.
-                shortened, inbound_status = True, TOO_LONG
-            if is_task:
-                reply = f"⚠️ Couldn't run {title}: {notice.text}" if title else notice.text
-            else:
-                reply = notice.text if self._outages.should_tell(session.id, notice) else None
+        turn = await self._begin(session, batch)
+        reply, status, shortened = await self._reply(turn)
+        reply_kind: MessageKind = turn.kind.reply_kind if status == "done" else "notice"
         message_id, at = await self._stores.messages.finish_turn(
-            session.id,
-            [item.id for item in batch],
-            inbound_status,
-            reply,
-            reply_kind,
-            recorder.llm_calls,
+            session.id, turn.ids, status, reply, reply_kind, turn.recorder.llm_calls
         )
         self._stores.sessions.touch(session.id, at)
         delivery = "sent"
@@ -202,23 +187,59 @@ class TurnRunner:
                     batch[-1].metadata,
                 )
             )
-        if inbound_status == "done" and self._exchange_finished is not None:
-            self._exchange_finished(session.id)
-        if self._briefing_finished is not None:
-            for item in batch:
-                if run_id := item.metadata.get("task_run_id"):
-                    error = reply if inbound_status != "done" else None
-                    if delivery != "sent":
-                        error = f"{error or ''} (delivery {delivery})".strip()
-                    await self._briefing_finished(run_id, error is None, error)
-        if shortened or (inbound_status == "done" and over_budget(stored, agent)):
+        answered = status == "done"
+        finished = TurnFinished(session.id, batch, answered, None if answered else reply, delivery)
+        for listener in self._listeners:
+            await listener.turn_finished(finished)
+        if shortened or (answered and over_budget(turn.stored, self._settings.agent)):
             await self._summarizer.fold(session.id, session.context_start_message_id)
 
-    async def _resumed(
-        self, session: SessionRecord, batch: Sequence[QueuedMessage]
-    ) -> ResumedRounds:
+    async def _begin(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> _Turn:
+        summary = await self._current_summary(session)
+        after = max(
+            session.context_start_message_id, summary.covers_until_message_id if summary else 0
+        )
+        ids = [item.id for item in batch]
+        # However long the batch, all of it is read: each message it marks answered is one the
+        # model has seen.
+        limit = max(self._settings.agent.history_max_messages, len(batch))
+        stored = await self._stores.messages.start_turn(session.id, ids, after, limit)
+        kind = kind_of(batch)
+        context = ToolContext(
+            session_id=session.id,
+            channel=session.channel,
+            chat_id=session.chat_id,
+            turn_key=f"m{batch[-1].id}",
+        )
+        recorder = AuditRecorder(
+            self._stores.audit, session.id, answers_message_id=ids[-1], hold_usage=True
+        )
+        tools = self._tools.without(kind.withheld_tools) if kind.withheld_tools else self._tools
+        resumed = await self._resumed(session, ids)
+        return _Turn(session, batch, kind, stored, summary, tools, recorder, resumed, context)
+
+    async def _reply(self, turn: _Turn) -> tuple[str | None, str, bool]:
+        """The reply (None: nothing to tell), the batch's status, and whether the history was
+        shortened to fit the model. Whatever fails, the chat gets a plain reply or nothing."""
+        session = turn.session
+        try:
+            async with self._typing(session):
+                run, shortened = await self._answer(turn)
+            self._outages.recovered(session.id)
+            return turn.kind.titled(turn.title, run.text.strip() or NO_ANSWER), "done", shortened
+        except Exception as exc:
+            notice = notice_for(exc, session.id)
+            status, shortened = "failed", False
+            if isinstance(exc, LLMContextOverflowError):
+                # Marked so that later turns show the model a stub in its place: a message that
+                # never fits must not keep the chat from being answered.
+                status, shortened = TOO_LONG, True
+            tell = turn.kind.always_tell_failure or self._outages.should_tell(session.id, notice)
+            return (turn.kind.failure(turn.title, notice.text) if tell else None), status, shortened
+
+    async def _resumed(self, session: SessionRecord, ids: Sequence[int]) -> ResumedRounds:
         """The rounds a crash cut short, for a batch answered before (see agent/resume.py)."""
-        records = await self._stores.audit.executions_answering([item.id for item in batch])
+        records = await self._stores.audit.executions_answering(ids)
         resumed = resumed_rounds(records)
         if resumed:
             log.info("turn_resumed", session_id=session.id, tool_executions=len(records))
@@ -233,49 +254,39 @@ class TurnRunner:
             return None  # set aside by `/new` together with the messages it covers
         return summary
 
-    async def _answer(
-        self,
-        session: SessionRecord,
-        stored: Sequence[StoredMessage],
-        summary: Summary | None,
-        tools: ToolRegistry,
-        context: ToolContext,
-        recorder: _TurnRecorder,
-    ) -> tuple[AgentRun, bool]:
+    async def _answer(self, turn: _Turn) -> tuple[AgentRun, bool]:
         """The turn's run, and whether the history had to be shortened to fit the model.
 
         When the server still finds the prompt too long, the older messages are folded into
         the summary and the turn is tried once more with half the room for the history.
         """
+        session = turn.session
         try:
-            return await self._attempt(session, stored, summary, tools, context, recorder, 1.0)
+            return await self._attempt(turn, turn.stored, turn.summary, 1.0)
         except LLMContextOverflowError:
             log.warning("context_overflow_folding", session_id=session.id)
         await self._summarizer.fold(session.id, session.context_start_message_id)
         summary = await self._current_summary(session)
         covered = summary.covers_until_message_id if summary else 0
-        newer = [m for m in stored if m.id > covered]
-        run, _ = await self._attempt(session, newer, summary, tools, context, recorder, 0.5)
+        newer = [m for m in turn.stored if m.id > covered]
+        run, _ = await self._attempt(turn, newer, summary, 0.5)
         return run, True
 
     async def _attempt(
         self,
-        session: SessionRecord,
+        turn: _Turn,
         stored: Sequence[StoredMessage],
         summary: Summary | None,
-        tools: ToolRegistry,
-        context: ToolContext,
-        recorder: _TurnRecorder,
         room_share: float,
     ) -> tuple[AgentRun, bool]:
-        agent = self._config.agent
-        system_prompt = await self._system_prompt(session, summary, tools)
-        budget = self._budget()
+        agent, tools = self._settings.agent, turn.tools
+        system_prompt = await self._system_prompt(turn.session, summary, tools)
+        budget = self._settings.budget
         room = min(agent.history_max_chars, budget.history_chars(system_prompt, tools.specs()))
         room = int(room * room_share)
         # The messages being answered are never dropped (only cut, below): each one the turn
         # marks answered is one the model has read. Earlier ones go, oldest first, to make room.
-        answering = set(recorder.batch_ids)
+        answering = set(turn.ids)
         now_asked = [m for m in stored if m.id in answering]
         earlier = [m for m in stored if m.id not in answering]
         room_left = room - sum(len(m.content) for m in now_asked)
@@ -283,36 +294,36 @@ class TurnRunner:
         history = to_chat_messages(in_conversation_order(sorted(kept, key=lambda m: m.id)))
         fitted = shrink_to(history, room)
         shortened = len(kept) < len(stored) or fitted != history
-        run = await run_agent_loop(
-            self._llm,
-            tools,
-            system_prompt,
-            [*fitted, *recorder.resumed.messages],
-            agent.max_turns,
-            context=context,
-            observer=recorder,
-            max_tokens=budget.reply_reserve(),
-        )
-        run.executions[:0] = recorder.resumed.executions  # what ran before a crash counts too
-        run = await self._check_claims(run, tools, system_prompt, context, recorder)
+        run = await self._loop(turn, system_prompt, [*fitted, *turn.resumed.messages])
+        run.executions[:0] = turn.resumed.executions  # what ran before a crash counts too
+        run = await self._check_claims(turn, run, system_prompt)
         return run, shortened or run.shrunk
 
-    def _budget(self) -> ContextBudget:
-        llm = self._config.llm
-        return ContextBudget(llm.effective_context_window, llm.max_tokens)
+    async def _loop(
+        self, turn: _Turn, system_prompt: SystemPrompt, messages: list[ChatMessage]
+    ) -> AgentRun:
+        return await run_agent_loop(
+            self._llm,
+            turn.tools,
+            system_prompt,
+            messages,
+            self._settings.agent.max_turns,
+            context=turn.context,
+            observer=turn.recorder,
+            max_tokens=self._settings.budget.reply_reserve(),
+        )
 
     async def _system_prompt(
         self, session: SessionRecord, summary: Summary | None, tools: ToolRegistry
     ) -> SystemPrompt:
-        agent = self._config.agent
-        base_prompt = await self._stores.settings.system_prompt(agent.system_prompt)
+        base_prompt = await self._stores.settings.system_prompt(self._settings.agent.system_prompt)
         skills, workflow, goals = await self._kept_by_brain(session)
         return build_system_prompt(
             base_prompt=base_prompt,
             summary=summary.content if summary else None,
             tool_names=tools.names(),
-            now=self._clock(),
-            zone=self._config.app.zone,
+            now=self._settings.clock(),
+            zone=self._settings.zone,
             last_message_at=session.last_message_at,
             skills=skills,
             workflow=workflow,
@@ -326,7 +337,7 @@ class TurnRunner:
 
         A skill or workflow that was removed from the library since it was activated is left out.
         """
-        library = self._library
+        library = self._settings.library
         if library is None:
             return [], None, ()
         skills = [library.skills[name] for name in session.active_skills if name in library.skills]
@@ -334,43 +345,24 @@ class TurnRunner:
         return skills, workflow, await self._stores.goals.open_tree(session.id)
 
     async def _check_claims(
-        self,
-        run: AgentRun,
-        tools: ToolRegistry,
-        system_prompt: SystemPrompt,
-        context: ToolContext,
-        recorder: _TurnRecorder,
+        self, turn: _Turn, run: AgentRun, system_prompt: SystemPrompt
     ) -> AgentRun:
         """Ask the model once to back or correct a claim no tool supports (seed §5)."""
         claim = find_unbacked_claim(run.text, run.executions)
         if claim is None:
             return run
+        session_id = turn.session.id
         log.warning(
-            "unbacked_claim",
-            session_id=context.session_id,
-            kind=claim.kind,
-            evidence=claim.evidence[:200],
+            "unbacked_claim", session_id=session_id, kind=claim.kind, evidence=claim.evidence[:200]
         )
-        transcript = [
-            *run.transcript,
-            ChatMessage("user", correction_request(claim, tools.names())),
-        ]
-        retry = await run_agent_loop(
-            self._llm,
-            tools,
-            system_prompt,
-            transcript,
-            self._config.agent.max_turns,
-            context=context,
-            observer=recorder,
-            max_tokens=self._budget().reply_reserve(),
-        )
+        request = ChatMessage("user", correction_request(claim, turn.tools.names()))
+        retry = await self._loop(turn, system_prompt, [*run.transcript, request])
         retry.executions[:0] = run.executions
         still = find_unbacked_claim(retry.text, retry.executions)
         if still is not None:
             log.warning(
                 "unbacked_claim_persists",
-                session_id=context.session_id,
+                session_id=session_id,
                 kind=still.kind,
                 evidence=still.evidence[:200],
             )

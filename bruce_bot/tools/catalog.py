@@ -30,5 +30,6 @@ def build_tools(config: Config, stores: Stores) -> ToolRegistry:
                 tools.artifacts.max_bytes,
             )
         )
-    # Proactive-task tools need the scheduler, so the app adds them once it is built.
+    # The proactive-task and sub-agent tools need the scheduler and the agent: the composition
+    # root adds them (bruce_bot/parts.py, `assemble_tools`).
     return registry

@@ -33,20 +33,18 @@ from bruce_bot.agent.brain.responsibilities import (
 from bruce_bot.agent.brain.tools import BrainDeps
 from bruce_bot.agent.context import in_conversation_order
 from bruce_bot.agent.loop import run_agent_loop
+from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.config import BrainConfig
 from bruce_bot.domain import (
     ChatMessage,
-    LLMCallRecord,
     LLMResponse,
     SystemPrompt,
-    ToolExecution,
     ToolSpec,
 )
 from bruce_bot.llm.base import LLMError, LLMService
-from bruce_bot.storage.audit import AuditStore
 from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.stores import Stores
-from bruce_bot.tools.registry import ToolContext, ToolRegistry, arguments_json
+from bruce_bot.tools.registry import ToolContext, ToolRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -92,29 +90,6 @@ class BackgroundModel:
 
     async def aclose(self) -> None:
         return None  # the shared service is closed by its owner
-
-
-class _BrainObserver:
-    """Records each LLM call's usage at once; tool actions only go to the log."""
-
-    def __init__(self, audit: AuditStore, session_id: int) -> None:
-        self._audit = audit
-        self._session_id = session_id
-
-    async def on_llm_call(self, record: LLMCallRecord) -> None:
-        await self._audit.record_usage(self._session_id, [record])
-
-    async def on_tool_executed(self, execution: ToolExecution) -> None:
-        call, result = execution.call, execution.result
-        if call.name == FINISH_TOOL:
-            return
-        log.info(
-            "brain_action",
-            session_id=self._session_id,
-            tool=call.name,
-            arguments=arguments_json(call.arguments, call.raw_arguments)[:500],
-            error=result.content[:300] if result.is_error else None,
-        )
 
 
 def condensed_conversation(messages: Sequence[StoredMessage]) -> str:
@@ -190,7 +165,7 @@ class BrainRunner:
                 context=ToolContext(
                     session_id=session.id, channel=session.channel, chat_id=session.chat_id
                 ),
-                observer=_BrainObserver(self._stores.audit, session_id),
+                observer=AuditRecorder(self._stores.audit, session_id, log_actions_only=True),
                 purpose=PURPOSE,
                 finish_tools=(FINISH_TOOL,),
             )

@@ -1,0 +1,245 @@
+"""Bruce's wiring: every part built from the config, connected, and nothing started.
+
+`build_parts` does no I/O — no connection is opened, no file read, no task started — so the
+whole graph of a configuration can be built (and inspected) in a test; `app.Bruce` then starts
+the parts in order. The parts refer to each other in a circle that only closes at run time (the
+inbox hands turns to the confirmations, which pass the rest to the turn runner; the scheduler
+fires briefings into the inbox), so those links are late-bound closures here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from bruce_bot.agent.brain.library import Library
+from bruce_bot.agent.brain.runner import AnalyticalBrain, BrainRunner
+from bruce_bot.agent.subagent import SpawnSubagentTool
+from bruce_bot.agent.turn import TurnFinished, TurnRunner, TurnSettings
+from bruce_bot.channels.base import ChannelAdapter
+from bruce_bot.channels.web import WebChannel
+from bruce_bot.config import Config
+from bruce_bot.domain import utcnow
+from bruce_bot.gateway import Gateway
+from bruce_bot.inbox import Inbox
+from bruce_bot.llm.base import LLMService
+from bruce_bot.llm.factory import create_llm
+from bruce_bot.llm.lazy import LazyLLM
+from bruce_bot.outbox import Outbox
+from bruce_bot.scheduler.confirmations import TaskConfirmations
+from bruce_bot.scheduler.leader import SchedulerLeadership
+from bruce_bot.scheduler.service import TaskService, create_scheduler
+from bruce_bot.storage.changes import ChangeFeed, open_feed
+from bruce_bot.storage.database import Database, sync_url
+from bruce_bot.storage.leases import Claimant, new_owner, open_leases
+from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.catalog import build_tools
+from bruce_bot.tools.proactive import proactive_tools
+from bruce_bot.tools.registry import ToolRegistry
+
+INBOX_TOPIC = "inbox"  # change feed: a session got a message another process should take
+WEB_TOPIC = "web-chat"  # change feed: a reply was delivered in a web chat
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """What tests and the benchmark put in place of the configured parts."""
+
+    llm: LLMService | None = None
+    tools: ToolRegistry | None = None
+    channels: Sequence[ChannelAdapter] | None = None
+    clock: Callable[[], datetime] = utcnow
+
+
+@dataclass(slots=True)
+class Parts:
+    database: Database
+    feed: ChangeFeed
+    stores: Stores
+    llm: LLMService
+    tools: ToolRegistry
+    channels: dict[str, ChannelAdapter]
+    outbox: Outbox
+    inbox: Inbox
+    tasks: TaskService
+    confirmations: TaskConfirmations
+    turns: TurnRunner
+    gateway: Gateway
+    brain: AnalyticalBrain | None
+    shared: bool  # other processes may use the same database (PostgreSQL)
+    web_channel: WebChannel | None = None
+    adapters: list[ChannelAdapter] = field(default_factory=list)
+
+
+def build_channels(config: Config) -> list[ChannelAdapter]:
+    """The enabled platform channels; each SDK is imported only when its channel is enabled."""
+    channels: list[ChannelAdapter] = []
+    if config.channels.telegram.enabled:
+        from bruce_bot.channels.telegram import TelegramChannel
+
+        channels.append(TelegramChannel(config.channels.telegram))
+    if config.channels.discord.enabled:
+        from bruce_bot.channels.discord import DiscordChannel
+
+        channels.append(DiscordChannel(config.channels.discord))
+    return channels
+
+
+def assemble_tools(
+    config: Config,
+    stores: Stores,
+    llm: LLMService,
+    confirmations: TaskConfirmations,
+    brain: AnalyticalBrain | None,
+    clock: Callable[[], datetime],
+) -> ToolRegistry:
+    """Every tool the configuration enables, in one registry."""
+    registry = build_tools(config, stores)
+    if config.tools.proactive.enabled:
+        for tool in proactive_tools(confirmations):
+            registry.add(tool)
+    if config.tools.subagents.enabled:
+        finished = brain.observe if brain is not None else None
+        registry.add(
+            SpawnSubagentTool(config, stores, llm, registry, clock=clock, finished=finished)
+        )
+    return registry
+
+
+class _BrainListener:
+    """After an exchange with a real answer, the analytical brain looks at the session."""
+
+    def __init__(self, brain: AnalyticalBrain) -> None:
+        self._brain = brain
+
+    async def turn_finished(self, turn: TurnFinished) -> None:
+        if turn.answered:
+            self._brain.observe(turn.session_id)
+
+
+class _BriefingListener:
+    """A briefing's turn closes its task run: delivered, or why not."""
+
+    def __init__(self, tasks: TaskService) -> None:
+        self._tasks = tasks
+
+    async def turn_finished(self, turn: TurnFinished) -> None:
+        for run_id in turn.run_ids:
+            error = turn.error
+            if turn.delivery != "sent":
+                error = f"{error or ''} (delivery {turn.delivery})".strip()
+            await self._tasks.briefing_finished(run_id, error is None, error)
+
+
+def _task_service(
+    config: Config,
+    database: Database,
+    stores: Stores,
+    inbox: Inbox,
+    outbox: Outbox,
+    channel_names: set[str],
+    clock: Callable[[], datetime],
+) -> TaskService:
+    # On SQLite the instance lock already makes this process the only scheduler.
+    leadership = (
+        None
+        if database.is_sqlite
+        else SchedulerLeadership(
+            config.database_url, retry_seconds=config.scheduler.leader_retry_seconds
+        )
+    )
+    scheduler = create_scheduler(
+        sync_url(config.database_url), config.app.zone, config.scheduler.misfire_grace_seconds
+    )
+    return TaskService(
+        stores,
+        inbox,
+        outbox,
+        scheduler,
+        app_zone=config.app.zone,
+        rules=config.scheduler,
+        channels=channel_names,
+        leadership=leadership,
+        clock=clock,
+    )
+
+
+def _brain(
+    config: Config, llm: LLMService, stores: Stores, library: Library | None
+) -> AnalyticalBrain | None:
+    if not config.brain.enabled or library is None:
+        return None
+    runner = BrainRunner(llm, config.llm.effective_background_model, stores, library, config.brain)
+    return AnalyticalBrain(runner, max_concurrent=config.agent.max_concurrent_sessions)
+
+
+def _connect_feed(
+    feed: ChangeFeed, inbox: Inbox, web_channel: WebChannel | None, shared: bool
+) -> None:
+    """What other processes tell this one: a session's new message, a web chat's reply."""
+    feed.subscribe(INBOX_TOPIC, lambda key: inbox.poke(int(key) if key.isdigit() else None))
+    if web_channel is not None and shared:
+        web_channel.relay(lambda chat_id: feed.publish(WEB_TOPIC, chat_id))
+        feed.subscribe(WEB_TOPIC, web_channel.changed_elsewhere)
+
+
+def build_parts(
+    config: Config,
+    library: Library | None,
+    overrides: Overrides = Overrides(),
+    web_channel: WebChannel | None = None,
+) -> Parts:
+    """Every part of Bruce for `config`, connected; `library`: the skills and workflows, read
+    beforehand (None: the brain is off)."""
+    database = Database(config.database_url)
+    shared = not database.is_sqlite
+    claimant = Claimant(new_owner(), config.database.lease_seconds)
+    feed = open_feed(config.database_url, claimant.owner)
+    stores = Stores.open(database, feed, claimant=claimant)
+    llm = overrides.llm or LazyLLM(lambda: create_llm(config.llm), config.llm.model)
+    platform = build_channels(config) if overrides.channels is None else list(overrides.channels)
+    adapters = ([web_channel] if web_channel is not None else []) + platform
+    channels = {adapter.name: adapter for adapter in adapters}
+    outbox = Outbox(stores.messages, stores.deliveries, stores.sessions, channels, shared=shared)
+    brain = _brain(config, llm, stores, library)
+    inbox = Inbox(
+        stores,
+        # A bare yes/no may answer a task confirmation; the confirmations pass the rest on.
+        lambda session, batch: confirmations.run(session, batch),
+        open_leases(database.engine, claimant, shared=shared),
+        channels=set(channels),
+        max_concurrent_sessions=config.agent.max_concurrent_sessions,
+        max_message_chars=config.agent.max_message_chars,
+        announce=lambda session_id: feed.publish(INBOX_TOPIC, str(session_id)),
+    )
+    tasks = _task_service(config, database, stores, inbox, outbox, set(channels), overrides.clock)
+    confirmations = TaskConfirmations(
+        tasks, stores, outbox, lambda session, batch: turns.run(session, batch)
+    )
+    tools = overrides.tools
+    if tools is None:
+        tools = assemble_tools(config, stores, llm, confirmations, brain, overrides.clock)
+    listeners = [_BriefingListener(tasks), *([_BrainListener(brain)] if brain else [])]
+    settings = TurnSettings(config.agent, config.llm, config.app.zone, overrides.clock, library)
+    turns = TurnRunner(settings, stores, llm, tools, outbox, listeners)
+    gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)
+    _connect_feed(feed, inbox, web_channel, shared)
+    return Parts(
+        database=database,
+        feed=feed,
+        stores=stores,
+        llm=llm,
+        tools=tools,
+        channels=channels,
+        outbox=outbox,
+        inbox=inbox,
+        tasks=tasks,
+        confirmations=confirmations,
+        turns=turns,
+        gateway=gateway,
+        brain=brain,
+        shared=shared,
+        web_channel=web_channel,
+        adapters=adapters,
+    )
