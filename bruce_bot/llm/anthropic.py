@@ -3,9 +3,10 @@
 It turns Bruce's neutral conversation into Anthropic's shape (alternating user/assistant turns,
 `tool_use` and `tool_result` blocks, tool results first in their user turn), marks two prompt-cache
 breakpoints (the stable system layers, and the end of the conversation so the agent loop's growing
-prefix is reused from one call to the next), and maps the SDK's failures onto the core's errors
-(`LLMUnavailableError`, `LLMRequestError` and its kinds). Retries with exponential backoff and
-`retry-after` are the SDK's job (`max_retries` from the config); this module never loops on its own.
+prefix is reused from one call to the next), and reads the answer. The call itself (timing, logs,
+the SDK's failures mapped onto the core's errors) is `call.py`'s, shared with every provider.
+Retries with exponential backoff and `retry-after` are the SDK's job (`max_retries` from the
+config); this module never loops on its own.
 
 Answers are read as real servers send them:
 - `stop_reason` becomes a `StopReason`: end_turn and stop_sequence are end_turn, max_tokens and
@@ -31,8 +32,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,17 +50,8 @@ from bruce_bot.domain import (
     ToolSpec,
     Usage,
 )
-from bruce_bot.llm.base import (
-    LLMAuthenticationError,
-    LLMContextOverflowError,
-    LLMError,
-    LLMModelNotFoundError,
-    LLMQuotaExceededError,
-    LLMRequestError,
-    LLMUnavailableError,
-    is_context_overflow,
-    is_quota_exhausted,
-)
+from bruce_bot.llm.base import LLMUnavailableError
+from bruce_bot.llm.call import SDKErrors, call_model
 from bruce_bot.llm.text import join_text_parts
 
 log = structlog.get_logger(__name__)
@@ -105,8 +97,7 @@ _STOP_REASONS: dict[str, StopReason] = {
     "pause_turn": "pause_turn",
     "refusal": "refusal",
 }
-# Anthropic's words for an organisation's monthly spend limit (HTTP 400 invalid_request_error).
-_USAGE_LIMIT_WORDS = ("reached your specified api usage limits",)
+_SDK_ERRORS = SDKErrors.of(anthropic)
 
 
 class AnthropicLLM:
@@ -154,35 +145,14 @@ class AnthropicLLM:
         if thinking is not None:
             params["thinking"] = thinking
 
-        started = time.monotonic()
-        try:
-            message = await self._client.messages.create(**params)
-        except (anthropic.APIError, ValueError) as exc:
-            # ValueError: a successful answer that is not JSON (the SDK's decoder gave up).
-            error = self._map_error(exc, model_name)
-            _log_failure(error, model_name, started, exc)
-            raise error from exc
-        try:
-            response = from_anthropic_message(message)
-        except LLMError as error:
-            _log_failure(error, model_name, started)
-            raise
-
-        log.debug(
-            "llm_call_finished",
-            provider="anthropic",
-            model=response.model,
-            response_id=response.response_id,
-            stop_reason=response.stop_reason,
-            tool_calls=len(response.tool_calls),
+        return await call_model(
+            _SDK_ERRORS,
+            functools.partial(self._client.messages.create, **params),
+            from_anthropic_message,
+            model=model_name,
+            secret=self._config.api_key,
             thinking=thinking is not None,
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
-            cache_read_tokens=response.usage.cache_read_tokens,
-            cache_write_tokens=response.usage.cache_write_tokens,
-            seconds=round(time.monotonic() - started, 3),
         )
-        return response
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -200,25 +170,6 @@ class AnthropicLLM:
             )
             return None
         return {"type": "enabled", "budget_tokens": settings.budget_tokens}
-
-    def _map_error(self, exc: Exception, model: str) -> LLMError:
-        if isinstance(exc, anthropic.APIError):
-            return map_anthropic_error(exc, secret=self._config.api_key, model=model)
-        # The SDK could not read a successful answer (not JSON, or not a message).
-        return LLMUnavailableError("invalid response", _scrub(str(exc), self._config.api_key))
-
-
-def _log_failure(error: LLMError, model: str, started: float, exc: Exception | None = None) -> None:
-    log.warning(
-        "llm_call_failed",
-        provider="anthropic",
-        model=model,
-        reason=error.reason,
-        detail=error.detail,
-        status=getattr(exc, "status_code", None),
-        request_id=getattr(exc, "request_id", None),
-        seconds=round(time.monotonic() - started, 3),
-    )
 
 
 def to_anthropic_system(system: SystemPrompt) -> list[dict[str, Any]]:
@@ -413,63 +364,3 @@ def _usage_of(usage: object) -> Usage:
         cache_read_tokens=count("cache_read_input_tokens"),
         cache_write_tokens=count("cache_creation_input_tokens"),
     )
-
-
-def map_anthropic_error(exc: anthropic.APIError, *, secret: str = "", model: str = "") -> LLMError:
-    """The core's view of an SDK failure (after the SDK's own retries). Never leaks `secret`."""
-    if isinstance(exc, anthropic.APITimeoutError):
-        return LLMUnavailableError("timed out")
-    if isinstance(exc, anthropic.APIConnectionError):
-        return LLMUnavailableError("unreachable", _scrub(str(exc.__cause__ or ""), secret))
-    if not isinstance(exc, anthropic.APIStatusError):
-        return LLMUnavailableError("invalid response", _scrub(str(exc), secret))
-    status = exc.status_code
-    kind, message = _api_error(exc)
-    detail = _scrub(message, secret)
-    if status in (401, 403) or isinstance(
-        exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError
-    ):
-        # The server's words may quote the key; say only what to check.
-        return LLMAuthenticationError(
-            "authentication failed", f"HTTP {status}: check llm.api_key in config.yml"
-        )
-    if status == 404 or isinstance(exc, anthropic.NotFoundError):
-        asked = f" (asked for {model})" if model else ""
-        return LLMModelNotFoundError(
-            "model not found",
-            f"HTTP {status}: {detail}{asked}; check the model names in config.yml",
-            model=model,
-        )
-    if status < 500:
-        if any(words in message.lower() for words in _USAGE_LIMIT_WORDS):
-            return LLMQuotaExceededError("usage limit reached", f"HTTP {status}: {detail}")
-        if is_quota_exhausted(status, kind, message):
-            return LLMQuotaExceededError("no credit", f"HTTP {status}: {detail}")
-        if status == 413 or is_context_overflow(kind, message):
-            return LLMContextOverflowError("context too long", f"HTTP {status}: {detail}")
-    if status == 429 or isinstance(exc, anthropic.RateLimitError):
-        return LLMUnavailableError("rate limited", detail)
-    if status == 529 or isinstance(exc, anthropic.OverloadedError):
-        return LLMUnavailableError("overloaded", detail)
-    if status >= 500 or isinstance(exc, anthropic.InternalServerError):
-        return LLMUnavailableError("server error", f"HTTP {status}: {detail}")
-    return LLMRequestError("request rejected", f"HTTP {status}: {detail}")
-
-
-def _api_error(exc: anthropic.APIStatusError) -> tuple[str, str]:
-    """The error body's `type` and `message` (`{"type":"error","error":{...}}`), else the SDK's."""
-    body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict):
-            kind = error.get("type")
-            message = error.get("message")
-            return (
-                kind if isinstance(kind, str) else "",
-                message if isinstance(message, str) else exc.message,
-            )
-    return "", exc.message
-
-
-def _scrub(text: str, secret: str) -> str:
-    return text.replace(secret, "***") if secret else text

@@ -1,9 +1,10 @@
 """The one protocol every LLM provider implements, and the errors the core understands.
 
 The agent loop, the summarizer and the analytical brain only ever call `LLMService.complete`.
-Providers translate Bruce's neutral `ChatMessage`/`ToolSpec` values into their wire format and
-map their SDK's failures onto `LLMUnavailableError` (the model could not be reached: the user is
-told briefly and nothing is lost) or `LLMRequestError` (the request itself was refused).
+Providers translate Bruce's neutral `ChatMessage`/`ToolSpec` values into their wire format, and
+their SDK's failures reach the core as `LLMUnavailableError` (the model could not be reached: the
+user is told briefly and nothing is lost) or `LLMRequestError` (the request itself was refused),
+mapped in one place for every vendor (`errors.py`, called from `call.py`).
 """
 
 from __future__ import annotations
@@ -53,50 +54,6 @@ class LLMContextOverflowError(LLMRequestError):
 
 class LLMNotConfiguredError(LLMError):
     """No provider is configured (no API key): Bruce runs, but cannot think yet."""
-
-
-# How servers word "the prompt does not fit": Anthropic ("prompt is too long: 201234 tokens >
-# 200000 maximum", "input length and `max_tokens` exceed context limit"), OpenAI
-# (code context_length_exceeded, "This model's maximum context length is ..."), vLLM (the same
-# sentence), llama.cpp server (exceed_context_size_error, "the request exceeds the available
-# context size"), Ollama ("input length exceeds the context length"), LM Studio and gateways
-# ("context window", "too many tokens").
-_CONTEXT_OVERFLOW_WORDS = (
-    "context_length_exceeded",
-    "exceed_context_size",
-    "prompt is too long",
-    "maximum context length",
-    "context length",
-    "context size",
-    "context window",
-    "context limit",
-    "too many tokens",
-    "prompt too long",
-    "reduce the length of the messages",
-)
-_QUOTA_WORDS = (
-    "insufficient_quota",
-    "credit balance is too low",
-    "insufficient credits",
-    "insufficient balance",
-    "exceeded your current quota",
-    "billing",
-    "payment required",
-)
-
-
-def is_context_overflow(*texts: object) -> bool:
-    """True when an error's code, type or message says the prompt did not fit the model."""
-    haystack = " ".join(str(text) for text in texts if text).lower()
-    return any(words in haystack for words in _CONTEXT_OVERFLOW_WORDS)
-
-
-def is_quota_exhausted(status: int | None, *texts: object) -> bool:
-    """True when an error says the account has no credit or quota (HTTP 402 always does)."""
-    if status == 402:
-        return True
-    haystack = " ".join(str(text) for text in texts if text).lower()
-    return any(words in haystack for words in _QUOTA_WORDS)
 
 
 @runtime_checkable

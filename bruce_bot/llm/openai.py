@@ -4,7 +4,8 @@ One provider serves OpenAI itself and every server that speaks its `/v1/chat/com
 (Ollama, vLLM, llama.cpp, LM Studio, gateways): `llm.base_url` picks the server, and a local one
 needs no key. The system prompt becomes one `system` message, tool calls travel as `tool_calls`
 with JSON-string arguments, and tool results as one `tool` message each. Retries are the SDK's
-job (`max_retries`); failures map onto the errors of `base.py`.
+job (`max_retries`); the call and its failures (servers word them in many ways: `errors.py`) are
+`call.py`'s, shared with every provider.
 
 Answers are read as servers really send them, not as the spec says:
 
@@ -28,8 +29,8 @@ and the raw text kept, so the agent loop can tell the model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -48,17 +49,8 @@ from bruce_bot.domain import (
     ToolSpec,
     Usage,
 )
-from bruce_bot.llm.base import (
-    LLMAuthenticationError,
-    LLMContextOverflowError,
-    LLMError,
-    LLMModelNotFoundError,
-    LLMQuotaExceededError,
-    LLMRequestError,
-    LLMUnavailableError,
-    is_context_overflow,
-    is_quota_exhausted,
-)
+from bruce_bot.llm.base import LLMUnavailableError
+from bruce_bot.llm.call import SDKErrors, call_model
 from bruce_bot.llm.text import join_text_parts
 from bruce_bot.llm.tool_markup import parse_arguments, parse_text
 
@@ -66,6 +58,7 @@ log = structlog.get_logger(__name__)
 
 # Without llm.api_key (Ollama, vLLM) the SDK still insists on a non-empty key.
 PLACEHOLDER_API_KEY = "not-needed"
+_SDK_ERRORS = SDKErrors.of(openai)
 
 _FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -124,50 +117,13 @@ class OpenAICompatibleLLM:
             if force_text:
                 params["tool_choice"] = "none"
 
-        started = time.monotonic()
-        try:
-            completion = await self._client.chat.completions.create(**params)
-            response = from_openai_completion(completion, tools, force_text=force_text)
-        except openai.APIError as exc:
-            error = map_openai_error(exc, secret=self._config.api_key, model=model_name)
-            log.warning(
-                "llm_call_failed",
-                provider="openai",
-                model=model_name,
-                reason=error.reason,
-                status=getattr(exc, "status_code", None),
-                request_id=getattr(exc, "request_id", None),
-                seconds=round(time.monotonic() - started, 3),
-            )
-            raise error from exc
-        except LLMError as error:
-            log.warning("llm_call_failed", provider="openai", model=model_name, reason=error.reason)
-            raise
-        except (AttributeError, TypeError, ValueError) as exc:
-            # A body of a shape nobody foresaw: the turn fails briefly instead of the daemon.
-            log.warning(
-                "llm_call_failed",
-                provider="openai",
-                model=model_name,
-                reason="invalid response",
-                error=repr(exc),
-            )
-            raise LLMUnavailableError("invalid response", type(exc).__name__) from exc
-
-        log.debug(
-            "llm_call_finished",
-            provider="openai",
-            model=response.model,
-            response_id=response.response_id,
-            stop_reason=response.stop_reason,
-            tool_calls=len(response.tool_calls),
-            malformed_tool_calls=sum(call.arguments is None for call in response.tool_calls),
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
-            cache_read_tokens=response.usage.cache_read_tokens,
-            seconds=round(time.monotonic() - started, 3),
+        return await call_model(
+            _SDK_ERRORS,
+            functools.partial(self._client.chat.completions.create, **params),
+            functools.partial(from_openai_completion, tools=tools, force_text=force_text),
+            model=model_name,
+            secret=self._config.api_key,
         )
-        return response
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -269,34 +225,14 @@ def from_openai_completion(
         )
     calls = _with_unique_ids(calls)
 
-    text = parsed.text
-    finish = getattr(choice, "finish_reason", None)
-    refusal = getattr(message, "refusal", None)
-    stop_reason: StopReason
-    if isinstance(refusal, str) and refusal.strip():
-        text = join_text_parts([text, refusal.strip()]) if text else refusal.strip()
-        stop_reason = "refusal"
-        calls = _dropped(calls, response_id, "refusal")
-    elif finish == "content_filter":
-        stop_reason = "refusal"
-        calls = _dropped(calls, response_id, "content_filter")
-    elif calls and force_text:
-        # tool_choice "none" was sent and ignored: the answer must be the text.
-        stop_reason = "end_turn"
-        calls = _dropped(calls, response_id, "tool_choice none")
-    elif calls and finish == "length":
-        stop_reason = "max_tokens"
-        # The output was cut: the last call's arguments may be incomplete even if they parse.
-        calls[-1] = dataclasses.replace(calls[-1], arguments=None)
-    elif calls:
-        stop_reason = "tool_use"
-    elif finish is None:
-        stop_reason = "end_turn"
-    else:
-        stop_reason = _FINISH_REASONS.get(str(finish), "other")
-        if stop_reason == "tool_use":  # "tool_calls" with no call at all (vLLM, gateways)
-            stop_reason = "end_turn"
-
+    text, calls, stop_reason = _settled(
+        parsed.text,
+        calls,
+        finish=getattr(choice, "finish_reason", None),
+        refusal=getattr(message, "refusal", None),
+        force_text=force_text,
+        response_id=response_id,
+    )
     return LLMResponse(
         text=text,
         tool_calls=tuple(calls),
@@ -305,6 +241,36 @@ def from_openai_completion(
         model=str(getattr(completion, "model", "") or ""),
         response_id=response_id,
     )
+
+
+def _settled(
+    text: str,
+    calls: list[ToolCall],
+    *,
+    finish: object,
+    refusal: object,
+    force_text: bool,
+    response_id: str,
+) -> tuple[str, list[ToolCall], StopReason]:
+    """The answer's text, the calls to run and why it stopped, from what the server said."""
+    if isinstance(refusal, str) and refusal.strip():
+        text = join_text_parts([text, refusal.strip()]) if text else refusal.strip()
+        return text, _dropped(calls, response_id, "refusal"), "refusal"
+    if finish == "content_filter":
+        return text, _dropped(calls, response_id, "content_filter"), "refusal"
+    if calls and force_text:
+        # tool_choice "none" was sent and ignored: the answer must be the text.
+        return text, _dropped(calls, response_id, "tool_choice none"), "end_turn"
+    if calls and finish == "length":
+        # The output was cut: the last call's arguments may be incomplete even if they parse.
+        return text, [*calls[:-1], dataclasses.replace(calls[-1], arguments=None)], "max_tokens"
+    if calls:
+        return text, calls, "tool_use"
+    if finish is None:
+        return text, calls, "end_turn"
+    stop_reason = _FINISH_REASONS.get(str(finish), "other")
+    # "tool_calls" with no call at all (vLLM, gateways) is a text answer.
+    return text, calls, "end_turn" if stop_reason == "tool_use" else stop_reason
 
 
 def _content_text(content: object) -> str:
@@ -392,83 +358,3 @@ def _usage(usage: Any) -> Usage:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-# ---- failures --------------------------------------------------------------------------------
-
-
-def map_openai_error(exc: openai.APIError, *, secret: str = "", model: str = "") -> LLMError:
-    """The core's view of an SDK failure (after the SDK's own retries). Never leaks `secret`.
-
-    Servers word the same failure differently (OpenAI, vLLM, llama.cpp, Ollama, LM Studio,
-    OpenRouter), so the status is read together with the error's code, type and message.
-    """
-    if isinstance(exc, openai.APITimeoutError):
-        return LLMUnavailableError("timed out")
-    if isinstance(exc, openai.APIConnectionError):
-        return LLMUnavailableError("unreachable", _scrub(str(exc.__cause__ or ""), secret))
-    if not isinstance(exc, openai.APIStatusError):
-        return LLMUnavailableError("invalid response", _scrub(str(exc), secret))
-    status = exc.status_code
-    message, code, kind = _error_fields(exc)
-    detail = _scrub(message, secret)
-    if status in (401, 403):
-        # OpenAI quotes (part of) the key in its 401 message: say only what to check.
-        return LLMAuthenticationError(
-            "authentication failed", f"HTTP {status}: check llm.api_key in config.yml"
-        )
-    if is_quota_exhausted(status, code, kind, message):
-        # Before the rate limit: OpenAI sends insufficient_quota as a 429 that no retry fixes.
-        return LLMQuotaExceededError("no credit", f"HTTP {status}: {detail}")
-    if status != 429 and is_context_overflow(code, kind, message):
-        return LLMContextOverflowError("context too long", f"HTTP {status}: {detail}")
-    if status == 404 or _names_a_missing_model(message):
-        return LLMModelNotFoundError(
-            "model not found",
-            f"HTTP {status}: {detail} (asked for {model!r}: check llm.model and llm.base_url)",
-            model=model,
-        )
-    if status == 429:
-        return LLMUnavailableError("rate limited", detail)
-    if status == 529:
-        return LLMUnavailableError("overloaded", detail)
-    if status >= 500:
-        return LLMUnavailableError("server error", f"HTTP {status}: {detail}")
-    return LLMRequestError("request rejected", f"HTTP {status}: {detail}")
-
-
-def _error_fields(exc: openai.APIStatusError) -> tuple[str, str, str]:
-    """(message, code, type) of an error body, whatever its shape. The SDK unwraps
-    `{"error": {...}}`, so `body` is the inner object; vLLM's older bodies are flat
-    (`{"object": "error", "message": ...}`) and some servers send `{"error": "text"}`."""
-    body = exc.body
-    if isinstance(body, dict):
-        message = body.get("message")
-        error = body.get("error")
-        if not isinstance(message, str) and isinstance(error, str):
-            message = error
-        return (
-            message if isinstance(message, str) else exc.message,
-            str(body.get("code") or ""),
-            str(body.get("type") or ""),
-        )
-    if isinstance(body, str) and body.strip():
-        return body, "", ""
-    return exc.message, "", ""
-
-
-def _names_a_missing_model(message: str) -> bool:
-    """LM Studio ("No models loaded"), OpenRouter ("is not a valid model ID") and others say it
-    with a 400."""
-    lowered = message.lower()
-    return "no models loaded" in lowered or (
-        "model" in lowered
-        and any(
-            words in lowered
-            for words in ("not found", "does not exist", "not a valid model", "not loaded")
-        )
-    )
-
-
-def _scrub(text: str, secret: str) -> str:
-    return text.replace(secret, "***") if secret else text
