@@ -6,12 +6,14 @@ the "only text" notice...), kept apart so that they can be read, and changed, in
 
 from __future__ import annotations
 
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("start", "Say hello and see what Bruce can do"),
-    ("help", "How to talk to Bruce"),
-    ("new", "Start a new conversation (earlier messages are set aside)"),
-    ("reminders", "List your scheduled reminders and briefings"),
+from bruce_bot.channels.policy import (
+    NEW_CONVERSATION,
+    REMINDERS,
+    Command,
+    CommandCall,
+    PolicyTexts,
 )
+
 GREETING = (
     "Hi {name}! I'm Bruce, your personal assistant. Just write to me in plain words: I can "
     "search the web and read pages for you, write reports you can open in a browser, and "
@@ -44,8 +46,23 @@ UNREADABLE = (
 )
 NOT_SAVED = "Sorry, I couldn't save your message just now. Please send it again in a minute."
 RESTARTING = "I'm restarting right now. Please send that again in a minute."
-COMMAND_FAILED = "Sorry, that didn't work on my side. It has been logged; please try again."
-# Short answers to a button press (Telegram shows them as a toast, 200 characters at most).
-PRESS_NOT_ALLOWED = "Sorry, only people my owner has allowed can use these buttons."
-BUTTON_INACTIVE = "This button is no longer active."
-PRESS_FAILED = "Sorry, that didn't work on my side. Please try again, or answer in words."
+# The answers to a button press are the policy's (Telegram shows them as a toast, 200
+# characters at most).
+TEXTS = PolicyTexts(stranger=STRANGER_REPLY, restarting=RESTARTING)
+
+
+def _greeting(call: CommandCall) -> str:
+    return GREETING.format(name=call.user_name)
+
+
+def _help(call: CommandCall) -> str:
+    return HELP.format(username=call.bot_name)
+
+
+# In the order of Telegram's command menu.
+COMMANDS: tuple[Command, ...] = (
+    Command("start", "Say hello and see what Bruce can do", says=_greeting),
+    Command("help", "How to talk to Bruce", says=_help),
+    NEW_CONVERSATION,
+    REMINDERS,
+)

@@ -19,11 +19,11 @@ from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError
-from bruce_bot.channels.discord import (
+from bruce_bot.channels.discord import DiscordChannel
+from bruce_bot.channels.discord_texts import (
     EMPTY_MENTION_REPLY,
     HELP_TEXT,
     ONLY_TEXT_REPLY,
-    DiscordChannel,
 )
 from bruce_bot.domain import OutboundMessage
 from bruce_bot.tools.registry import ToolRegistry
@@ -300,7 +300,11 @@ async def test_empty_allowlist_admits_nobody_and_says_so_at_start(
             await discord_fake.send_dm(OWNER, "it's me, your owner")
             (refusal,) = await discord_fake.wait_for_sent(discord_fake.dm_channel_id(OWNER_ID))
 
-    warnings = [entry for entry in logs if entry["event"] == "discord_allowlist_empty"]
+    warnings = [
+        entry
+        for entry in logs
+        if entry["event"] == "allowlist_empty" and entry["channel"] == "discord"
+    ]
     assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"
     assert "channels.discord.allowed_user_ids" in warnings[0]["hint"]
     assert str(OWNER_ID) in refusal

@@ -17,7 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.discord import BUTTON_INACTIVE_REPLY, PRESS_NOT_ALLOWED_REPLY
+from bruce_bot.channels.policy import BUTTON_INACTIVE, PRESS_NOT_ALLOWED
 from bruce_bot.domain import Choice, OutboundMessage
 from bruce_bot.scheduler.confirmations import CONFIRMED, NOTHING_WAITING, REFUSED
 from tests.conftest import make_config, running_bruce, wait_until
@@ -196,7 +196,7 @@ async def test_in_a_server_a_strangers_press_changes_nothing_and_the_owners_work
         )
         refused = await discord_fake.press(question, STRANGER, "Confirm")
         response = await discord_fake.wait_for_response(refused, WITHIN)
-        assert ephemeral(response, PRESS_NOT_ALLOWED_REPLY)  # only the stranger sees it
+        assert ephemeral(response, PRESS_NOT_ALLOWED)  # only the stranger sees it
         assert tasks(tmp_path)[0]["status"] == "unconfirmed"
         assert len(discord_fake.buttons(question["id"])) == 2
         assert len(posted(discord_fake, TEXT)) == 2
@@ -222,7 +222,7 @@ async def test_a_second_tap_finds_the_button_no_longer_active(
         first = await discord_fake.press(question, OWNER, "Confirm")
         second = await discord_fake.press(question, OWNER, custom_id=cancel)
         assert (await discord_fake.wait_for_response(first, WITHIN))["type"] == 7
-        assert ephemeral(await discord_fake.wait_for_response(second), BUTTON_INACTIVE_REPLY)
+        assert ephemeral(await discord_fake.wait_for_response(second), BUTTON_INACTIVE)
         assert "Daily sync" in await next_post(discord_fake, dm, 3)
         assert tasks(tmp_path)[0]["status"] == "active"  # the Cancel tap did not delete it
         await still_answered(discord_fake, anthropic_fake, dm)
@@ -266,7 +266,7 @@ async def test_recorded_presses_bruce_cannot_use_are_told_or_logged_and_the_chat
             (greeting,) = posted(discord_fake, dm)
             interaction = await discord_fake.press(greeting, OWNER, custom_id="click_one")
             response = await discord_fake.wait_for_response(interaction, WITHIN)
-            assert ephemeral(response, BUTTON_INACTIVE_REPLY)
+            assert ephemeral(response, BUTTON_INACTIVE)
             await still_answered(discord_fake, anthropic_fake, dm)
     (malformed,) = [e for e in logs if e["event"] == "discord_event_malformed"]
     assert malformed["gateway_event"] == "INTERACTION_CREATE"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bruce_bot.channels.discord import (
+from bruce_bot.channels.discord_texts import (
     EMPTY_MENTION_REPLY,
     HELP_TEXT,
     ONLY_TEXT_REPLY,

@@ -254,7 +254,9 @@ async def test_empty_allowlist_admits_nobody_and_warns(
             telegram.private_text(ALICE, "it's me, the owner")
             [refusal] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
     assert str(ALICE.id) in refusal.plain
-    assert any(entry["event"] == "telegram_allowlist_empty" for entry in logs)
+    assert any(
+        entry["event"] == "allowlist_empty" and entry["channel"] == "telegram" for entry in logs
+    )
     assert messages_of(tmp_path) == []
     assert anthropic_fake.requests == []
 
@@ -268,7 +270,7 @@ async def test_commands_are_registered_and_answered(
     anthropic_fake.responder = echo
     async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
         assert telegram.my_commands == [
-            {"command": name, "description": text} for name, text in COMMANDS
+            {"command": c.name, "description": c.description} for c in COMMANDS
         ]
         assert [c["command"] for c in telegram.my_commands] == ["start", "help", "new", "reminders"]
         telegram.command(ALICE, "/start")

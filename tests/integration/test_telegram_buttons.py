@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.telegram_texts import BUTTON_INACTIVE, PRESS_NOT_ALLOWED
+from bruce_bot.channels.policy import BUTTON_INACTIVE, PRESS_NOT_ALLOWED
 from bruce_bot.domain import Choice, OutboundMessage
 from bruce_bot.scheduler.confirmations import CONFIRMED, NOTHING_WAITING, REFUSED
 from tests.conftest import make_config, running_bruce

@@ -1,0 +1,306 @@
+"""What every chat adapter decides the same way, whatever the platform it speaks to.
+
+Who may talk to Bruce (the allowlist), how often a stranger is told that they may not (once an
+hour per sender: ten messages get one polite reply, and nothing of theirs is stored), the chat
+commands answered without the model (`/new`, `/reminders`, `/help`...), and what a press on one
+of Bruce's buttons gets. An adapter reads its platform's event into the plain values here
+(`CommandCall`, `Press`), asks its `ChannelPolicy`, and turns the answer into its platform's
+calls; the words are its own (`PolicyTexts`, the `says` of its commands). No SDK import here,
+so every adapter, and every channel that follows, shares this one copy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from bruce_bot.channels.base import InboxPort
+from bruce_bot.channels.recent import Recent
+
+log = structlog.get_logger(__name__)
+
+STRANGER_REPLY_INTERVAL_SECONDS = 3600.0
+USED_BUTTONS_KEPT = 2000
+
+RESTARTING = "I'm restarting right now. Please try again in a minute."
+COMMAND_FAILED = "Sorry, that didn't work on my side. It has been logged; please try again."
+# Answers to a button press (a toast or an ephemeral message: short, only the presser sees it).
+PRESS_NOT_ALLOWED = "Sorry, only people my owner has allowed can use these buttons."
+BUTTON_INACTIVE = "This button is no longer active."
+PRESS_FAILED = "Sorry, that didn't work on my side. Please try again, or answer in words."
+
+ChatId = str | int | None  # for the logs: whatever id the platform gave the chat
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyTexts:
+    """The words of a policy's answers. `stranger` names the platform and where its user ids
+    go in config.yml; "{user_id}" in it is replaced by the stranger's id."""
+
+    stranger: str
+    restarting: str = RESTARTING
+    command_failed: str = COMMAND_FAILED
+    press_not_allowed: str = PRESS_NOT_ALLOWED
+    button_inactive: str = BUTTON_INACTIVE
+    press_failed: str = PRESS_FAILED
+
+
+# ---- who may talk ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Whether a sender may go on; when not, `refusal` is what to tell them now (None: they
+    were told within the hour, so say nothing)."""
+
+    allowed: bool
+    refusal: str | None = None
+
+
+class StrangerThrottle:
+    """When to tell a sender, once more, that Bruce will not answer them: once an interval,
+    on the adapter's clock. Senders are forgotten once their interval is over, so it stays as
+    small as the number of recent strangers."""
+
+    def __init__(
+        self, clock: Callable[[], float], interval: float = STRANGER_REPLY_INTERVAL_SECONDS
+    ) -> None:
+        self._clock = clock
+        self._interval = interval
+        self._told_at: dict[int, float] = {}
+
+    def due(self, sender_id: int) -> bool:
+        """True (and noted) when `sender_id` was not told within the interval."""
+        now = self._clock()
+        last = self._told_at.get(sender_id)
+        if last is not None and now - last < self._interval:
+            return False
+        self._told_at = {sid: at for sid, at in self._told_at.items() if now - at < self._interval}
+        self._told_at[sender_id] = now
+        return True
+
+
+class ChannelPolicy:
+    """One adapter's allowlist, stranger throttle, chat commands and button presses."""
+
+    def __init__(
+        self,
+        channel: str,
+        allowed_user_ids: Iterable[int],
+        commands: Sequence[Command],
+        texts: PolicyTexts,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.channel = channel
+        self._allowed = frozenset(allowed_user_ids)
+        self._texts = texts
+        self._throttle = StrangerThrottle(clock)
+        self.commands = ChatCommands(channel, commands, texts)
+        self.presses = Presses(self, texts)
+
+    @property
+    def allowed_users(self) -> int:
+        return len(self._allowed)
+
+    def allows(self, user_id: int | None) -> bool:
+        """Whether `user_id` is on the allowlist (an empty allowlist lets nobody in)."""
+        return user_id is not None and user_id in self._allowed
+
+    def admit(self, user_id: int, *, chat_id: ChatId = None) -> Admission:
+        """Whether the sender of a message may be heard; a stranger is refused."""
+        if self.allows(user_id):
+            return Admission(True)
+        return self.refuse(user_id, self._texts.stranger.format(user_id=user_id), chat_id=chat_id)
+
+    def refuse(self, sender_id: int, reply: str, *, chat_id: ChatId = None) -> Admission:
+        """A sender Bruce may not answer (a stranger, or someone it cannot tell apart, such as
+        a group speaking anonymously) gets `reply` once an interval, and nothing otherwise."""
+        if not self._throttle.due(sender_id):
+            log.debug(
+                "stranger_ignored", channel=self.channel, sender_id=sender_id, chat_id=chat_id
+            )
+            return Admission(False)
+        log.warning("stranger_refused", channel=self.channel, sender_id=sender_id, chat_id=chat_id)
+        return Admission(False, reply)
+
+    def warn_if_nobody_allowed(self) -> None:
+        if not self._allowed:
+            log.warning(
+                "allowlist_empty",
+                channel=self.channel,
+                hint=f"nobody can talk to Bruce on {self.channel}: add user ids to "
+                f"channels.{self.channel}.allowed_user_ids in config.yml",
+            )
+
+
+# ---- chat commands ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommandCall:
+    """A command someone sent: its name, the conversation, and what its answer may name."""
+
+    name: str
+    chat_id: str
+    user_id: int
+    user_name: str = ""
+    in_group: bool = False
+    bot_name: str = ""  # the bot's own @name on the platform
+
+
+Says = Callable[[CommandCall], str]
+Asks = Callable[[InboxPort, str, str], Awaitable[str]]  # (inbox, channel, chat_id) -> reply
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A chat command answered without the model: in the adapter's own words (`says`), or by
+    the inbox (`asks`). `description` is what a platform's command menu shows."""
+
+    name: str
+    description: str
+    says: Says | None = None
+    asks: Asks | None = None
+
+    def __post_init__(self) -> None:
+        if (self.says is None) == (self.asks is None):
+            raise ValueError(f"command {self.name!r} needs either `says` or `asks`")
+
+
+async def _new_conversation(inbox: InboxPort, channel: str, chat_id: str) -> str:
+    return await inbox.new_conversation(channel, chat_id)
+
+
+async def _describe_reminders(inbox: InboxPort, channel: str, chat_id: str) -> str:
+    return await inbox.describe_reminders(channel, chat_id)
+
+
+NEW_CONVERSATION = Command(
+    "new", "Start a new conversation (earlier messages are set aside)", asks=_new_conversation
+)
+REMINDERS = Command(
+    "reminders", "List your scheduled reminders and briefings", asks=_describe_reminders
+)
+COMMAND_PREFIXES = ("/", "!")
+
+
+class ChatCommands:
+    """The commands of one channel, in the order its menu shows them."""
+
+    def __init__(self, channel: str, commands: Sequence[Command], texts: PolicyTexts) -> None:
+        self._channel = channel
+        self._texts = texts
+        self._commands = {command.name: command for command in commands}
+        self.menu: tuple[Command, ...] = tuple(commands)
+        self.names = frozenset(self._commands)
+
+    def named_by(self, text: str) -> str | None:
+        """`new` for a message that is only "/new" or "!new" (any case); None otherwise."""
+        words = text.split()
+        if len(words) != 1 or words[0][:1] not in COMMAND_PREFIXES:
+            return None
+        name = words[0][1:].lower()
+        return name if name in self._commands else None
+
+    async def handle(self, call: CommandCall, inbox: InboxPort | None) -> str:
+        """The answer to `call` (a command of this channel); a failure is logged and answered
+        with an apology, never raised."""
+        command = self._commands[call.name]
+        log.info(
+            "chat_command",
+            channel=self._channel,
+            command=call.name,
+            chat_id=call.chat_id,
+            user_id=call.user_id,
+        )
+        try:
+            if command.says is not None:
+                return command.says(call)
+            if inbox is None:
+                return self._texts.restarting
+            assert command.asks is not None
+            return await command.asks(inbox, self._channel, call.chat_id)
+        except Exception:
+            log.exception(
+                "chat_command_failed",
+                channel=self._channel,
+                command=call.name,
+                chat_id=call.chat_id,
+            )
+            return self._texts.command_failed
+
+
+# ---- button presses --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Press:
+    """A tap on a button under one of Bruce's messages. `chat_id` is the conversation the
+    message is in ("" when the platform did not say); `message_id` and `data` are None when the
+    platform sent none."""
+
+    user_id: int | None
+    chat_id: str
+    message_id: int | None
+    data: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PressAnswer:
+    """What a press gets: `notice` shown to the presser alone (None: nothing, the press is
+    just acknowledged); `reply`, when there is one, is the outcome: the buttons go and it is
+    sent in answer."""
+
+    notice: str | None
+    reply: str | None = None
+
+
+class Presses:
+    """Decides what a press gets. A message whose buttons were answered once is remembered:
+    a second tap (a double tap, a client that has not redrawn yet, the platform sending the
+    press again, a press answered concurrently) is told the button is no longer active."""
+
+    def __init__(self, policy: ChannelPolicy, texts: PolicyTexts) -> None:
+        self._policy = policy
+        self._texts = texts
+        self._used: Recent[tuple[str, int]] = Recent(USED_BUTTONS_KEPT)
+
+    async def answer(self, press: Press, inbox: InboxPort | None) -> PressAnswer:
+        channel, texts = self._policy.channel, self._texts
+        if not self._policy.allows(press.user_id):
+            log.info(
+                "stranger_press_refused",
+                channel=channel,
+                sender_id=press.user_id,
+                chat_id=press.chat_id,
+            )
+            return PressAnswer(texts.press_not_allowed)
+        if inbox is None:
+            return PressAnswer(texts.restarting)
+        if not press.chat_id or press.message_id is None or not press.data:
+            return PressAnswer(texts.button_inactive)
+        used = (press.chat_id, press.message_id)
+        if used in self._used:
+            return PressAnswer(texts.button_inactive)
+        self._used.add(used)  # before asking: a second tap meanwhile finds it used
+        try:
+            reply = await inbox.choose(channel, press.chat_id, press.data)
+        except Exception:
+            self._used.discard(used)  # may be tried again
+            log.exception("press_failed", channel=channel, chat_id=press.chat_id, data=press.data)
+            return PressAnswer(texts.press_failed)
+        log.info(
+            "button_pressed",
+            channel=channel,
+            chat_id=press.chat_id,
+            data=press.data,
+            known=reply is not None,
+        )
+        if reply is None:
+            self._used.discard(used)
+            return PressAnswer(texts.button_inactive)
+        return PressAnswer(None, reply)

@@ -1,0 +1,189 @@
+"""Building python-telegram-bot's `Application` for Bruce, and starting its updates.
+
+One update at a time, in order, through the queue that confirms an update only once it was
+handled (telegram_intake.py); getUpdates through a request that steps over an update PTB cannot
+parse instead of fetching it again forever; no rate limiter (the outbox is the one retry owner);
+long polling, or a webhook whose secret Telegram sends back with each post. A wrong webhook
+setting stops start-up with a message that names the key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import warnings
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+from telegram import Update
+from telegram.error import TelegramError
+from telegram.ext import Application, ApplicationBuilder
+from telegram.request import HTTPXRequest
+
+from bruce_bot.channels.telegram_intake import ProcessedUpdateQueue
+from bruce_bot.channels.telegram_raw import chat_id_of
+from bruce_bot.config import TelegramConfig
+
+log = structlog.get_logger(__name__)
+
+POLL_TIMEOUT = timedelta(seconds=25)
+BOOTSTRAP_RETRIES = 3
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
+_SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+RawListener = Callable[[Any, Update | None], None]
+
+
+class UpdateCheckingRequest(HTTPXRequest):
+    """The getUpdates connection, with a guard against updates PTB cannot parse.
+
+    PTB parses a whole batch at once; one malformed update makes it log the failure and fetch
+    the same batch again, forever, so nobody would be answered any more. Here each update of a
+    batch is parsed on its own first, and one that fails is replaced by an empty update with the
+    same id, so the offset moves past it and the rest are handled. `seen` is told of every
+    update of the batch (the parsed one, or None for one that could not be parsed) before any
+    of them is handled.
+    """
+
+    def __init__(self, seen: RawListener, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._seen = seen
+
+    async def post(self, url: str, *args: Any, **kwargs: Any) -> Any:
+        result = await super().post(url, *args, **kwargs)
+        if not (url.endswith("/getUpdates") and isinstance(result, list)):
+            return result
+        checked: list[dict[str, Any]] = []
+        for item in result:
+            raw, parsed = _checked_update(item)
+            if raw is not None:
+                checked.append(raw)
+                _tell(self._seen, item, parsed)
+        return checked
+
+
+def _checked_update(item: Any) -> tuple[dict[str, Any] | None, Update | None]:
+    """(the update to hand to PTB or None to drop it, the parsed update or None)."""
+    update_id = item.get("update_id") if isinstance(item, dict) else None
+    if not isinstance(update_id, int) or isinstance(update_id, bool):
+        log.warning("telegram_update_unreadable", reason="no update_id")
+        return None, None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PTB's deprecation notes are not parse errors
+            parsed = Update.de_json(item, None)
+    except Exception as exc:
+        log.warning(
+            "telegram_update_malformed",
+            update_id=update_id,
+            chat_id=chat_id_of(item),
+            error=repr(exc),
+        )
+        return {"update_id": update_id}, None
+    return item, parsed  # type: ignore[return-value]
+
+
+def _tell(listener: Callable[..., None], *args: Any) -> None:
+    """Intake bookkeeping must never stop intake."""
+    try:
+        listener(*args)
+    except Exception:
+        log.exception("telegram_intake_note_failed")
+
+
+def build_application(
+    config: TelegramConfig, updates: UpdateCheckingRequest, queued: Callable[[Any], None]
+) -> Application:  # type: ignore[type-arg]
+    """The application, fetching through `updates`; `queued` is told of each update queued."""
+    builder = (
+        ApplicationBuilder()
+        .token(config.token)
+        .concurrent_updates(False)  # one update at a time, in order: see telegram_intake.py
+        .update_queue(ProcessedUpdateQueue(queued))
+        .get_updates_request(updates)
+        .job_queue(None)
+        # No AIORateLimiter: its RetryAfter retries would stack on the outbox's, and its
+        # per-group pacing would hold replies behind typing indicators. A 429 becomes a
+        # DeliveryError with retry_after, and the outbox (the one retry owner) waits it out.
+    )
+    if config.base_url:
+        base_url = config.base_url.rstrip("/")
+        builder = builder.base_url(base_url).base_file_url(_file_url(base_url))
+    return builder.build()
+
+
+async def start_updates(
+    app: Application,  # type: ignore[type-arg]
+    config: TelegramConfig,
+    polling_failed: Callable[[TelegramError], None],
+) -> None:
+    """Start receiving updates, by webhook or long polling, unless that is already running."""
+    updater = app.updater
+    assert updater is not None
+    if updater.running:
+        return
+    if config.mode != "webhook":
+        await updater.start_polling(
+            timeout=POLL_TIMEOUT,
+            bootstrap_retries=BOOTSTRAP_RETRIES,
+            allowed_updates=list(ALLOWED_UPDATES),
+            drop_pending_updates=False,
+            error_callback=polling_failed,
+        )
+        return
+    webhook = config.webhook
+    await updater.start_webhook(
+        listen=webhook.listen,
+        port=webhook.port,
+        url_path=urlsplit(webhook.url).path.strip("/"),
+        webhook_url=webhook.url,
+        secret_token=webhook_secret(config),
+        allowed_updates=list(ALLOWED_UPDATES),
+        drop_pending_updates=False,
+        bootstrap_retries=BOOTSTRAP_RETRIES,
+    )
+    log.info("telegram_webhook_listening", listen=webhook.listen, port=webhook.port)
+
+
+async def release_connections(
+    app: Application,  # type: ignore[type-arg]
+    updates: HTTPXRequest | None,
+) -> None:
+    """Close the HTTP clients of an application whose initialisation failed half-way."""
+    for request in (app.bot.request, updates):
+        if request is None:
+            continue
+        with contextlib.suppress(Exception):
+            await request.shutdown()
+
+
+def _file_url(base_url: str) -> str:
+    """The file URL of a Bot API server from its method URL (…/bot → …/file/bot)."""
+    if base_url.endswith("/bot"):
+        return base_url[: -len("/bot")] + "/file/bot"
+    return base_url
+
+
+def webhook_secret(config: TelegramConfig) -> str:
+    """The secret Telegram will send with each post; a wrong webhook setting stops start-up."""
+    webhook = config.webhook
+    if not webhook.url:
+        raise RuntimeError(
+            "channels.telegram.mode is webhook but channels.telegram.webhook.url is empty: "
+            "set it to the public https URL that reaches Bruce, or use mode: polling."
+        )
+    secret = webhook.secret_token
+    if not secret:
+        # Bruce registers the webhook itself, so it can choose a secret Telegram will send.
+        log.info("telegram_webhook_secret_generated")
+        return secrets.token_urlsafe(32)
+    if not _SECRET_TOKEN.fullmatch(secret):
+        raise RuntimeError(
+            "channels.telegram.webhook.secret_token may only contain letters, digits, _ and "
+            "- (1-256 characters), as Telegram requires."
+        )
+    return secret

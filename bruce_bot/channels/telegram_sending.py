@@ -1,0 +1,230 @@
+"""Everything Bruce sends to Telegram: replies, typing, buttons, and answers to presses.
+
+A reply goes out as Telegram HTML (telegram_markup.py) and is sent again as plain text when
+Telegram refuses the markup; a part whose HTML grew past 4096 goes out as several messages, and
+the ones already delivered are not sent twice when the outbox retries the part. A group that
+became a supergroup is followed at once (the answer is re-sent to the new id). Telegram's errors
+become `DeliveryError`s the outbox understands: retry later, or never.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+
+import structlog
+from telegram import (
+    Bot,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+)
+from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
+
+from bruce_bot.channels.base import DeliveryError
+from bruce_bot.channels.telegram_buttons import button_row
+from bruce_bot.channels.telegram_chats import ChatAddress
+from bruce_bot.channels.telegram_markup import (
+    TELEGRAM_TEXT_LIMIT,
+    DeliveredPieces,
+    Piece,
+    fit_plain,
+    render_pieces,
+)
+from bruce_bot.channels.telegram_messages import address_of
+from bruce_bot.domain import Choice, OutboundMessage
+
+log = structlog.get_logger(__name__)
+
+Migrated = Callable[[int, int], Awaitable[None]]  # (old chat id, new chat id)
+
+
+class TelegramSender:
+    """Sends through the bot of a running application (`bot`; None: nothing can be sent)."""
+
+    def __init__(self, token: str, migrated: Migrated) -> None:
+        self._token = token
+        self._migrated = migrated
+        self._delivered = DeliveredPieces()
+        self.bot: Bot | None = None
+
+    async def send(self, message: OutboundMessage) -> None:
+        address = _parse(message.chat_id)
+        part = int(message.metadata.get("part", 0))
+        reply_to = message.metadata.get("reply_to") if part == 0 else None
+        pieces = render_pieces(message.text)
+        key = (message.chat_id, message.message_id, part) if message.message_id else None
+        done = self._delivered.done(key)
+
+        def delivered(count: int) -> None:
+            if len(pieces) > 1:
+                self._delivered.note(key, done + count)
+
+        buttons = _keyboard(message.choices)
+        await self.send_pieces(address, pieces[done:], reply_to, delivered, buttons)
+        self._delivered.forget(key)
+
+    async def typing(self, chat_id: str) -> None:
+        bot = self._bot()
+        address = _parse(chat_id)
+        try:
+            await bot.send_chat_action(
+                chat_id=address.chat_id,
+                action=ChatAction.TYPING,
+                message_thread_id=address.thread_id,
+            )
+        except TelegramError as exc:
+            raise self._delivery_error(exc) from None
+
+    async def reply(self, message: Message, text: str) -> None:
+        """A direct answer from the adapter (not a model reply): best effort, never raises."""
+        replying = message.message_id if message.chat.type != ChatType.PRIVATE else None
+        await self.say(address_of(message), text, replying)
+
+    async def say(self, address: ChatAddress, text: str, reply_to: int | None) -> None:
+        """Plain `text` from the adapter itself: best effort, never raises."""
+        try:
+            await self.send_pieces(
+                address, [Piece(chunk, None) for chunk in fit_plain(text)], reply_to
+            )
+        except DeliveryError as exc:
+            log.warning("telegram_reply_failed", chat_id=str(address), error=str(exc))
+
+    async def answer_press(self, query: CallbackQuery, text: str | None) -> None:
+        """Stop the client's spinner, with a short notice (`text`) or silently."""
+        try:
+            await self._bot().answer_callback_query(query.id, text=text)
+        except (TelegramError, DeliveryError) as exc:  # too late (~15 s), or the bot stopped
+            log.info("telegram_press_not_answered", error=self.scrub(str(exc)))
+
+    async def remove_buttons(self, address: ChatAddress, message_id: int) -> None:
+        try:
+            await self._bot().edit_message_reply_markup(address.chat_id, message_id)
+        except (TelegramError, DeliveryError) as exc:  # gone, too old, or already without
+            log.info(
+                "telegram_buttons_not_removed",
+                chat_id=str(address),
+                message_id=message_id,
+                error=self.scrub(str(exc)),
+            )
+
+    async def send_pieces(
+        self,
+        address: ChatAddress,
+        pieces: Sequence[Piece],
+        reply_to: int | None,
+        delivered: Callable[[int], None] | None = None,
+        buttons: InlineKeyboardMarkup | None = None,
+    ) -> None:
+        """Send `pieces` in order; `buttons` go under the last one."""
+        bot = self._bot()
+        for index, piece in enumerate(pieces):
+            replying = (
+                ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+                if reply_to is not None and index == 0
+                else None
+            )
+            markup = buttons if index == len(pieces) - 1 else None
+            try:
+                try:
+                    await _send_piece(bot, address, piece, replying, markup)
+                except ChatMigrated as moved:  # the group became a supergroup: follow it now
+                    await self._migrated(address.chat_id, moved.new_chat_id)
+                    address = ChatAddress(moved.new_chat_id)
+                    await _send_piece(bot, address, piece, replying, markup)
+            except TelegramError as exc:
+                raise self._delivery_error(exc) from None
+            if delivered is not None:
+                delivered(index + 1)
+
+    def scrub(self, text: str) -> str:
+        """`text` without the bot token (PTB's errors may carry the URL)."""
+        return text.replace(self._token, "***") if self._token else text
+
+    def _bot(self) -> Bot:
+        if self.bot is None:
+            raise DeliveryError("the Telegram channel is not running")
+        return self.bot
+
+    def _delivery_error(self, exc: TelegramError) -> DeliveryError:
+        """Telegram's error as the outbox understands it: retry later, or never."""
+        text = self.scrub(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, RetryAfter):
+            return DeliveryError(text, retry_after=_retry_after_seconds(exc))
+        if isinstance(exc, Forbidden):  # blocked by the user, kicked from the group
+            return DeliveryError(text, permanent=True)
+        if isinstance(exc, BadRequest):  # "chat not found" and every other refusal of the request
+            return DeliveryError(text, permanent=True)
+        if isinstance(exc, (InvalidToken, ChatMigrated)):
+            return DeliveryError(text, permanent=True)
+        if isinstance(exc, NetworkError):  # includes TimedOut and 5xx answers
+            return DeliveryError(text)
+        return DeliveryError(text)
+
+
+async def _send_piece(
+    bot: Bot,
+    address: ChatAddress,
+    piece: Piece,
+    replying: ReplyParameters | None,
+    buttons: InlineKeyboardMarkup | None = None,
+) -> None:
+    chat_id, thread = address.chat_id, address.thread_id
+    if piece.html is not None:
+        try:
+            await bot.send_message(
+                chat_id,
+                piece.html,
+                parse_mode=ParseMode.HTML,
+                reply_parameters=replying,
+                message_thread_id=thread,
+                reply_markup=buttons,
+            )
+            return
+        except BadRequest as exc:
+            if "can't parse entities" not in exc.message.lower():
+                raise
+            log.info("telegram_markup_refused", chat_id=str(address), error=exc.message)
+    chunks = fit_plain(piece.source, TELEGRAM_TEXT_LIMIT)
+    for index, chunk in enumerate(chunks):
+        await bot.send_message(
+            chat_id,
+            chunk,
+            reply_parameters=replying if index == 0 else None,
+            message_thread_id=thread,
+            reply_markup=buttons if index == len(chunks) - 1 else None,
+        )
+
+
+def _parse(chat_id: str) -> ChatAddress:
+    try:
+        return ChatAddress.parse(chat_id)
+    except ValueError:
+        raise DeliveryError(f"not a Telegram chat id: {chat_id!r}", permanent=True) from None
+
+
+def _keyboard(choices: Sequence[Choice]) -> InlineKeyboardMarkup | None:
+    row = button_row(choices)
+    if not row:
+        return None
+    buttons = [InlineKeyboardButton(choice.label, callback_data=choice.data) for choice in row]
+    return InlineKeyboardMarkup([buttons])
+
+
+def _retry_after_seconds(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PTB's int-or-timedelta transition warning
+        value = exc.retry_after
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
