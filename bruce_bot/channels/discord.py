@@ -58,7 +58,13 @@ from bruce_bot.channels.discord_texts import (
     TEXTS,
     TOKEN_FIX,
 )
-from bruce_bot.channels.policy import BUTTON_INACTIVE, ChannelPolicy, CommandCall, Press
+from bruce_bot.channels.policy import (
+    BUTTON_INACTIVE,
+    RESTARTING,
+    ChannelPolicy,
+    CommandCall,
+    Press,
+)
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config import DiscordConfig
 from bruce_bot.domain import InboundMessage, OutboundMessage
@@ -132,8 +138,9 @@ class DiscordChannel:
             )
 
     async def stop(self) -> None:
-        """Stop intake: messages arriving from now on are ignored. Sending keeps working (turns
-        that are still running reply) until `close`."""
+        """Stop intake: messages arriving from now on are not taken in (their writers are asked
+        to send them again). Sending keeps working (turns that are still running reply) until
+        `close`."""
         self._stopping.set()
         self._inbox = None
 
@@ -253,8 +260,6 @@ class DiscordChannel:
 
     async def _receive(self, client: discord.Client, message: discord.Message) -> None:
         inbox, me = self._inbox, client.user
-        if inbox is None:
-            return  # intake stopped
         if me is None or not self._from_a_person(me, message):
             return
         bot = BotIds.of(me, message)
@@ -270,9 +275,14 @@ class DiscordChannel:
         admission = self._policy.admit(message.author.id, chat_id=channel.id)
         if admission.refusal is not None:
             await self._out.say(channel, admission.refusal)
-        if admission.allowed:
-            self._out.remember(channel)
-            await self._answer(inbox, message, text_of(message, bot))
+        if not admission.allowed:
+            return
+        self._out.remember(channel)
+        if inbox is None:
+            # Stopping: not taken in, and Discord never sends a message again; say so.
+            await self._out.say(channel, RESTARTING)
+            return
+        await self._answer(inbox, message, text_of(message, bot))
 
     def _from_a_person(self, me: discord.ClientUser, message: discord.Message) -> bool:
         """A message someone wrote: not Bruce's own, a bot's, a webhook's or a system notice."""
@@ -325,6 +335,8 @@ class DiscordChannel:
                 platform_message_id=inbound.platform_message_id,
                 reason=submission.reason,
             )
+            if submission.reason == "stopping":  # not stored: the user must send it again
+                await self._out.say(channel, RESTARTING)
 
     async def _on_press(self, interaction: discord.Interaction) -> None:
         """A button under one of Bruce's messages was pressed (the policy decides)."""

@@ -25,6 +25,7 @@ from bruce_bot.channels.discord_texts import (
     HELP_TEXT,
     ONLY_TEXT_REPLY,
 )
+from bruce_bot.channels.policy import RESTARTING
 from bruce_bot.domain import OutboundMessage
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
@@ -493,12 +494,15 @@ async def test_a_turn_running_at_shutdown_still_delivers_its_reply(
         await anthropic_fake.wait_for_requests(1)
         stopping = asyncio.create_task(bruce.stop())
         await wait_until(lambda: not adapter.accepting)
-        await discord_fake.send_dm(OWNER, "too late")  # intake is off: not taken in
+        # Intake is off: not taken in, and Discord will not send it again, so the user is
+        # asked to resend it rather than left without an answer.
+        await discord_fake.send_dm(OWNER, "too late")
+        await wait_until(lambda: RESTARTING in discord_fake.texts(dm))
     finally:
         release.set()
         await (stopping or bruce.stop())
 
-    assert discord_fake.texts(dm) == ["finished just in time"]
+    assert discord_fake.texts(dm) == [RESTARTING, "finished just in time"]
     assert [row["content"] for row in user_rows(tmp_path)] == ["slow question"]
     assert not adapter.connected
 
