@@ -88,3 +88,26 @@ def test_a_channel_formatter_loads_no_database_library() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@cache
+def graph_with_externals() -> grimp.ImportGraph:
+    return grimp.build_graph(PACKAGE, include_external_packages=True)
+
+
+@pytest.mark.parametrize(
+    ("sdk", "owners"),
+    [
+        ("telegram", ("bruce_bot.channels.telegram",)),
+        ("discord", ("bruce_bot.channels.discord",)),
+        ("anthropic", ("bruce_bot.llm.anthropic",)),
+        ("openai", ("bruce_bot.llm.openai",)),
+    ],
+)
+def test_each_platform_sdk_is_imported_by_its_own_modules_only(
+    sdk: str, owners: tuple[str, ...]
+) -> None:
+    importers = graph_with_externals().find_modules_that_directly_import(sdk)
+    strays = sorted(module for module in importers if not module.startswith(owners))
+    assert not strays, f"{sdk} is imported outside {', '.join(owners)}*: {strays}"
+    assert importers, f"nothing imports {sdk}: is the rule still needed?"
