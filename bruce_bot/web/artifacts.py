@@ -33,19 +33,24 @@ def _not_found() -> Response:
     return PlainTextResponse("Not found", status_code=404, headers=headers)
 
 
+def _file_on_disk(root: Path, artifact_uuid: str, filename: str) -> Path | None:
+    """The artifact's file when the parts stay inside `root` and it exists (disk calls: run in a
+    worker thread, off the event loop)."""
+    path = artifact_file(root, artifact_uuid, filename)
+    return path if path is not None and path.is_file() else None
+
+
 def artifact_routes(store: ArtifactStore, root: Path) -> list[BaseRoute]:
     """The artifact route, serving files from `root` (`<data_dir>/artifacts`)."""
 
     async def serve(request: Request) -> Response:
         artifact_uuid = request.path_params["uuid"]
         filename = request.path_params["filename"]
-        path = artifact_file(root, artifact_uuid, filename)
+        path = await asyncio.to_thread(_file_on_disk, root, artifact_uuid, filename)
         if path is None:
             return _not_found()
         artifact = await store.get(artifact_uuid)
         if artifact is None or artifact.filename != filename:
-            return _not_found()
-        if not await asyncio.to_thread(path.is_file):
             return _not_found()
         return FileResponse(path, media_type=artifact.content_type, headers=SECURITY_HEADERS)
 

@@ -20,28 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import (
-    FileResponse,
-    JSONResponse,
-    PlainTextResponse,
-    RedirectResponse,
-    Response,
-)
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from bruce_bot.storage.web_sessions import WebSessionRecord, WebSessionStore
 from bruce_bot.web.throttle import AuthThrottle, Refusal
+from bruce_bot.web.wire import capped_body, error_response
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +46,6 @@ USER_AGENT_CHARS = 300
 FINGERPRINT_ROUNDS = 100_000  # the fingerprint is stored: make guessing the token from it slow
 OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/")
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
-_PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 def session_key(cookie: str) -> str:
@@ -92,10 +84,6 @@ def _is_json(request: Request) -> bool:
     return media_type.strip().lower() == "application/json"
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
 def throttled(request: Request, refusal: Refusal) -> Response:
     """429 for an attempt the throttle refused, unread, with `Retry-After`."""
     who = (
@@ -109,7 +97,7 @@ def throttled(request: Request, refusal: Refusal) -> Response:
     )
     headers = {"Retry-After": str(refusal.retry_after)}
     if is_api(request):
-        return _error(429, message, headers)
+        return error_response(429, message, headers)
     return PlainTextResponse(message, status_code=429, headers=headers)
 
 
@@ -118,14 +106,9 @@ async def _login_token(request: Request) -> str:
 
     Parsed here rather than with `request.form()`, which needs the python-multipart package.
     """
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_LOGIN_BYTES:
+    body = await capped_body(request, MAX_LOGIN_BYTES)
+    if body is None:
         return ""
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_LOGIN_BYTES:
-            return ""
     try:
         fields = parse_qs(body.decode("utf-8", errors="replace"), max_num_fields=20)
     except ValueError:  # too many fields
@@ -133,12 +116,9 @@ async def _login_token(request: Request) -> str:
     return fields.get("token", [""])[0]
 
 
-def _iso(value: datetime) -> str:
-    return value.isoformat()
-
-
 class WebAuth:
-    """Who may use the dashboard, and the sign-in, sign-out and signed-in-browsers routes."""
+    """Who may use the dashboard, and the sign-in and sign-out routes (the signed-in browsers
+    are listed and revoked by `api/web_sessions.py`)."""
 
     def __init__(
         self,
@@ -148,7 +128,7 @@ class WebAuth:
         clock: Callable[[], datetime],
         max_age: timedelta,
         secure_cookie: bool,
-        login_page: Path,
+        login_page: str,
     ) -> None:
         self.token = token
         self.fingerprint = token_fingerprint(token) if token else ""
@@ -156,7 +136,7 @@ class WebAuth:
         self.clock = clock
         self.max_age = max_age
         self.secure_cookie = secure_cookie
-        self.login_page = login_page
+        self.login_page = login_page  # the HTML of the sign-in form
         self.throttle = AuthThrottle(lambda: clock().timestamp())
 
     # ---- browser sessions --------------------------------------------------------------------
@@ -213,7 +193,9 @@ class WebAuth:
                 if refused is not None:
                     return refused
         if is_api(request) and request.method in WRITE_METHODS and not _is_json(request):
-            return _error(415, "send API writes with the header 'Content-Type: application/json'")
+            return error_response(
+                415, "send API writes with the header 'Content-Type: application/json'"
+            )
         response = await call_next(request)
         if renewed_cookie is not None:
             self._set_cookie(response, request, renewed_cookie)  # the browser's expiry slides too
@@ -232,7 +214,7 @@ class WebAuth:
                 return None
             self.throttle.failed(address)
         if is_api(request):
-            return _error(
+            return error_response(
                 401, "missing or wrong token: send 'Authorization: Bearer <web.auth_token>'"
             )
         return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
@@ -242,7 +224,7 @@ class WebAuth:
     async def show_login(self, request: Request) -> Response:
         if not self.token:
             return RedirectResponse("/chat", status_code=303)
-        return FileResponse(self.login_page, media_type="text/html")
+        return HTMLResponse(self.login_page)
 
     async def login(self, request: Request) -> Response:
         if not self.token:
@@ -294,47 +276,11 @@ class WebAuth:
         )
         return response
 
-    async def list_sessions(self, request: Request) -> Response:
-        if not self.token:
-            return JSONResponse({"sign_in": False, "web_sessions": []})
-        current: WebSessionRecord | None = getattr(request.state, "web_session", None)
-        records = await self.store.live(self.fingerprint, self.clock())
-        return JSONResponse(
-            {
-                "sign_in": True,
-                "web_sessions": [
-                    {
-                        "id": r.public_id,
-                        "user_agent": r.user_agent,
-                        "client_address": r.client_address,
-                        "created_at": _iso(r.created_at),
-                        "last_seen_at": _iso(r.last_seen_at),
-                        "expires_at": _iso(r.expires_at),
-                        "current": current is not None and r.id == current.id,
-                    }
-                    for r in records
-                ],
-            }
-        )
-
-    async def revoke_session(self, request: Request) -> Response:
-        public_id = request.path_params["public_id"]
-        if not _PUBLIC_ID.fullmatch(public_id):
-            return _error(400, "the id must be an 'id' from GET /api/web-sessions")
-        if not self.token or not await self.store.revoke(public_id, self.fingerprint):
-            return _error(
-                404, f"there is no signed-in browser {public_id}; GET /api/web-sessions lists them"
-            )
-        log.info("web_session_revoked", client=client_address(request), web_session=public_id)
-        return JSONResponse({"revoked": public_id})
-
     def routes(self) -> list[BaseRoute]:
         return [
             Route("/login", self.show_login, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self.logout, methods=["POST"]),
-            Route("/api/web-sessions", self.list_sessions, methods=["GET"]),
-            Route("/api/web-sessions/{public_id}", self.revoke_session, methods=["DELETE"]),
         ]
 
 

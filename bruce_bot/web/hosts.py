@@ -20,7 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
+
+from bruce_bot.web.wire import error_response
 
 log = structlog.get_logger(__name__)
 
@@ -102,7 +104,7 @@ class AllowedHosts:
 
 def _refusal(path: str, status: int, message: str) -> Response:
     if path.startswith("/api/"):
-        return JSONResponse({"error": message}, status_code=status)
+        return error_response(status, message)
     return PlainTextResponse(message, status_code=status)
 
 

@@ -316,3 +316,18 @@ async def test_shared_assets_are_served_and_nothing_else_under_static(page: Page
     for name in ("chat.html", "login.html", "..%2Fapp.py", "missing.js"):
         response = await page.request.get(f"/static/{name}")
         assert response.status == 404, name
+
+
+async def test_the_api_page_shows_every_route_with_its_parameters_and_schemas(
+    page: Page,
+) -> None:
+    await log_in(page, "/sessions")
+    await page.goto("/api/docs")
+    await expect(page).to_have_title("Bruce · API")
+    sessions = page.locator("#list_sessions")
+    await expect(sessions).to_contain_text("GET /api/sessions")
+    await expect(sessions.locator("tr", has_text="limit")).to_contain_text("integer ≥ 1 ≤ 500")
+    await expect(sessions).to_contain_text("SessionList")
+    await expect(page.locator("#revoke_web_session")).to_contain_text("public_id")
+    await expect(page.locator("#schema-TaskAnswer")).to_contain_text("next_run")
+    await expect(page.locator("#error")).to_have_text("")

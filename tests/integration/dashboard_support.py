@@ -14,7 +14,7 @@ from typing import Any
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
-from bruce_bot.domain import InboundMessage, OutboundMessage, utcnow
+from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey, utcnow
 from bruce_bot.tools.artifacts import ArtifactSaveTool
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
@@ -100,6 +100,17 @@ class Dashboard:
         before = len(self.channel.texts(chat_id))
         await self.say(chat_id, f"please use {tool}")
         await wait_until(lambda: "Done." in self.channel.texts(chat_id)[before:])
+
+
+async def create_task(dashboard: Dashboard, chat_id: str, **values: Any) -> Any:
+    """A task made by the task service in the chat's session (`values`: title, content, ...)."""
+    bruce = dashboard.bruce
+    assert bruce.tasks is not None and bruce.stores is not None
+    session = await bruce.stores.sessions.get_or_create(SessionKey("chat", chat_id))
+    defaults: dict[str, Any] = {"mode": "message", "run_at": None, "cron": None, "timezone": None}
+    return await bruce.tasks.create(
+        session_id=session.id, channel="chat", chat_id=chat_id, **{**defaults, **values}
+    )
 
 
 @contextlib.asynccontextmanager

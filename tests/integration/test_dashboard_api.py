@@ -15,13 +15,18 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from bruce_bot.domain import SessionKey, utcnow
+from bruce_bot.domain import utcnow
 from bruce_bot.scheduler.service import job_id
 from bruce_bot.storage.models import LLMCallRow
 from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
 from bruce_bot.web.api import MAX_LIMIT, usage_days
 from tests.conftest import clock_from, days_ahead_at, wait_until
-from tests.integration.dashboard_support import YAML_PROMPT, Dashboard, running_dashboard
+from tests.integration.dashboard_support import (
+    YAML_PROMPT,
+    Dashboard,
+    create_task,
+    running_dashboard,
+)
 from tests.integration.support import db_rows, system_text
 
 TOKEN = "gFaXjOMHl_9-UNCG779VuchwICtnVCO42rc_FvW2xPk"
@@ -222,16 +227,6 @@ async def test_tool_executions_show_a_failed_call_with_its_error_and_filter(
 
 
 # ---- tasks -----------------------------------------------------------------------------------
-
-
-async def create_task(dashboard: Dashboard, chat_id: str, **values: Any) -> Any:
-    bruce = dashboard.bruce
-    assert bruce.tasks is not None and bruce.stores is not None
-    session = await bruce.stores.sessions.get_or_create(SessionKey("chat", chat_id))
-    defaults: dict[str, Any] = {"mode": "message", "run_at": None, "cron": None, "timezone": None}
-    return await bruce.tasks.create(
-        session_id=session.id, channel="chat", chat_id=chat_id, **{**defaults, **values}
-    )
 
 
 # 10:00 UTC: two hours on, 12:00, comes before 09:00 in Berlin (07:00 or 08:00 UTC) the next day.

@@ -112,6 +112,13 @@ const Bruce = (() => {
     return node;
   }
 
+  /* A listing: how many `items` in #<count> (when given) and, in #<box>, render(items), or the
+     `empty` sentence when there are none. */
+  function listing(box, count, items, empty, render) {
+    if (count) document.getElementById(count).textContent = `(${items.length})`;
+    fill(document.getElementById(box), items.length ? render(items) : h("p", { className: "empty" }, empty));
+  }
+
   function where(row) {
     return row.channel ? `${row.channel} · ${row.chat_id}` : "—";
   }
@@ -121,5 +128,5 @@ const Bruce = (() => {
     if (box) box.textContent = error ? error.message || String(error) : "";
   }
 
-  return { zone, h, fill, api, time, number, bytes, badge, table, linkify, where, showError };
+  return { zone, h, fill, api, time, number, bytes, badge, table, linkify, listing, where, showError };
 })();

@@ -1,0 +1,50 @@
+"""The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions and their
+messages, scheduled tasks, artifacts, the logs (tool calls, failed deliveries), editable
+settings, token usage and signed-in browsers; `/api/openapi.json` describes them all.
+
+Every route sits behind the app's auth middleware and is an `Endpoint` value: its parameters,
+body and answer are pydantic models. Parameters are validated before any query runs (a bad one
+is a 400 whose message names it and what it allows) and every listing has a bounded `limit`.
+Times are ISO-8601 in UTC; the pages show them in `app.timezone`, which the answers that need it
+carry as `timezone`.
+"""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+from bruce_bot.web.api import (
+    artifacts,
+    chat,
+    logs,
+    sessions,
+    settings,
+    tasks,
+    usage,
+    web_sessions,
+)
+from bruce_bot.web.api.endpoint import Endpoint
+from bruce_bot.web.api.openapi import with_openapi
+from bruce_bot.web.api.params import MAX_LIMIT
+from bruce_bot.web.api.usage import usage_days
+from bruce_bot.web.auth import WebAuth
+from bruce_bot.web.context import WebContext
+
+__all__ = ["ENDPOINTS", "MAX_LIMIT", "api_routes", "usage_days"]
+
+ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
+    (
+        *chat.ENDPOINTS,
+        *sessions.ENDPOINTS,
+        *tasks.ENDPOINTS,
+        *artifacts.ENDPOINTS,
+        *logs.ENDPOINTS,
+        *settings.ENDPOINTS,
+        *usage.ENDPOINTS,
+        *web_sessions.ENDPOINTS,
+    )
+)
+
+
+def api_routes(context: WebContext, auth: WebAuth) -> list[BaseRoute]:
+    return [endpoint.route(context, auth) for endpoint in ENDPOINTS]

@@ -1,0 +1,153 @@
+"""`/api/chat/`: the dashboard's chat page. A message posted here goes into the inbox through the
+web channel; the page reads the chat back with a long poll (`wait`) and presses the buttons shown
+under a message (a reminder's confirm/cancel) through `/api/chat/choices`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from bruce_bot.channels.web import WEB_CHANNEL
+from bruce_bot.domain import SessionKey
+from bruce_bot.web.api.endpoint import Call, Endpoint
+from bruce_bot.web.api.params import MAX_ID
+from bruce_bot.web.wire import ApiError, Time
+
+MAX_WAIT_SECONDS = 30.0
+DEFAULT_CHAT_ID = "dashboard"
+ChatId = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+CHAT_ID = "which chat of the dashboard"
+REFUSALS = {
+    "empty": (400, "the message is empty; type something"),
+    "stopping": (503, "Bruce is shutting down; try again in a moment"),
+}
+
+
+class ChatTarget(BaseModel):
+    chat_id: ChatId = Field(DEFAULT_CHAT_ID, description=CHAT_ID)
+
+
+class ChatQuery(ChatTarget):
+    after: int = Field(0, ge=0, le=MAX_ID, description="only messages with a larger id")
+    wait: float = Field(
+        0,
+        description=f"with no message after 'after' yet, wait up to this many seconds for one "
+        f"(at most {MAX_WAIT_SECONDS:g})",
+    )
+
+
+class Choice(BaseModel):
+    label: str
+    data: str = Field(description="what to post to /api/chat/choices when it is pressed")
+
+
+class ChatMessage(BaseModel):
+    id: int
+    role: str
+    kind: str
+    content: str
+    status: str
+    created_at: Time
+    choices: list[Choice] = Field(description="buttons shown under the message")
+
+
+class ChatMessages(BaseModel):
+    chat_id: str
+    typing: bool = Field(description="Bruce is working on a reply")
+    messages: list[ChatMessage]
+
+
+class NewMessage(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"text": "hello"}]})
+
+    text: StrictStr
+    chat_id: ChatId | None = Field(None, description=CHAT_ID + "; else the query's chat_id")
+
+
+class Accepted(BaseModel):
+    message_id: int | None
+    chat_id: str
+
+
+class Press(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"data": "task-confirm:12"}]})
+
+    data: Annotated[StrictStr, Field(min_length=1, max_length=200)] = Field(
+        description="the data of the button pressed"
+    )
+    chat_id: ChatId | None = Field(None, description=CHAT_ID + "; else the query's chat_id")
+
+
+class PressReply(BaseModel):
+    reply: str
+    chat_id: str
+
+
+async def post_message(call: Call[ChatTarget, NewMessage]) -> Accepted:
+    chat_id = call.body.chat_id or call.params.chat_id
+    submission = await call.context.web_channel.submit(chat_id, call.body.text)
+    if not submission.accepted:
+        status, message = REFUSALS.get(submission.reason, (409, submission.reason))
+        raise ApiError(message, status)
+    return Accepted(message_id=submission.message_id, chat_id=chat_id)
+
+
+async def get_messages(call: Call[ChatQuery, None]) -> ChatMessages:
+    channel, stores, params = call.context.web_channel, call.context.stores, call.params
+    chat_id, wait = params.chat_id, min(params.wait, MAX_WAIT_SECONDS)
+    version = channel.version(chat_id)  # read first: a reply stored meanwhile is not missed
+    session = await stores.sessions.get_or_create(SessionKey(WEB_CHANNEL, chat_id))
+    rows = await stores.messages.recent(session.id, params.after)
+    if not rows and wait > 0:
+        await channel.wait_for_change(chat_id, wait, since=version)
+        rows = await stores.messages.recent(session.id, params.after)
+    messages: list[dict[str, Any]] = [
+        {**dataclasses.asdict(r), "choices": (r.extra or {}).get("choices", [])} for r in rows
+    ]
+    return ChatMessages.model_validate(
+        {"chat_id": chat_id, "typing": channel.is_typing(chat_id), "messages": messages}
+    )
+
+
+async def press(call: Call[ChatTarget, Press]) -> PressReply:
+    chat_id = call.body.chat_id or call.params.chat_id
+    reply = await call.context.web_channel.choose(chat_id, call.body.data)
+    if reply is None:
+        raise ApiError("no such button in this chat (it may be out of date)", 404)
+    return PressReply(reply=reply, chat_id=chat_id)
+
+
+MESSAGES = "/api/chat/messages"
+ENDPOINTS = (
+    Endpoint(
+        "POST",
+        MESSAGES,
+        post_message,
+        Accepted,
+        "Send a message to Bruce in a dashboard chat",
+        params=ChatTarget,
+        body=NewMessage,
+        status=202,
+        errors=(409, 503),
+    ),
+    Endpoint(
+        "GET",
+        MESSAGES,
+        get_messages,
+        ChatMessages,
+        "The chat's messages after 'after'; waits up to 'wait' seconds for one (long poll)",
+        params=ChatQuery,
+    ),
+    Endpoint(
+        "POST",
+        "/api/chat/choices",
+        press,
+        PressReply,
+        "Press a button shown under a message (its 'choices')",
+        params=ChatTarget,
+        body=Press,
+        errors=(404,),
+    ),
+)

@@ -1,0 +1,115 @@
+"""`/api/sessions`: the conversations, most recent activity first, and a session's messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel, Field
+
+from bruce_bot.web.api.endpoint import FROM_RECORD, Call, Endpoint
+from bruce_bot.web.api.params import MAX_ID, Id, limit
+from bruce_bot.web.context import WebContext
+from bruce_bot.web.wire import ApiError, Time
+
+
+class SessionAnswer(BaseModel):
+    model_config = FROM_RECORD
+
+    id: int
+    channel: str
+    chat_id: str
+    title: str | None
+    kind: str
+    last_message_at: Time | None
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionAnswer]
+
+
+class MessageAnswer(BaseModel):
+    model_config = FROM_RECORD
+
+    id: int
+    role: str
+    kind: str
+    author: str | None
+    content: str
+    status: str
+    created_at: Time
+
+
+class SessionMessages(BaseModel):
+    session: SessionAnswer
+    messages: list[MessageAnswer]
+    next_after: int | None = Field(description="more may follow: ask again with after=<this>")
+
+
+class Whereabouts(BaseModel):
+    """The channel and chat of a row that belongs to a session (all None when it has none)."""
+
+    channel: str | None = None
+    chat_id: str | None = None
+    session_title: str | None = None
+
+
+async def whereabouts(
+    context: WebContext, session_ids: Iterable[int | None]
+) -> dict[int | None, dict[str, str | None]]:
+    """The `Whereabouts` fields of each of these sessions, by id, for rows listed together."""
+    sessions = await context.stores.sessions.get_many({i for i in session_ids if i is not None})
+    return {
+        key: {"channel": s.channel, "chat_id": s.chat_id, "session_title": s.title}
+        for key, s in sessions.items()
+    }
+
+
+class SessionsQuery(BaseModel):
+    limit: int = limit(100, "sessions")
+
+
+class MessagesQuery(BaseModel):
+    session_id: Id = Field(description="an 'id' from GET /api/sessions")
+    after: int = Field(0, ge=0, le=MAX_ID, description="only messages with a larger id")
+    limit: int = limit(200, "messages")
+
+
+async def list_sessions(call: Call[SessionsQuery, None]) -> SessionList:
+    sessions = await call.context.stores.sessions.list_recent(call.params.limit)
+    return SessionList(sessions=[SessionAnswer.model_validate(s) for s in sessions])
+
+
+async def session_messages(call: Call[MessagesQuery, None]) -> SessionMessages:
+    stores, params = call.context.stores, call.params
+    session = await stores.sessions.get(params.session_id)
+    if session is None:
+        raise ApiError(
+            f"there is no session {params.session_id}; GET /api/sessions lists them", 404
+        )
+    rows = await stores.messages.recent(params.session_id, params.after, params.limit)
+    return SessionMessages(
+        session=SessionAnswer.model_validate(session),
+        messages=[MessageAnswer.model_validate(m) for m in rows],
+        next_after=rows[-1].id if len(rows) == params.limit else None,
+    )
+
+
+ENDPOINTS = (
+    Endpoint(
+        "GET",
+        "/api/sessions",
+        list_sessions,
+        SessionList,
+        "Sessions, most recent activity first",
+        params=SessionsQuery,
+    ),
+    Endpoint(
+        "GET",
+        "/api/sessions/{session_id}/messages",
+        session_messages,
+        SessionMessages,
+        "A session's messages of every kind, oldest first",
+        params=MessagesQuery,
+        errors=(404,),
+    ),
+)

@@ -1,0 +1,162 @@
+"""`/api/tasks`: reminders and briefings (proactive tasks), their firings, and cancelling one."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from bruce_bot.scheduler.timing import ScheduleError
+from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.web.api.endpoint import Call, Endpoint
+from bruce_bot.web.api.params import BLANK_IS_NONE, Id, limit
+from bruce_bot.web.context import WebContext
+from bruce_bot.web.wire import ApiError, Time, iso
+
+TaskStatus = Literal["active", "paused", "done", "cancelled", "missed"]
+CANCELLABLE = ("active", "paused")
+
+
+class RunAnswer(BaseModel):
+    """One firing of a task."""
+
+    id: int
+    scheduled_for: Time
+    status: str
+    late_seconds: float
+    delivered_at: Time | None
+    error: str | None
+
+
+class TaskAnswer(BaseModel):
+    id: int
+    session_id: int
+    channel: str
+    chat_id: str
+    title: str
+    mode: str
+    content: str
+    schedule: str = Field(description='"once" or "cron <expression>"')
+    cron: str | None
+    run_at: Time | None
+    timezone: str
+    status: str
+    next_run_at: Time | None
+    next_run: str | None = Field(description="the next run in words, in the task's timezone")
+    created_at: Time
+    last_run: RunAnswer | None
+
+
+class TaskList(BaseModel):
+    timezone: str = Field(description="app.timezone: the dashboard shows times in it")
+    tasks: list[TaskAnswer]
+
+
+class TaskRuns(BaseModel):
+    task_id: int
+    runs: list[RunAnswer]
+
+
+class CancelledTask(BaseModel):
+    task: TaskAnswer
+
+
+class TasksQuery(BaseModel):
+    status: Annotated[TaskStatus | None, BLANK_IS_NONE] = Field(
+        None, description="only the tasks with this status"
+    )
+    limit: int = limit(200, "tasks")
+
+
+class TaskId(BaseModel):
+    task_id: Id = Field(description="an 'id' from GET /api/tasks")
+
+
+class RunsQuery(TaskId):
+    limit: int = limit(50, "runs")
+
+
+def task_answer(
+    context: WebContext, task: TaskRecord, last_run: dict[str, Any] | None
+) -> TaskAnswer:
+    service = context.tasks
+    fields = {
+        **dataclasses.asdict(task),
+        "schedule": f"cron {task.cron}" if task.cron else "once",
+        "next_run": service.describe_next_run(task) if service else iso(task.next_run_at),
+        "last_run": last_run,
+    }
+    return TaskAnswer.model_validate(fields)
+
+
+async def list_tasks(call: Call[TasksQuery, None]) -> TaskList:
+    store = call.context.stores.tasks
+    tasks = await store.listing(call.params.status, call.params.limit)
+    last_runs = await store.last_runs([task.id for task in tasks])
+    return TaskList(
+        timezone=call.context.timezone,
+        tasks=[task_answer(call.context, task, last_runs.get(task.id)) for task in tasks],
+    )
+
+
+async def _existing(context: WebContext, task_id: int) -> TaskRecord:
+    task = await context.stores.tasks.get(task_id)
+    if task is None:
+        raise ApiError(f"there is no task {task_id}; GET /api/tasks lists them", 404)
+    return task
+
+
+async def task_runs(call: Call[RunsQuery, None]) -> TaskRuns:
+    task_id = call.params.task_id
+    await _existing(call.context, task_id)
+    runs = await call.context.stores.tasks.recent_runs(task_id, call.params.limit)
+    return TaskRuns(task_id=task_id, runs=[RunAnswer.model_validate(run) for run in runs])
+
+
+async def cancel_task(call: Call[TaskId, None]) -> CancelledTask:
+    context, task_id = call.context, call.params.task_id
+    if context.tasks is None:
+        raise ApiError("the scheduler is not running; start Bruce with `bruce run`", 503)
+    task = await _existing(context, task_id)
+    if task.status not in CANCELLABLE:
+        raise ApiError(
+            f"task {task_id} is {task.status}; only active or paused tasks can be cancelled", 409
+        )
+    try:
+        await context.tasks.cancel(task_id, task.session_id)
+    except ScheduleError:  # it finished (or was cancelled) in the meantime
+        raise ApiError(f"task {task_id} is no longer active; reload the list", 409) from None
+    cancelled = await _existing(context, task_id)
+    last_runs = await context.stores.tasks.last_runs([task_id])
+    return CancelledTask(task=task_answer(context, cancelled, last_runs.get(task_id)))
+
+
+ENDPOINTS = (
+    Endpoint(
+        "GET",
+        "/api/tasks",
+        list_tasks,
+        TaskList,
+        "Proactive tasks: active and paused first, soonest next run first",
+        params=TasksQuery,
+    ),
+    Endpoint(
+        "GET",
+        "/api/tasks/{task_id}/runs",
+        task_runs,
+        TaskRuns,
+        "A task's firings, newest first",
+        params=RunsQuery,
+        errors=(404,),
+    ),
+    Endpoint(
+        "POST",
+        "/api/tasks/{task_id}/cancel",
+        cancel_task,
+        CancelledTask,
+        "Cancel an active or paused task and remove its scheduler job",
+        params=TaskId,
+        errors=(404, 409, 503),
+    ),
+)

@@ -1,0 +1,133 @@
+"""The dashboard's pages: one layout (head, header and nav bar, written once in
+`templates/layout.html`) that each page's own template fills. The templates are read when this
+module is imported and the pages rendered once when the app is made: a page view only sends
+finished HTML. The pages render the API's JSON with DOM calls (text only, never markup from data)
+and share `static/dashboard.css` and `static/dashboard.js`.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import BaseRoute, Route
+
+from bruce_bot.web.api.openapi import DOCS_PATH
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC_DIR = Path(__file__).parent / "static"
+# Files the pages share, served at /static/<name> without login (nothing secret in them).
+ASSETS = {"dashboard.css": "text/css", "dashboard.js": "text/javascript", "chat.css": "text/css"}
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
+        "base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+CURRENT = ' aria-current="page"'
+_PLACEHOLDER = re.compile(r"{{(\w+)}}")
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    path: str
+    title: str
+    template: str  # in templates/: the page's <main> and script
+    styles: tuple[str, ...] = ()  # its own stylesheets in static/, after dashboard.css
+    in_nav: bool = True
+
+
+# In the order of the nav bar.
+PAGES = (
+    Page("/chat", "Chat", "chat.html", styles=("chat.css",)),
+    Page("/sessions", "Sessions", "sessions.html"),
+    Page("/schedules", "Schedules", "schedules.html"),
+    Page("/artifacts", "Artifacts", "artifacts.html"),
+    Page("/logs", "Logs", "logs.html"),
+    Page("/settings", "Settings", "settings.html"),
+    Page("/usage", "Usage", "usage.html"),
+    Page(DOCS_PATH, "API", "api_docs.html", in_nav=False),
+)
+
+
+def _template(name: str) -> str:
+    return (TEMPLATES / name).read_text(encoding="utf-8")
+
+
+LAYOUT = _template("layout.html")
+MAINS = {page.template: _template(page.template) for page in PAGES}
+LOGIN_PAGE = _template("login.html")
+
+
+def render(page: Page, app_name: str, timezone: str, *, signed_in: bool) -> str:
+    values = {
+        "app_name": html.escape(app_name),
+        "timezone": html.escape(timezone),
+        "title": html.escape(page.title),
+        "nav": nav(page.path, signed_in=signed_in),
+        "styles": "".join(f'<link rel="stylesheet" href="/static/{s}">\n' for s in page.styles),
+    }
+    text = LAYOUT.replace("{{main}}", MAINS[page.template])
+    return _PLACEHOLDER.sub(lambda match: values[match[1]], text)  # one pass: values stay as is
+
+
+def nav(current: str, *, signed_in: bool) -> str:
+    links = "".join(
+        f'<a href="{page.path}"{CURRENT if page.path == current else ""}>{page.title}</a>'
+        for page in PAGES
+        if page.in_nav
+    )
+    sign_out = (
+        '<form method="post" action="/logout"><button type="submit" class="link">'
+        "Sign out</button></form>"
+        if signed_in
+        else ""
+    )
+    return f'<nav class="nav" aria-label="Dashboard">{links}{sign_out}</nav>'
+
+
+def page_routes(app_name: str, timezone: str, *, signed_in: bool) -> list[BaseRoute]:
+    """`/` (to the chat), every page, rendered now, and the shared files under /static/."""
+    pages = [
+        Route(page.path, _send(render(page, app_name, timezone, signed_in=signed_in)))
+        for page in PAGES
+    ]
+    return [Route("/", _to_chat), *pages, Route("/static/{name}", _asset)]
+
+
+def _send(text: str) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    async def show(request: Request) -> Response:
+        return HTMLResponse(text, headers=PAGE_HEADERS)
+
+    return show
+
+
+async def _to_chat(request: Request) -> Response:
+    return RedirectResponse("/chat", status_code=303)
+
+
+async def _asset(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in ASSETS:
+        return PlainTextResponse("Not found", status_code=404)
+    return FileResponse(  # stat and read in a worker thread, with an ETag
+        STATIC_DIR / name,
+        media_type=ASSETS[name],
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+    )

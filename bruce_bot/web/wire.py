@@ -1,0 +1,81 @@
+"""How the web app speaks on the wire, in one place for every part of it: the JSON error answer
+(`{"error": message}`), times as ISO-8601, and request bodies read as JSON objects with a size cap.
+
+A handler that finds the request wrong raises `ApiError`; the app turns it into the error answer.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, PlainSerializer, WithJsonSchema
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+MAX_BODY_BYTES = 1_000_000
+
+
+class ErrorAnswer(BaseModel):
+    """What every refusal carries: a message that says what to fix."""
+
+    error: str
+
+
+class ApiError(Exception):
+    """A request the client must fix: answered with `status` and `{"error": message}`."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        ErrorAnswer(error=message).model_dump(mode="json"), status_code=status, headers=headers
+    )
+
+
+def iso(value: date | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+# A time in an answer: serialised with `iso` (an aware time keeps its offset, "+00:00").
+Time = Annotated[
+    datetime,
+    PlainSerializer(iso, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+async def capped_body(request: Request, limit: int) -> bytes | None:
+    """The request's body, or None when it is larger than `limit` bytes (a declared length is
+    believed, a chunked body is counted as it comes and not read further)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return body
+
+
+async def json_body(request: Request, example: str) -> dict[str, Any]:
+    """The request's JSON object, at most `MAX_BODY_BYTES`; `example` shows a valid body in the
+    error messages."""
+    body = await capped_body(request, MAX_BODY_BYTES)
+    if body is None:
+        raise ApiError(f"request body too large; the limit is {MAX_BODY_BYTES} bytes", 413)
+    try:
+        data = json.loads(body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError(f"body must be JSON, e.g. {example}") from None
+    if not isinstance(data, dict):
+        raise ApiError(f"body must be a JSON object, e.g. {example}")
+    return data
