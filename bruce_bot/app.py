@@ -2,8 +2,8 @@
 order.
 
 Start: instance lock → schema upgrade → skills and workflows (read once) → the parts built →
-change feed (PostgreSQL) → recovery of unfinished messages → channels (intake) → redelivery of
-unsent replies → background upkeep → scheduler (on PostgreSQL, once this process is elected its
+change feed (PostgreSQL) → background upkeep (lease renewal, periodic redelivery) → recovery of
+unfinished messages → channels (intake) → redelivery of unsent replies → scheduler (on PostgreSQL, once this process is elected its
 leader) → web server → ready (the LLM SDK then loads in the background).
 Stop: channels stop taking messages → running turns finish within `agent.shutdown_timeout_seconds`
 (the rest go back to `pending`) → brain runs finish within what is left of that time (the rest
@@ -120,10 +120,12 @@ class Bruce:
         library = await self._load_library()
         self.parts = parts = build_parts(self.config, library, self._overrides, self.web_channel)
         await parts.feed.start()
+        # Leases are renewed from before the first is taken: a slow start-up (a backlog of
+        # replies to redeliver) must not let them lapse under running turns.
+        self._start_background(parts)
         await parts.inbox.recover()
         await self._start_channels(parts)
         await parts.outbox.redeliver()
-        self._start_background(parts)
         await parts.tasks.start()
         if self.web_channel is not None:
             await self._start_web(parts, self.web_channel)

@@ -28,7 +28,7 @@ import structlog
 
 from bruce_bot.domain import InboundMessage, MessageKind, Submission
 from bruce_bot.storage.leases import Leases
-from bruce_bot.storage.messages import StoredMessage
+from bruce_bot.storage.messages import LeaseLostError, StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 
@@ -212,6 +212,11 @@ class Inbox:
         self._in_flight[session_id] = ids
         try:
             await self._process_turn(self._sessions[session_id], batch)
+        except LeaseLostError:
+            # This process stalled past its lease and another one took the session over: it
+            # answers these messages; this turn's reply was not kept.
+            log.warning("turn_abandoned_lease_lost", session_id=session_id, message_ids=ids)
+            self._leases.forget(session_id)
         except Exception:  # the turn runner handles its own errors; this is a bug
             log.exception("turn_crashed", session_id=session_id, message_ids=ids)
             await self._stores.messages.set_status(ids, "failed")
@@ -219,9 +224,9 @@ class Inbox:
             self._in_flight.pop(session_id, None)
 
     async def keep_leases(self) -> None:
-        """Renew this process's leases (every third of their life) and take over the sessions
-        of processes that died (every half): run as a background task when processes share the
-        database."""
+        """Every third of a lease's life: renew this process's leases and take the sessions no
+        live process holds (those of a process that died; on SQLite, one a failed worker left).
+        Runs in the background for as long as the daemon does."""
         period = self._leases.claimant.seconds
         while True:
             await asyncio.sleep(period / 3)

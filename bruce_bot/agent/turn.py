@@ -209,7 +209,9 @@ class TurnRunner:
             session_id=session.id,
             channel=session.channel,
             chat_id=session.chat_id,
-            turn_key=f"m{batch[-1].id}",
+            # The batch's first message: a turn cut by a crash is taken up again from it, with
+            # what arrived since appended, so its tools' idempotency keys stay the same.
+            turn_key=f"m{batch[0].id}",
         )
         recorder = AuditRecorder(
             self._stores.audit, session.id, answers_message_id=ids[-1], hold_usage=True

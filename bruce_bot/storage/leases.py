@@ -82,6 +82,10 @@ class Leases(Protocol):
 
     def holds(self, session_id: int) -> bool: ...
 
+    def forget(self, session_id: int) -> None:
+        """The session was taken over (found out by a turn): no longer ours, nothing to free."""
+        ...
+
     async def acquire(self, session_id: int) -> bool: ...
 
     async def release(self, session_id: int) -> None: ...
@@ -123,6 +127,9 @@ class LocalLeases:
 
     def holds(self, session_id: int) -> bool:
         return session_id in self._held
+
+    def forget(self, session_id: int) -> None:
+        self._held.discard(session_id)
 
     async def acquire(self, session_id: int) -> bool:
         self._held.add(session_id)
@@ -173,6 +180,9 @@ class PostgresLeases:
 
     def holds(self, session_id: int) -> bool:
         return session_id in self._held
+
+    def forget(self, session_id: int) -> None:
+        self._held.discard(session_id)
 
     async def acquire(self, session_id: int) -> bool:
         now = utcnow()

@@ -157,6 +157,26 @@ EXTEND_CLAIM = (
     .values(lease_until=bindparam("until"))
 )
 BATCH_SIZE_FOR_REDELIVERY = 100
+# A batch's messages claimed for this process's turn (the claim is the turn's fencing token).
+CLAIM_BATCH = (
+    _messages.update()
+    .where(_messages.c.id.in_(bindparam("ids", expanding=True)))
+    .values(status="processing", lease_owner=bindparam("me"))
+)
+# Settle a turn's messages only while they are still this process's: another process that
+# took the session over (this one stalled past its lease) claimed them for itself.
+SETTLE_OWN = (
+    _messages.update()
+    .where(
+        _messages.c.id.in_(bindparam("ids", expanding=True)),
+        or_(_messages.c.lease_owner == bindparam("me"), _messages.c.lease_owner.is_(None)),
+    )
+    .values(status=bindparam("new_status"))
+)
+
+
+class LeaseLostError(Exception):
+    """The turn's messages were taken over by another process: its result must not be kept."""
 
 
 def _claimable(claimant: Claimant, shared: bool, now: datetime) -> Any:
@@ -277,9 +297,9 @@ class MessageStore:
                 for row in await connection.execute(SESSION_UNANSWERED, {"sid": session_id})
             ]
             batch = next_batch(rows)
-            waiting = [row.id for row in batch if row.status != "processing"]
-            if waiting:
-                await connection.execute(SET_STATUS, {"ids": waiting, "new_status": "processing"})
+            if batch:
+                params = {"ids": [row.id for row in batch], "me": self._claimant.owner}
+                await connection.execute(CLAIM_BATCH, params)
         return batch
 
     async def has_unanswered(self, session_id: int) -> bool:
@@ -353,14 +373,20 @@ class MessageStore:
             **self._claimant.stamp(),
         }
         reply_id: int | None = None
+        settle = {
+            "ids": list(inbound_ids),
+            "new_status": inbound_status,
+            "me": self._claimant.owner,
+        }
         async with self._engine.begin() as connection:
+            if inbound_ids:
+                settled = await connection.execute(SETTLE_OWN, settle)
+                if settled.rowcount != len(set(inbound_ids)):
+                    # Rolled back with the transaction: the process that has them answers.
+                    raise LeaseLostError(f"messages {list(inbound_ids)} were taken over")
             if reply is not None:
                 result = await connection.execute(INSERT_MESSAGE, reply_row)
                 reply_id = int(result.inserted_primary_key[0])
-            if inbound_ids:
-                await connection.execute(
-                    SET_STATUS, {"ids": list(inbound_ids), "new_status": inbound_status}
-                )
             await connection.execute(TOUCH_SESSION, {"sid": session_id, "at": now})
             if usage:
                 await connection.execute(
