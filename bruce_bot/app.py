@@ -3,8 +3,9 @@ order.
 
 Start: instance lock → schema upgrade → skills and workflows (read once) → the parts built →
 change feed (PostgreSQL) → background upkeep (lease renewal, periodic redelivery) → recovery of
-unfinished messages → channels (intake) → redelivery of unsent replies → scheduler (on PostgreSQL, once this process is elected its
-leader) → web server → ready (the LLM SDK then loads in the background).
+unfinished messages → channels (intake) → redelivery of unsent replies → scheduler (on
+PostgreSQL, once this process is elected its leader) → web server → ready (the LLM SDK then
+loads in the background).
 Stop: channels stop taking messages → running turns finish within `agent.shutdown_timeout_seconds`
 (the rest go back to `pending`) → brain runs finish within what is left of that time (the rest
 are cancelled) → web server → LLM client → database.
