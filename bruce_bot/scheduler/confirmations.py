@@ -8,7 +8,7 @@ often, with Confirm/Cancel buttons where the channel has them; a plain "yes" or 
 everywhere. Yes activates it; no deletes it, so nothing is left behind. A task asked for in a
 clean turn is created active, as before.
 
-`TaskConfirmations` is the scheduling tools' port (it wraps the task service) and the first
+`TaskConfirmations` is the scheduling tools' port (it wraps the task planner) and the first
 look at each turn (a bare yes/no while something awaits confirmation is answered here, without
 the model); button presses arrive through the gateway's `choose`.
 """
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import structlog
 
 from bruce_bot.domain import Choice, OutboundMessage
 from bruce_bot.inbox import QueuedMessage
 from bruce_bot.outbox import Outbox
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.scheduler.service import TaskService
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
@@ -67,33 +67,32 @@ class TaskConfirmations:
     def __init__(
         self, service: TaskService, stores: Stores, outbox: Outbox, turns: TurnFunction
     ) -> None:
-        self._service = service
+        self._planner = service.planner
         self._stores = stores
         self._outbox = outbox
         self._turns = turns
 
     # ---- the scheduling tools' port --------------------------------------------------------
 
-    async def create(self, *, untrusted: bool = False, **fields: Any) -> TaskRecord:
-        origin = fields.get("origin")
+    async def create(self, new: NewTask) -> TaskRecord:
         # The same call again (a turn resumed after a crash) was asked about the first time.
-        repeated = origin and await self._stores.tasks.by_origin(fields["session_id"], origin)
-        task = await self._service.create(confirmed=not untrusted, **fields)
-        if untrusted and not repeated:
+        repeated = new.origin and await self._stores.tasks.by_origin(new.session_id, new.origin)
+        task = await self._planner.create(new)
+        if not new.confirmed and not repeated:
             await self._ask(task)
         return task
 
     async def list_active(self, session_id: int) -> list[TaskRecord]:
-        return await self._service.list_active(session_id)
+        return await self._planner.list_active(session_id)
 
     async def cancel(self, task_id: int, session_id: int) -> TaskRecord:
-        return await self._service.cancel(task_id, session_id)
+        return await self._planner.cancel(task_id, session_id)
 
     def describe(self, task: TaskRecord) -> str:
-        return self._service.describe(task)
+        return self._planner.describe(task)
 
     def describe_next_run(self, task: TaskRecord) -> str:
-        return self._service.describe_next_run(task)
+        return self._planner.describe_next_run(task)
 
     # ---- asking ------------------------------------------------------------------------------
 
@@ -114,7 +113,7 @@ class TaskConfirmations:
         log.info("task_confirmation_asked", task_id=task.id, session_id=task.session_id)
 
     def _when(self, task: TaskRecord) -> str:
-        first = self._service.describe_next_run(task)
+        first = self._planner.describe_next_run(task)
         if task.cron:
             return f"Runs on the schedule '{task.cron}' ({task.timezone}); first run {first}."
         return f"Runs once, {first}."
@@ -124,7 +123,7 @@ class TaskConfirmations:
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
         """A turn: a bare yes/no answers what awaits confirmation; the rest goes to the agent."""
         answer = reading_of(batch[-1].text) if len(batch) == 1 else None
-        waiting = await self._service.unconfirmed(session.id) if answer is not None else []
+        waiting = await self._planner.unconfirmed(session.id) if answer is not None else []
         if not waiting:
             await self._turns(session, batch)
             return
@@ -153,12 +152,12 @@ class TaskConfirmations:
 
     async def _resolve(self, task: TaskRecord, answer: bool) -> str | None:
         if answer:
-            confirmed = await self._service.confirm(task.id, task.session_id)
+            confirmed = await self._planner.confirm(task.id, task.session_id)
             if confirmed is None:
                 return None
-            when = self._service.describe_next_run(confirmed)
+            when = self._planner.describe_next_run(confirmed)
             return CONFIRMED.format(title=confirmed.title, when=when)
-        refused = await self._service.discard(task.id, task.session_id)
+        refused = await self._planner.discard(task.id, task.session_id)
         return REFUSED.format(title=refused.title) if refused is not None else None
 
 

@@ -246,3 +246,10 @@ def describe_gap(gap: timedelta) -> str:
 def describe_time(moment: datetime, zone: ZoneInfo) -> str:
     local = moment.astimezone(zone)
     return f"{local:%A, %Y-%m-%d %H:%M} ({zone.key}, UTC{local:%z})"
+
+
+def describe_lateness(scheduled_for: datetime, now: datetime, zone: ZoneInfo) -> str:
+    """ " (late: was due at 09:00)", with the day too when it was not today."""
+    due, today = scheduled_for.astimezone(zone), now.astimezone(zone)
+    day = "" if due.date() == today.date() else f" on {due:%a %d %b}"
+    return f" (late: was due at {due:%H:%M}{day})"

@@ -11,6 +11,7 @@ import hashlib
 import json
 from typing import Any, ClassVar, Protocol
 
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
@@ -24,7 +25,7 @@ SCHEDULING_TOOLS = frozenset({CREATE_TOOL, LIST_TOOL, CANCEL_TOOL})
 
 
 class TaskPort(Protocol):
-    async def create(self, **fields: Any) -> TaskRecord: ...
+    async def create(self, new: NewTask) -> TaskRecord: ...
     async def list_active(self, session_id: int) -> list[TaskRecord]: ...
     async def cancel(self, task_id: int, session_id: int) -> TaskRecord: ...
     def describe(self, task: TaskRecord) -> str: ...
@@ -76,17 +77,19 @@ class ProactiveCreate(Tool):
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
         try:
             task = await self._tasks.create(
-                session_id=_session(context),
-                channel=context.channel,
-                chat_id=context.chat_id,
-                title=arguments["title"],
-                mode=arguments["execution_mode"],
-                content=arguments["content"],
-                run_at=arguments.get("run_at"),
-                cron=arguments.get("cron"),
-                timezone=arguments.get("timezone"),
-                untrusted=context.untrusted_input,
-                origin=call_origin(context, self.name, arguments),
+                NewTask(
+                    session_id=_session(context),
+                    channel=context.channel,
+                    chat_id=context.chat_id,
+                    title=arguments["title"],
+                    mode=arguments["execution_mode"],
+                    content=arguments["content"],
+                    run_at=arguments.get("run_at"),
+                    cron=arguments.get("cron"),
+                    timezone=arguments.get("timezone"),
+                    confirmed=not context.untrusted_input,
+                    origin=call_origin(context, self.name, arguments),
+                )
             )
         except ScheduleError as exc:
             raise ToolError(str(exc)) from None

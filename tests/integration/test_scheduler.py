@@ -22,8 +22,8 @@ from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.config import Config
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey, utcnow
-from bruce_bot.scheduler import service
-from bruce_bot.scheduler.service import describe_lateness
+from bruce_bot.scheduler import runs as task_runs
+from bruce_bot.scheduler.timing import describe_lateness
 from bruce_bot.storage.tasks import TaskRecord
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
@@ -642,7 +642,7 @@ class UnreachableChannel(ChatChannel):
 async def test_an_undelivered_reminder_closes_its_run_once_the_redelivery_gets_it_out(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service, "SETTLE_INTERVAL_SECONDS", 0.05)
+    monkeypatch.setattr(task_runs, "SETTLE_INTERVAL_SECONDS", 0.05)
     channel = UnreachableChannel()
     config = scheduler_config(tmp_path, anthropic_fake)
     async with running_bruce(config, channels=[channel]) as bruce:
@@ -665,7 +665,7 @@ async def test_an_undelivered_reminder_closes_its_run_once_the_redelivery_gets_i
 async def test_a_briefing_whose_answer_is_undelivered_closes_its_run_once_it_gets_out(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service, "SETTLE_INTERVAL_SECONDS", 0.05)
+    monkeypatch.setattr(task_runs, "SETTLE_INTERVAL_SECONDS", 0.05)
     channel = UnreachableChannel()
     config = scheduler_config(tmp_path, anthropic_fake)
     async with running_bruce(config, channels=[channel]) as bruce:

@@ -15,6 +15,7 @@ from bruce_bot.scheduler.timing import (
     CronSchedule,
     ScheduleError,
     cron_trigger,
+    describe_lateness,
     describe_time,
     next_cron_time,
     parse_run_at,
@@ -372,8 +373,6 @@ def test_describe_time_names_the_weekday_zone_and_offset() -> None:
 
 
 def test_lateness_note_gives_the_day_only_when_it_was_not_today() -> None:
-    from bruce_bot.scheduler.service import describe_lateness
-
     due = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)  # 09:00 in São Paulo, Sunday
     same_day = datetime(2026, 11, 29, 15, 30, tzinfo=UTC)
     next_day = datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
