@@ -54,6 +54,8 @@ SIGNAL_SLACK = 0.1
 LATE_LIMIT = 60.0  # seconds late, not counting the time Bruce was down
 FILLER = "Nothing more to add here, this sentence only makes the answer long. " * 34
 SUMMARY_MARK = "<new_messages>"
+# What marks an error or a warning in the daemon's log, as text or as JSON lines.
+TROUBLE_MARKS = ("traceback", "[error", "[warning", '"level": "error"', '"level": "warning"')
 
 
 def some_of(labels: Sequence[str], most: int = 4) -> str:
@@ -486,7 +488,7 @@ class Scenario:
         plan: Sequence[Ask],
         telegram: FakeTelegramServer,
         model: ChaosModel,
-        daemon: ChaosDaemon,
+        daemon: ChaosDaemon | None,
     ) -> None:
         self.seed = seed
         self.stop_signal = stop_signal
@@ -499,6 +501,44 @@ class Scenario:
         self.stops = 0  # by `stop_signal`, at the seeded moments
         self.notes: list[str] = []
 
+    # ---- what the judgement reads (a cluster's scenario reads its processes and PostgreSQL) -
+
+    @property
+    def title(self) -> str:
+        return f"chaos with {self.stop_signal.name}"
+
+    @property
+    def runs(self) -> Sequence[Run]:
+        """Every run of the daemon; a `Copy.run` is a number of one of them (from 1)."""
+        return self._daemon.runs
+
+    def run_name(self, number: int) -> str:
+        """How the reports name the run a `Copy` came from."""
+        return f"run {number}"
+
+    def ledger(self) -> Ledger:
+        return Ledger(self.telegram, self.runs)
+
+    def rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        """Rows of a query on Bruce's database (SQLite's dialect, `?` parameters)."""
+        return self._daemon.rows(sql, *params)
+
+    def replies_claiming(self, message_id: Any) -> list[dict[str, Any]]:
+        """The stored replies whose `extra.answers` lists this user message."""
+        return self.rows(
+            "SELECT m.id, m.status, substr(m.content, 1, 90) AS content FROM messages m, "
+            "json_each(m.extra, '$.answers') a WHERE m.role = 'assistant' AND a.value = ?",
+            message_id,
+        )
+
+    def stderr_lines(self, run: Run) -> list[str]:
+        return self._daemon.stderr_lines(run)
+
+    @property
+    def _daemon(self) -> ChaosDaemon:
+        assert self.daemon is not None, "a scenario without a daemon overrides what reads it"
+        return self.daemon
+
     # ---- expectations ----------------------------------------------------------------------
 
     @property
@@ -510,7 +550,7 @@ class Scenario:
         return [ask for ask in self.pushed if ask.briefing_in]
 
     def everything_arrived(self) -> bool:
-        ledger = Ledger(self.telegram, self.daemon.runs)
+        ledger = self.ledger()
         return (
             all(ledger.complete(ask.label) for ask in self.pushed)
             and all(ledger.reminders.get(ask.reminder) for ask in self.expected_reminders)
@@ -520,14 +560,12 @@ class Scenario:
     def quiet(self) -> bool:
         """Nothing left for Bruce to do: no message waiting or in a turn, no reply unsent, no
         task still to fire."""
-        busy = self.daemon.rows(
+        busy = self.rows(
             "SELECT count(*) AS n FROM messages WHERE (role = 'user' AND status IN "
             "('pending', 'processing')) OR (role = 'assistant' AND status IN "
             "('pending', 'undelivered'))"
         )
-        tasks = self.daemon.rows(
-            "SELECT count(*) AS n FROM proactive_tasks WHERE status = 'active'"
-        )
+        tasks = self.rows("SELECT count(*) AS n FROM proactive_tasks WHERE status = 'active'")
         return bool(busy and tasks) and busy[0].get("n") == 0 and tasks[0].get("n") == 0
 
     # ---- judgement -------------------------------------------------------------------------
@@ -536,7 +574,7 @@ class Scenario:
         return "never" if moment is None else f"+{moment - self.started:.2f}s"
 
     def judge(self) -> Findings:
-        ledger = Ledger(self.telegram, self.daemon.runs)
+        ledger = self.ledger()
         findings = Findings()
         for ask in self.pushed:
             self._judge_answered(ask.label, ledger, findings)
@@ -562,7 +600,7 @@ class Scenario:
                 part=part,
             )
         for title, copies in sorted(ledger.reminders.items()):
-            fired = self.daemon.rows(
+            fired = self.rows(
                 "SELECT id, status, extra FROM messages WHERE role = 'assistant' AND kind = "
                 "'reminder' AND content LIKE ?",
                 f"⏰ {title}%",
@@ -570,7 +608,9 @@ class Scenario:
             if len(fired) > 1:  # separate firings, not one reminder sent again
                 findings.problems.append(
                     f"FIRED {len(fired)} TIMES reminder {title}: stored as {fired}; copies at "
-                    + ", ".join(f"{self.t(c.sent.received_at)} (run {c.run})" for c in copies)
+                    + ", ".join(
+                        f"{self.t(c.sent.received_at)} ({self.run_name(c.run)})" for c in copies
+                    )
                 )
                 continue
             self._judge_copies(f"reminder {title}", copies, ledger, findings)
@@ -589,17 +629,17 @@ class Scenario:
         for copy in ledger.others:
             findings.problems.append(
                 f"UNEXPECTED message to chat {copy.sent.chat_id} at {self.t(copy.sent.received_at)}"
-                f" (run {copy.run}): {copy.sent.plain[:160]!r}"
+                f" ({self.run_name(copy.run)}): {copy.sent.plain[:160]!r}"
             )
-        for run in self.daemon.runs:
+        for run in self.runs:
             if run.signal is None or (run.signal == "SIGTERM" and run.returncode not in (0, -15)):
                 findings.problems.append(
-                    f"EXIT run {run.number} ended with rc={run.returncode} after "
+                    f"EXIT {run.name} ended with rc={run.returncode} after "
                     f"{run.signal or 'no signal: it exited by itself'}; its stderr ends: "
-                    + " | ".join(self.daemon.stderr_lines(run)[-5:])
+                    + " | ".join(self.stderr_lines(run)[-5:])
                 )
             elif "then SIGKILL" in run.signal:
-                findings.problems.append(f"HUNG run {run.number}: {run.signal}")
+                findings.problems.append(f"HUNG {run.name}: {run.signal}")
         for error in self.model.tool_errors:
             findings.problems.append(f"TOOL ERROR seen by the model: {error}")
         findings.stats = self._stats(ledger, findings)
@@ -619,23 +659,30 @@ class Scenario:
             return
         if len(tags) > 1:
             answers = "; ".join(
-                f"{tag} (re {some_of(ledger.answer_of[tag][1])}, run "
-                f"{ledger.parts[(tag, 1)][0].run if ledger.parts.get((tag, 1)) else '?'})"
+                f"{tag} (re {some_of(ledger.answer_of[tag][1])}, "
+                + (
+                    f"{self.run_name(first[0].run)} at {self.t(first[0].sent.received_at)})"
+                    if (first := ledger.parts.get((tag, 1)))
+                    else "part 1 never arrived)"
+                )
                 for tag in tags
             )
             findings.problems.append(f"ANSWERED {len(tags)} TIMES {label}: by {answers}")
 
     def _judge_task(self, title: str, delivered: float | None, findings: Findings) -> None:
-        tasks = self.daemon.rows("SELECT * FROM proactive_tasks WHERE title = ?", title)
+        tasks = self.rows("SELECT * FROM proactive_tasks WHERE title = ?", title)
         if len(tasks) > 1 or (not tasks and delivered is not None):
-            executions = self.daemon.rows(
-                "SELECT id, answers_message_id, substr(output, 1, 30) AS output FROM "
-                "tool_executions WHERE tool_name = 'proactive_create' AND input LIKE ?",
+            executions = self.rows(
+                "SELECT id, session_id, answers_message_id, call_id, substr(output, 1, 30) AS "
+                "output FROM tool_executions WHERE tool_name = 'proactive_create' AND input LIKE ?",
                 f'%"title": "{title}"%',
             )
+            made = [
+                {key: t.get(key) for key in ("id", "session_id", "created_at", "origin")}
+                for t in tasks
+            ]
             findings.problems.append(
-                f"SCHEDULED {len(tasks)} TIMES {title}: tasks "
-                f"{[(t.get('id'), t.get('created_at')) for t in tasks]}; the tool executions "
+                f"SCHEDULED {len(tasks)} TIMES {title}: tasks {made}; the tool executions "
                 f"recorded for it: {executions or 'none'}"
             )
         if not tasks or delivered is None:
@@ -653,7 +700,7 @@ class Scenario:
 
     def _uptime_between(self, start: float, end: float) -> float:
         up = 0.0
-        for run in self.daemon.runs:
+        for run in self.runs:
             if run.ready_at is None:
                 continue
             stopped = run.signalled_at or run.exited_at or time.time()
@@ -674,11 +721,11 @@ class Scenario:
             first = earlier.sent
             why = self._excuse(first, ledger, tag, part)
             if later.run == earlier.run:
-                why = f"not stopped in between: run {later.run} sent it twice"
+                why = f"not stopped in between: {self.run_name(later.run)} sent it twice"
             story = (
-                f"DOUBLED {what}: copy at {self.t(first.received_at)} (run {earlier.run}, "
-                f"answered {self.t(first.answered_at)}), again at "
-                f"{self.t(later.sent.received_at)} (run {later.run})"
+                f"DOUBLED {what}: copy at {self.t(first.received_at)} "
+                f"({self.run_name(earlier.run)}, answered {self.t(first.answered_at)}), again at "
+                f"{self.t(later.sent.received_at)} ({self.run_name(later.run)})"
             )
             if why is not None and not why.startswith("not"):
                 findings.excused.append(f"{story}: {why}")
@@ -688,21 +735,17 @@ class Scenario:
     def _excuse(
         self, first: SentMessage, ledger: Ledger, tag: str | None, part: int | None
     ) -> str | None:
-        return in_flight_excuse(first, self.daemon.runs, ledger, tag, part, self.t)
+        return in_flight_excuse(first, self.runs, ledger, tag, part, self.t)
 
     # ---- stories for what went wrong --------------------------------------------------------
 
     def _message_story(self, label: str, generated: Sequence[str]) -> str:
-        rows = self.daemon.rows(
+        rows = self.rows(
             "SELECT id, status FROM messages WHERE role = 'user' AND content LIKE ?", f"%{label}%"
         )
         story = f"DB user message: {rows or 'not stored'}"
         for row in rows[:1]:
-            claimed = self.daemon.rows(
-                "SELECT m.id, m.status, substr(m.content, 1, 90) AS content FROM messages m, "
-                "json_each(m.extra, '$.answers') a WHERE m.role = 'assistant' AND a.value = ?",
-                row.get("id"),
-            )
+            claimed = self.replies_claiming(row.get("id"))
             for reply in claimed:
                 header = HEADER.search(str(reply.get("content")))
                 seen = self.model.seen.get(header.group(1), ()) if header else ()
@@ -717,20 +760,20 @@ class Scenario:
         return story
 
     def _reply_story(self, tag: str) -> str:
-        rows = self.daemon.rows(
+        rows = self.rows(
             "SELECT id, status FROM messages WHERE role = 'assistant' AND content LIKE ?",
             f"%[{tag} part 1/%",
         )
         if not rows or "id" not in rows[0]:
             return f"DB reply {tag}: not stored {rows or ''}".strip()
-        deliveries = self.daemon.rows(
+        deliveries = self.rows(
             "SELECT part, attempt, status FROM deliveries WHERE message_id = ? ORDER BY id",
             rows[0]["id"],
         )
         return f"DB reply {tag}: {rows[0]}, deliveries {deliveries}"
 
     def _task_story(self, title: str) -> str:
-        tasks = self.daemon.rows(
+        tasks = self.rows(
             "SELECT id, status, run_at, next_run_at FROM proactive_tasks WHERE title = ?", title
         )
         if title in self.model.refused and not tasks:
@@ -738,9 +781,9 @@ class Scenario:
         story = f"DB tasks: {tasks or 'none'}"
         for task in tasks:
             if "id" in task:
-                runs = self.daemon.rows("SELECT * FROM task_runs WHERE task_id = ?", task["id"])
+                runs = self.rows("SELECT * FROM task_runs WHERE task_id = ?", task["id"])
                 story += f"; runs of task {task['id']}: {runs or 'none'}"
-        messages = self.daemon.rows(
+        messages = self.rows(
             "SELECT id, kind, status FROM messages WHERE role = 'assistant' AND content LIKE ?",
             f"%{title}%",
         )
@@ -749,7 +792,7 @@ class Scenario:
     # ---- the report ------------------------------------------------------------------------
 
     def _stats(self, ledger: Ledger, findings: Findings) -> dict[str, Any]:
-        runs = self.daemon.runs
+        runs = self.runs
         lateness = findings.stats.get("lateness", [])
         return {
             "messages": len(self.pushed),
@@ -769,20 +812,20 @@ class Scenario:
 
     def headline(self, findings: Findings) -> str:
         return (
-            f"chaos with {self.stop_signal.name}, BRUCE_CHAOS_SEED={self.seed}: "
+            f"{self.title}, BRUCE_CHAOS_SEED={self.seed}: "
             f"{len(findings.problems)} problems; "
             + ", ".join(f"{key}: {value}" for key, value in findings.stats.items())
         )
 
     def report(self, findings: Findings) -> str:
         lines = [
-            f"chaos with {self.stop_signal.name}, BRUCE_CHAOS_SEED={self.seed}",
+            f"{self.title}, BRUCE_CHAOS_SEED={self.seed}",
             "  " + ", ".join(f"{key}: {value}" for key, value in findings.stats.items()),
             "  runs: "
             + "; ".join(
-                f"#{run.number} ready {self.t(run.ready_at)} {run.signal or 'running'} "
+                f"{run.name} ready {self.t(run.ready_at)} {run.signal or 'running'} "
                 f"{self.t(run.signalled_at)} rc={run.returncode}"
-                for run in self.daemon.runs
+                for run in self.runs
             ),
             *(f"  note: {note}" for note in self.notes),
         ]
@@ -794,19 +837,19 @@ class Scenario:
             lines += [f"    {line}" for line in findings.problems]
             lines.append("  daemon log, errors and warnings over all runs (first 25):")
             lines += [f"    {line}" for line in self._log_trouble()[:25]]
-            last = self.daemon.runs[-1] if self.daemon.runs else None
+            last = self.runs[-1] if self.runs else None
             if last is not None:
-                lines.append(f"  daemon stderr, last 20 lines of run {last.number}:")
-                lines += [f"    {line}" for line in self.daemon.stderr_lines(last)[-20:]]
+                lines.append(f"  daemon stderr, last 20 lines of {last.name}:")
+                lines += [f"    {line}" for line in self.stderr_lines(last)[-20:]]
         return "\n".join(lines)
 
     def _log_trouble(self) -> list[str]:
         seen: list[str] = []
-        for run in self.daemon.runs:
-            for line in self.daemon.stderr_lines(run):
+        for run in self.runs:
+            for line in self.stderr_lines(run):
                 lowered = line.lower()
-                if "traceback" in lowered or "[error" in lowered or "[warning" in lowered:
-                    seen.append(f"run {run.number}: {line[:240]}")
+                if any(mark in lowered for mark in TROUBLE_MARKS):
+                    seen.append(f"{run.name}: {line[:240]}")
         return seen
 
 

@@ -16,6 +16,12 @@ naming one message mean it was answered twice; the same answer twice is one repl
 excused (by chaos_support's `in_flight_excuse`) only when its first copy was in flight when a
 SIGKILL hit the process that sent it. Per chat, the answers must come in the order of the
 messages. `Cluster.judge` writes each finding the way the user would tell it.
+
+`run_cluster_chaos` (test_chaos.py's PostgreSQL variant) is chaos_support's scenario on a
+cluster of two: its plan driven at both processes, a `ChaosMonkey` SIGKILLing a seeded choice of
+the scheduler's leader or follower (now and then both) at seeded moments and starting each again
+after a seeded downtime, then judged by chaos_support's `Scenario.judge` through
+`ClusterScenario`, which reads the processes' runs and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -43,16 +49,20 @@ from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
 from tests.integration.chaos_support import (
     HEADER,
     LABEL,
+    PLANNED_MESSAGES,
     Ask,
     ChaosDaemon,
     ChaosModel,
     Findings,
     Ledger,
     Run,
+    Scenario,
     free_port,
     in_flight_excuse,
+    make_plan,
     some_of,
 )
+from tests.integration.chaos_support import USER_IDS as CHAOS_USER_IDS
 
 LEASE_SECONDS = 2.0  # database.lease_seconds: a dead process's sessions are taken over after it
 LEADER_RETRY_SECONDS = 0.5  # scheduler.leader_retry_seconds
@@ -263,6 +273,7 @@ class ClusterProcess(ChaosDaemon):
         self.name = name
         self.number = number  # its number in the ledger
         self.hook_port = int(config["channels"]["telegram"]["webhook"]["port"])
+        self._spawning = False  # between a new run's record and its process
         workdir.mkdir(parents=True, exist_ok=True)
         super().__init__(workdir, config)
 
@@ -275,15 +286,28 @@ class ClusterProcess(ChaosDaemon):
     def alive(self) -> bool:
         return self.process is not None and self.process.returncode is None
 
+    def exited_by_itself(self) -> bool:
+        """Its current run ended without a signal (its exit is then recorded in the run)."""
+        if self._spawning or self.process is None or self.process.returncode is None:
+            return False
+        run = self.runs[-1]
+        if run.signal is None and run.returncode is None:
+            run.returncode, run.exited_at = self.process.returncode, time.time()
+        return run.signal is None
+
     async def spawn(self) -> Run:
-        run = await super().spawn()
-        run.label = f"process {self.name}"
+        self._spawning = True
+        try:
+            run = await super().spawn()
+        finally:
+            self._spawning = False
+        run.label = f"process {self.name}" + (f" (run {run.number})" if run.number > 1 else "")
         return run
 
-    def events(self, *names: str) -> list[dict[str, Any]]:
-        """Its log entries (all runs) with one of these event names, oldest first."""
+    def events(self, *names: str, runs: Iterable[Run] | None = None) -> list[dict[str, Any]]:
+        """Its log entries (all runs, or these) with one of these event names, oldest first."""
         found = []
-        for run in self.runs:
+        for run in self.runs if runs is None else runs:
             for line in self.stderr_lines(run):
                 if not line.startswith("{"):
                     continue
@@ -295,8 +319,11 @@ class ClusterProcess(ChaosDaemon):
 
     @property
     def leads(self) -> bool:
-        """Its log says it was elected and has not lost or given up the leadership since."""
-        changes = self.events("scheduler_leader_elected", *LEADERSHIP_ENDS)
+        """Its log (of its current run) says it was elected and has not lost or given up the
+        leadership since."""
+        if not self.runs:
+            return False
+        changes = self.events("scheduler_leader_elected", *LEADERSHIP_ENDS, runs=self.runs[-1:])
         return self.alive and bool(changes) and changes[-1]["event"] == "scheduler_leader_elected"
 
     def trouble(self) -> list[str]:
@@ -460,10 +487,12 @@ class Cluster:
         )
         return busy.get("messages") == 0 and busy.get("tasks") == 0
 
-    async def settle(self, within: float = 40.0) -> bool:
-        """Poll until everything arrived, Bruce has nothing left to do and nothing new came for
-        `TAIL_SECONDS` (True); or until nothing at all happened for `IDLE_SECONDS`, or `within`
-        ran out (False: the judgement says what is missing)."""
+    async def settle(self, within: float = 40.0, arrived: Callable[[], bool] | None = None) -> bool:
+        """Poll until everything arrived (`arrived`, by default `everything_arrived`), Bruce has
+        nothing left to do and nothing new came for `TAIL_SECONDS` (True); or until nothing at
+        all happened for `IDLE_SECONDS`, or `within` ran out (False: the judgement says what is
+        missing)."""
+        arrived = arrived or self.everything_arrived
         deadline = time.monotonic() + within
         state: tuple[int, ...] = ()
         changed = time.monotonic()
@@ -476,12 +505,12 @@ class Cluster:
             if now_state != state:
                 state, changed = now_state, time.monotonic()
             still = time.monotonic() - changed
-            if still >= TAIL_SECONDS and self.everything_arrived() and await self.quiet():
+            if still >= TAIL_SECONDS and arrived() and await self.quiet():
                 return True
             if still >= IDLE_SECONDS:
-                arrived = "everything arrived" if self.everything_arrived() else "not everything"
+                what = "everything arrived" if arrived() else "not everything"
                 self.notes.append(
-                    f"nothing new for {IDLE_SECONDS:.0f} s, {arrived}; judged as it stood; left "
+                    f"nothing new for {IDLE_SECONDS:.0f} s, {what}; judged as it stood; left "
                     f"in the database: {await asyncio.to_thread(self.unfinished)}"
                 )
                 return False
@@ -809,3 +838,291 @@ def due_in_window(
         title: (now + timedelta(seconds=start + rng.uniform(0, length))).replace(microsecond=0)
         for title in titles
     }
+
+
+# ---- chaos on the cluster ------------------------------------------------------------------
+
+CHAOS_KILLS = 14  # SIGKILLs in the chaos phase (both processes at once count two)
+CHAOS_PHASE_SECONDS = 75.0  # the chaos phase ends after CHAOS_KILLS, or after this
+CHAOS_QUIET_SECONDS = 40.0  # then at most this long for everything to arrive and settle
+# After a SIGKILL the other process may wait this long before it can take over the dead one's
+# work: its sessions' leases run out, and the scheduler's leadership is tried again.
+TAKEOVER_SECONDS = LEASE_SECONDS + LEADER_RETRY_SECONDS
+RESTART_TIMEOUT = 20.0  # a process started again (over a database that stands) is ready by then
+
+
+@dataclass(slots=True)
+class Kill:
+    """One SIGKILL of the chaos phase."""
+
+    process: str
+    role: str  # what it was when picked: "leader" or "follower" (of the scheduler), or "?"
+    at: float  # time.time()
+    ready: bool  # it had answered /healthz since its start
+    down: float  # seconds until it was started again
+    second: bool = False  # the second of both processes killed within a second
+
+    def story(self, t: Callable[[float | None], str]) -> str:
+        """`b too (follower, starting) at +12.30s, down 0.8 s` (`t` writes a moment)."""
+        who = f"{self.process} too" if self.second else self.process
+        starting = "" if self.ready else ", starting"
+        return f"{who} ({self.role}{starting}) at {t(self.at)}, down {self.down:.1f} s"
+
+
+class ClusterScenario(Scenario):
+    """chaos_support's `Scenario` over a cluster: the same plan and the same judgement (every
+    message answered once, every part, reminder and briefing delivered, none late by more than
+    a minute beyond the downtime, a second copy only where the first was in flight at a SIGKILL
+    of the process that sent it), read from the processes' runs and from PostgreSQL.
+
+    A `Copy.run` is the number of a run among all runs of all processes (in the order they were
+    started), found from the address the message came from (`base_url_for`) and when it came.
+    The downtime that counts for lateness is when no process could take the work: none was up,
+    or one had been SIGKILLed less than `TAKEOVER_SECONDS` ago."""
+
+    def __init__(self, cluster: Cluster, seed: int, plan: Sequence[Ask]) -> None:
+        super().__init__(seed, signal.SIGKILL, plan, cluster.telegram, cluster.model, None)
+        self.cluster = cluster
+        self.pushed = cluster.pushed
+        self.notes = cluster.notes
+        self.started = cluster.started
+        self.kills: list[Kill] = []
+
+    @property
+    def title(self) -> str:
+        return (
+            f"cluster chaos ({', '.join(self.cluster.processes)} on PostgreSQL) with "
+            f"{self.stop_signal.name}"
+        )
+
+    @property
+    def runs(self) -> list[Run]:
+        every = [run for process in self.cluster.processes.values() for run in process.runs]
+        return sorted(every, key=lambda run: run.spawned_at)
+
+    def run_name(self, number: int) -> str:
+        runs = self.runs
+        return runs[number - 1].name if 0 < number <= len(runs) else "no known process"
+
+    def ledger(self) -> Ledger:
+        runs = self.runs
+        numbers = {id(run): number for number, run in enumerate(runs, 1)}
+
+        def sender(sent: SentMessage) -> int:
+            run = self._sending_run(sent)
+            return numbers.get(id(run), 0) if run is not None else 0
+
+        return Ledger(self.telegram, runs, sender)
+
+    def _sending_run(self, sent: SentMessage) -> Run | None:
+        process = self.cluster.processes.get(sent.client or "")
+        if process is None:
+            return None
+        started = [run for run in process.runs if run.spawned_at <= sent.received_at]
+        return started[-1] if started else None
+
+    def rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        return pg_rows(self.cluster.database_url, sql.replace("?", "%s"), *params)
+
+    def replies_claiming(self, message_id: Any) -> list[dict[str, Any]]:
+        return self.rows(
+            "SELECT id, status, substr(content, 1, 90) AS content FROM messages WHERE role = "
+            "'assistant' AND (extra::jsonb -> 'answers') @> to_jsonb(?::bigint)",
+            message_id,
+        )
+
+    def stderr_lines(self, run: Run) -> list[str]:
+        for process in self.cluster.processes.values():
+            if any(run is mine for mine in process.runs):
+                return process.stderr_lines(run)
+        return []
+
+    def _excuse(
+        self, first: SentMessage, ledger: Ledger, tag: str | None, part: int | None
+    ) -> str | None:
+        process = self.cluster.processes.get(first.client or "")
+        runs = process.runs if process is not None else []
+        return in_flight_excuse(first, runs, ledger, tag, part, self.t)
+
+    def _uptime_between(self, start: float, end: float) -> float:
+        """Seconds of `start`..`end` when some process could take the work: one was up (ready,
+        not yet signalled), and none had been SIGKILLed within `TAKEOVER_SECONDS`."""
+        if end <= start:
+            return 0.0
+        now = time.time()
+        up = [
+            (run.ready_at, run.signalled_at or run.exited_at or now)
+            for run in self.runs
+            if run.ready_at is not None
+        ]
+        takeovers = [
+            (run.signalled_at, run.signalled_at + TAKEOVER_SECONDS)
+            for run in self.runs
+            if run.signal == "SIGKILL" and run.signalled_at is not None
+        ]
+        edges = {t for span in up + takeovers for t in span if start < t < end}
+        total = 0.0
+        for left, right in itertools.pairwise(sorted({start, end, *edges})):
+            middle = (left + right) / 2
+            if any(a <= middle < b for a, b in up) and not any(
+                a <= middle < b for a, b in takeovers
+            ):
+                total += right - left
+        return total
+
+    def judge(self) -> Findings:
+        for process in self.cluster.processes.values():
+            process.exited_by_itself()  # recorded for the judgement
+        findings = super().judge()
+        for process in self.cluster.processes.values():
+            for entry in process.events("task_fired_without_service", "turn_crashed"):
+                findings.problems.append(f"LOGGED by process {process.name}: {entry}")
+        return findings
+
+    def _stats(self, ledger: Ledger, findings: Findings) -> dict[str, Any]:
+        stats = super()._stats(ledger, findings)
+        roles = [kill.role for kill in self.kills]
+        seconds = stats.pop("seconds")
+        stats.update(
+            {
+                "SIGKILLs of the leader": roles.count("leader"),
+                "of the follower": roles.count("follower"),
+                "of a starting process": sum(1 for kill in self.kills if not kill.ready),
+                "both within a second": sum(1 for kill in self.kills if kill.second),
+                "handed over": self.cluster._posts_by_process(),
+                "crossings": len(self.cluster.crossings()),
+                "model requests": self.cluster.model.requests_by,
+                "seconds": seconds,
+            }
+        )
+        return stats
+
+
+class ChaosMonkey:
+    """The chaos phase's SIGKILLs: at seeded moments, a seeded choice of the scheduler's leader
+    or follower (now and then both within a second), each killed process started again after a
+    seeded downtime while the other keeps running. Every seeded value of a kill is drawn before
+    the kill, so the sequence of draws does not depend on how the run goes."""
+
+    def __init__(self, scenario: ClusterScenario, rng: random.Random) -> None:
+        self.scenario = scenario
+        self.cluster = scenario.cluster
+        self.rng = rng
+        self.restarts: list[asyncio.Task[None]] = []
+
+    async def run(self, kills: int = CHAOS_KILLS, within: float = CHAOS_PHASE_SECONDS) -> None:
+        names = list(self.cluster.processes)
+        ends = time.monotonic() + within
+        try:
+            while len(self.scenario.kills) < kills:
+                # Most kills wait until both answer /healthz again; the others may hit a
+                # process still starting (recovery, redelivery, the election at start-up).
+                wait_ready = self.rng.random() < 0.75
+                gap = self.rng.uniform(0.3, 3.0)
+                roll = self.rng.random()
+                fallback = self.rng.choice(names)  # when no process leads at that moment
+                both_within = self.rng.uniform(0.05, 0.95)
+                downs = {name: self.rng.uniform(0.2, 2.0) for name in names}
+                running = await until(
+                    lambda wait_ready=wait_ready: (
+                        self._exited()
+                        or all(
+                            p.alive and (not wait_ready or p.runs[-1].ready_at is not None)
+                            for p in self.cluster.processes.values()
+                        )
+                    ),
+                    max(0.0, ends - time.monotonic()),
+                )
+                if exited := self._exited():
+                    self.scenario.notes.append(
+                        f"chaos phase ended after {len(self.scenario.kills)} SIGKILLs: process "
+                        f"{' and '.join(exited)} exited by itself"
+                    )
+                    break
+                if not running or time.monotonic() + gap > ends:
+                    self.scenario.notes.append(
+                        f"chaos phase ended by time after {len(self.scenario.kills)} SIGKILLs"
+                        + ("" if running else " (a process was not running again in time)")
+                    )
+                    break
+                await asyncio.sleep(gap)
+                leaders = self.cluster.leaders()
+                leader = leaders[0] if leaders else None
+
+                def role(name: str, leader: str | None = leader) -> str:
+                    return "leader" if name == leader else "follower" if leader else "?"
+
+                first = leader or fallback
+                [other] = [name for name in names if name != first]
+                if roll < 0.15:  # both: the leader first, the follower within a second
+                    await self._kill(first, role(first), downs[first])
+                    await asyncio.sleep(both_within)
+                    await self._kill(other, role(other), downs[other], second=True)
+                elif roll < 0.575:
+                    await self._kill(first, role(first), downs[first])
+                else:
+                    await self._kill(other, role(other), downs[other])
+        finally:
+            await asyncio.gather(*self.restarts)
+
+    def _exited(self) -> list[str]:
+        return [name for name, p in self.cluster.processes.items() if p.exited_by_itself()]
+
+    async def _kill(self, name: str, role: str, down: float, second: bool = False) -> None:
+        process = self.cluster.processes[name]
+        if not process.alive:
+            return
+        ready = process.runs[-1].ready_at is not None
+        run = await process.stop(signal.SIGKILL)
+        assert run.signalled_at is not None
+        kill = Kill(name, role, run.signalled_at, ready, down, second)
+        self.scenario.kills.append(kill)
+        self.scenario.stops += 1
+        self.restarts.append(asyncio.create_task(self._restart(process, down)))
+
+    async def _restart(self, process: ClusterProcess, after: float) -> None:
+        await asyncio.sleep(after)
+        await process.spawn()
+        await process.wait_ready(RESTART_TIMEOUT)
+
+
+async def run_cluster_chaos(
+    workdir: Path, database_url: str, seed: int
+) -> tuple[ClusterScenario, Findings]:
+    """chaos_support's scenario on two processes (a and b) on one PostgreSQL database behind
+    the balanced webhook: messages from four chats at seeded moments, a `ChaosMonkey` killing
+    the processes; then a quiet period until everything arrived and Bruce has nothing left to
+    do (at most `CHAOS_QUIET_SECONDS`); then SIGTERM for both and the judgement."""
+    plan = make_plan(random.Random(f"{seed}:plan"), CHAOS_USER_IDS, PLANNED_MESSAGES)
+    async with cluster_of(workdir, database_url, seed, CHAOS_USER_IDS, plan) as cluster:
+        scenario = ClusterScenario(cluster, seed, plan)
+        await cluster.start("a", "b")
+        cluster.balance("a", "b")
+        await cluster.wait_for_leader(START_TIMEOUT)
+        driving = asyncio.Event()
+        driving.set()
+
+        async def drive() -> None:
+            for ask in plan:
+                await asyncio.sleep(ask.gap)  # when users write is the scenario's input
+                if not driving.is_set():
+                    return
+                cluster.say(ask)
+
+        driver = asyncio.create_task(drive(), name="cluster-chaos-driver")
+        try:
+            await ChaosMonkey(scenario, random.Random(f"{seed}:kills")).run()
+            driving.clear()
+            cluster.notes.append(
+                "SIGKILLs: " + "; ".join(kill.story(cluster.t) for kill in scenario.kills)
+            )
+            if not all(p.alive for p in cluster.processes.values()):
+                cluster.notes.append("a process did not start again after its last SIGKILL")
+            await cluster.settle(CHAOS_QUIET_SECONDS, arrived=scenario.everything_arrived)
+            await cluster.stop_all()
+        finally:
+            driving.clear()
+            driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await driver
+        return scenario, scenario.judge()

@@ -6,6 +6,14 @@ every answer, every reminder and briefing delivered, none late by more than a mi
 downtime; after SIGKILL a part or reminder may come twice only where its first send was in
 flight when the process died, after SIGTERM never. See chaos_support.py for the rules.
 
+A second variant on PostgreSQL: two processes (a and b) on one database behind a balanced
+webhook, the same kind of plan, SIGKILLs at seeded moments of a seeded choice of process (the
+scheduler's leader or its follower, now and then both within a second), each started again after
+a short seeded downtime while the other keeps running; judged by the same rules, a duplicate
+excused only where its first copy was in flight at a SIGKILL of the process that sent it, the
+downtime being when neither process could take the work (including the takeover after a kill:
+the lease plus the leader retry). See cluster_support.py's `run_cluster_chaos`.
+
 The seed is printed; rerun one with BRUCE_CHAOS_SEED=<seed>.
 """
 
@@ -19,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.chaos_support import run_scenario
+from tests.integration.cluster_support import run_cluster_chaos
 
 SEED = int(os.environ.get("BRUCE_CHAOS_SEED") or random.SystemRandom().randrange(1, 1_000_000))
 
@@ -39,3 +48,12 @@ async def test_sigterm_at_random_moments_loses_nothing_and_repeats_nothing(
     scenario, findings = await run_scenario(tmp_path, SEED, signal.SIGTERM)
     print(scenario.headline(findings))
     assert not findings.problems and not findings.excused, scenario.report(findings)
+
+
+@pytest.mark.timeout(180)  # a backstop: the scenario ends by itself before
+async def test_two_processes_on_postgresql_sigkilled_at_random_lose_nothing_repeat_in_flight(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    scenario, findings = await run_cluster_chaos(tmp_path, postgres_url, SEED)
+    print(scenario.report(findings))  # the seed, the SIGKILLs, what was excused
+    assert not findings.problems, scenario.report(findings)
