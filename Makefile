@@ -47,6 +47,7 @@ postgres:
 
 test: $(VENV)/.installed-dev chromium postgres
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 # The chaos tests: the real daemon killed a dozen times at seeded moments (BRUCE_CHAOS_SEED=N).
@@ -100,4 +101,4 @@ soak: $(VENV)/.installed-dev
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .grimp_cache

@@ -31,6 +31,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 DEFAULT_CONFIG_FILE = "config.yml"
 DEFAULT_SYSTEM_PROMPT = (
@@ -668,7 +669,7 @@ def _shown(location: tuple[Any, ...], value: Any) -> str:
     return repr(_redacted(value))
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     location = tuple(error["loc"])
     key = _key_of(location)
     value = error.get("input")

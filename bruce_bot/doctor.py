@@ -13,22 +13,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import get_args
 
 from sqlalchemy import inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from bruce_bot.config import Config
-from bruce_bot.domain import utcnow
-from bruce_bot.scheduler.service import JOBSTORE_TABLE, UNCONFIRMED, job_id
+from bruce_bot.domain import MessageStatus, utcnow
+from bruce_bot.scheduler.service import JOBSTORE_TABLE, job_id
 from bruce_bot.scheduler.timing import ScheduleError, cron_trigger, zone_of
-from bruce_bot.storage.models import MessageRow, ProactiveTaskRow, SessionLeaseRow, TaskRunRow
-from bruce_bot.storage.tasks import CLOSED_RUN_STATUSES, OPEN_RUN_STATUSES
-
-MESSAGE_STATUSES = frozenset(
-    {"pending", "processing", "done", "failed", "too_long", "sent", "undelivered"}
+from bruce_bot.storage.models import (
+    Base,
+    MessageRow,
+    ProactiveTaskRow,
+    SessionLeaseRow,
+    TaskRunRow,
+    table_of,
 )
-TASK_STATUSES = frozenset({"active", "paused", "done", "cancelled", "missed", UNCONFIRMED})
-RUN_STATUSES = frozenset({*OPEN_RUN_STATUSES, *CLOSED_RUN_STATUSES})
+from bruce_bot.storage.tasks import OPEN_RUN_STATUSES, RunStatus, TaskStatus
+
+MESSAGE_STATUSES: frozenset[str] = frozenset(get_args(MessageStatus))
+TASK_STATUSES: frozenset[str] = frozenset(get_args(TaskStatus))
+RUN_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,21 +63,22 @@ async def find_problems(config: Config) -> list[Problem]:
 
 async def _statuses(connection: AsyncConnection) -> list[Problem]:
     problems: list[Problem] = []
-    checks: tuple[tuple[type, frozenset[str], str], ...] = (
+    checks: tuple[tuple[type[Base], frozenset[str], str], ...] = (
         (MessageRow, MESSAGE_STATUSES, "start Bruce: it skips the message (nothing answers it)"),
         (ProactiveTaskRow, TASK_STATUSES, "cancel it in the dashboard (Schedules)"),
         (TaskRunRow, RUN_STATUSES, "start Bruce: it closes the run"),
     )
     for model, known, fix in checks:
-        table = model.__table__  # type: ignore[attr-defined]
+        table = table_of(model)
         rows = await connection.execute(
             select(table.c.id, table.c.status).where(table.c.status.not_in(sorted(known)))
         )
         problems += [
             Problem(table.name, row.id, f"unknown status {row.status!r}", fix) for row in rows
         ]
+    messages = table_of(MessageRow)
     pending = await connection.execute(
-        select(MessageRow.__table__.c.id).where(MessageRow.__table__.c.status == "processing")
+        select(messages.c.id).where(messages.c.status == "processing")
     )
     problems += [
         Problem(
@@ -86,7 +93,7 @@ async def _statuses(connection: AsyncConnection) -> list[Problem]:
 
 
 async def _tasks(connection: AsyncConnection) -> list[Problem]:
-    table = ProactiveTaskRow.__table__
+    table = table_of(ProactiveTaskRow)
     rows = (
         await connection.execute(
             select(table.c.id, table.c.cron, table.c.timezone).where(table.c.status == "active")
@@ -118,7 +125,7 @@ async def _tasks(connection: AsyncConnection) -> list[Problem]:
 
 async def _job_ids(connection: AsyncConnection) -> set[str] | None:
     def has_table(sync: object) -> bool:
-        return bool(inspect(sync).has_table(JOBSTORE_TABLE))  # type: ignore[arg-type]
+        return bool(inspect(sync).has_table(JOBSTORE_TABLE))
 
     has: Callable[[object], bool] = has_table
     if not await connection.run_sync(has):
@@ -128,7 +135,7 @@ async def _job_ids(connection: AsyncConnection) -> set[str] | None:
 
 
 async def _open_runs(connection: AsyncConnection, grace_seconds: int) -> list[Problem]:
-    table = TaskRunRow.__table__
+    table = table_of(TaskRunRow)
     cutoff = utcnow() - timedelta(seconds=max(grace_seconds, 3600))
     rows = await connection.execute(
         select(table.c.id, table.c.status).where(
@@ -147,7 +154,7 @@ async def _open_runs(connection: AsyncConnection, grace_seconds: int) -> list[Pr
 
 
 async def _lapsed_leases(connection: AsyncConnection) -> list[Problem]:
-    leases, messages = SessionLeaseRow.__table__, MessageRow.__table__
+    leases, messages = table_of(SessionLeaseRow), table_of(MessageRow)
     waiting = (
         select(messages.c.id)
         .where(

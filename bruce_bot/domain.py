@@ -19,6 +19,14 @@ Role = Literal["user", "assistant"]
 # declined), other (anything else the server said).
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "pause_turn", "refusal", "other"]
 MessageKind = Literal["chat", "task", "notice", "briefing", "reminder"]
+# Where a stored message is. A user's: pending → processing (in a turn) → done, failed, or
+# too_long (it did not fit the model even with the history shortened). A reply: pending → sent,
+# failed (for good), or undelivered (the outbox tries again later).
+MessageStatus = Literal[
+    "pending", "processing", "done", "failed", "too_long", "sent", "undelivered"
+]
+# How the delivery of a reply ended: the reply's final status.
+DeliveryStatus = Literal["sent", "failed", "undelivered"]
 
 
 def utcnow() -> datetime:

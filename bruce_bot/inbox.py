@@ -46,7 +46,7 @@ class QueuedMessage:
 
     @classmethod
     def of(cls, row: StoredMessage) -> QueuedMessage:
-        return cls(row.id, row.kind, row.extra or {}, row.content)  # type: ignore[arg-type]
+        return cls(row.id, row.kind, row.extra or {}, row.content)
 
 
 TurnProcessor = Callable[[SessionRecord, list[QueuedMessage]], Awaitable[None]]

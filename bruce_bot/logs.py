@@ -171,7 +171,7 @@ def scrubbed_stderr() -> Iterator[None]:
     if isinstance(original, ScrubbedStream):
         yield
         return
-    sys.stderr = ScrubbedStream(original)  # type: ignore[assignment]
+    sys.stderr = ScrubbedStream(original)
     try:
         yield
     finally:

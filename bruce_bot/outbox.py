@@ -22,8 +22,8 @@ from datetime import timedelta
 import structlog
 
 from bruce_bot.channels.base import ChannelAdapter, DeliveryError
-from bruce_bot.domain import OutboundMessage, utcnow
-from bruce_bot.storage.deliveries import DeliveryAttempt, DeliveryStore
+from bruce_bot.domain import DeliveryStatus, OutboundMessage, utcnow
+from bruce_bot.storage.deliveries import AttemptStatus, DeliveryAttempt, DeliveryStore
 from bruce_bot.storage.messages import MessageStore
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.text import split_text
@@ -53,7 +53,9 @@ class Outbox:
         self._channels = channels
         self._shared = shared  # other processes deliver from the same database (PostgreSQL)
 
-    async def deliver(self, message: OutboundMessage, skip_parts: Set[int] = frozenset()) -> str:
+    async def deliver(
+        self, message: OutboundMessage, skip_parts: Set[int] = frozenset()
+    ) -> DeliveryStatus:
         """Send a stored message part by part; returns its delivery status (`sent` when every
         part was delivered).
 
@@ -77,7 +79,7 @@ class Outbox:
             await self._deliveries.settle(message.message_id, "failed", [attempt])
             return "failed"
         attempts: list[DeliveryAttempt] = []  # not written yet: they go with the status
-        status = "sent"
+        status: DeliveryStatus = "sent"
         parts = split_text(message.text, channel.max_message_chars)
         last = len(parts) - 1
         for index, part in enumerate(parts):
@@ -105,8 +107,8 @@ class Outbox:
         message: OutboundMessage,
         part: int,
         attempts: list[DeliveryAttempt],
-    ) -> str:
-        def note(attempt: int, status: str, error: str | None = None) -> None:
+    ) -> DeliveryStatus:
+        def note(attempt: int, status: AttemptStatus, error: str | None = None) -> None:
             attempts.append(
                 DeliveryAttempt(message.channel, message.chat_id, part, attempt, status, error)
             )
@@ -171,7 +173,7 @@ class Outbox:
                 session.chat_id,
                 row.content,
                 row.id,
-                row.kind,  # type: ignore[arg-type]
+                row.kind,
             )
             delivered += await self.deliver(message, skip_parts=skip) == "sent"
         return delivered

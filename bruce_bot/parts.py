@@ -16,7 +16,7 @@ from datetime import datetime
 from bruce_bot.agent.brain.library import Library
 from bruce_bot.agent.brain.runner import AnalyticalBrain, BrainRunner
 from bruce_bot.agent.subagent import SpawnSubagentTool
-from bruce_bot.agent.turn import TurnFinished, TurnRunner, TurnSettings
+from bruce_bot.agent.turn import TurnFinished, TurnListener, TurnRunner, TurnSettings
 from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
@@ -220,7 +220,9 @@ def build_parts(
     tools = overrides.tools
     if tools is None:
         tools = assemble_tools(config, stores, llm, confirmations, brain, overrides.clock)
-    listeners = [_BriefingListener(tasks), *([_BrainListener(brain)] if brain else [])]
+    listeners: list[TurnListener] = [_BriefingListener(tasks)]
+    if brain:
+        listeners.append(_BrainListener(brain))
     settings = TurnSettings(config.agent, config.llm, config.app.zone, overrides.clock, library)
     turns = TurnRunner(settings, stores, llm, tools, outbox, listeners)
     gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)

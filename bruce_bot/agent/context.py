@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from typing import Final
 from zoneinfo import ZoneInfo
 
 from bruce_bot.agent.brain.library import Document
@@ -22,7 +23,7 @@ from bruce_bot.tools.proactive import SCHEDULING_TOOLS
 
 # The status of a message that did not fit the model even after the history was shortened; the
 # model then sees a stub in its place.
-TOO_LONG = "too_long"
+TOO_LONG: Final = "too_long"
 TOO_LONG_STUB = (
     "[An earlier message of {chars} characters was here; it was too long for the model to read, "
     "and the user was told so.]"

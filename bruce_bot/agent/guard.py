@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from bruce_bot.domain import ToolExecution
 from bruce_bot.tools.proactive import CREATE_TOOL
@@ -51,9 +52,13 @@ _PROMISE = re.compile(
 )
 
 
+# What an answer claims was done: a file saved, or something scheduled.
+ClaimKind = Literal["artifact", "schedule"]
+
+
 @dataclass(frozen=True, slots=True)
 class UnbackedClaim:
-    kind: str  # "artifact" | "schedule"
+    kind: ClaimKind
     tools: tuple[str, ...]
     evidence: str
 

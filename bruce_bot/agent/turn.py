@@ -31,13 +31,21 @@ from bruce_bot.agent.context import (
     to_chat_messages,
 )
 from bruce_bot.agent.failures import OutageMemory, notice_for
-from bruce_bot.agent.guard import correction_request, find_unbacked_claim
+from bruce_bot.agent.guard import ClaimKind, correction_request, find_unbacked_claim
 from bruce_bot.agent.loop import AgentRun, run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.agent.resume import ResumedRounds, resumed_rounds
 from bruce_bot.agent.summarizer import Summarizer, over_budget
 from bruce_bot.config import AgentConfig, LLMConfig
-from bruce_bot.domain import ChatMessage, MessageKind, OutboundMessage, SystemPrompt, utcnow
+from bruce_bot.domain import (
+    ChatMessage,
+    DeliveryStatus,
+    MessageKind,
+    MessageStatus,
+    OutboundMessage,
+    SystemPrompt,
+    utcnow,
+)
 from bruce_bot.inbox import QueuedMessage
 from bruce_bot.llm.base import LLMContextOverflowError, LLMService
 from bruce_bot.outbox import Outbox
@@ -55,7 +63,7 @@ log = structlog.get_logger(__name__)
 TYPING_REFRESH_SECONDS = 4.0
 NO_ANSWER = "I don't have an answer to that; could you rephrase it?"
 # Appended when the model keeps claiming an action no tool performed: the user must not be misled.
-UNCONFIRMED_NOTE = {
+UNCONFIRMED_NOTE: dict[ClaimKind, str] = {
     "artifact": "\n\n(Note: I could not confirm that any file was actually saved.)",
     "schedule": "\n\n(Note: I could not confirm that anything was actually scheduled.)",
 }
@@ -107,7 +115,7 @@ class TurnFinished:
     batch: Sequence[QueuedMessage]
     answered: bool  # the batch got a real answer (else a failure notice, or nothing)
     error: str | None  # what the chat was told instead of an answer
-    delivery: str  # the reply's delivery status; "sent" when there was none to send
+    delivery: DeliveryStatus  # the reply's; "sent" when there was none to send
 
     @property
     def run_ids(self) -> list[int]:
@@ -175,7 +183,7 @@ class TurnRunner:
             session.id, turn.ids, status, reply, reply_kind, turn.recorder.llm_calls
         )
         self._stores.sessions.touch(session.id, at)
-        delivery = "sent"
+        delivery: DeliveryStatus = "sent"
         if reply is not None and message_id is not None:
             delivery = await self._outbox.deliver(
                 OutboundMessage(
@@ -220,7 +228,7 @@ class TurnRunner:
         resumed = await self._resumed(session, ids)
         return _Turn(session, batch, kind, stored, summary, tools, recorder, resumed, context)
 
-    async def _reply(self, turn: _Turn) -> tuple[str | None, str, bool]:
+    async def _reply(self, turn: _Turn) -> tuple[str | None, MessageStatus, bool]:
         """The reply (None: nothing to tell), the batch's status, and whether the history was
         shortened to fit the model. Whatever fails, the chat gets a plain reply or nothing."""
         session = turn.session
@@ -231,7 +239,8 @@ class TurnRunner:
             return turn.kind.titled(turn.title, run.text.strip() or NO_ANSWER), "done", shortened
         except Exception as exc:
             notice = notice_for(exc, session.id)
-            status, shortened = "failed", False
+            status: MessageStatus = "failed"
+            shortened = False
             if isinstance(exc, LLMContextOverflowError):
                 # Marked so that later turns show the model a stub in its place: a message that
                 # never fits must not keep the chat from being answered.

@@ -340,12 +340,12 @@ class DiscordChannel:
 
     async def _on_press(self, interaction: discord.Interaction) -> None:
         """A button under one of Bruce's messages was pressed (the policy decides)."""
-        channel_id, message = interaction.channel_id, interaction.message
+        channel_id, message, data = interaction.channel_id, interaction.message, interaction.data
         press = Press(
             getattr(interaction.user, "id", None),
             str(channel_id) if channel_id is not None else "",
             message.id if message is not None else None,
-            str((interaction.data or {}).get("custom_id", "")),
+            str(data.get("custom_id", "")) if data else "",
         )
         answer = await self._policy.presses.answer(press, self._inbox)
         if answer.reply is None or channel_id is None or message is None:

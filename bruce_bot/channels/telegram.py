@@ -95,7 +95,7 @@ class TelegramChannel:
         self._policy = ChannelPolicy(
             TELEGRAM_CHANNEL, config.allowed_user_ids, COMMANDS, TEXTS, clock=clock
         )
-        self._app: Application | None = None  # type: ignore[type-arg]
+        self._app: Application | None = None
         self._inbox: InboxPort | None = None
         self._bot_id = 0
         self._bot_username = ""
@@ -147,7 +147,7 @@ class TelegramChannel:
             await self._abort(app)
             raise
 
-    async def _connect(self, app: Application) -> None:  # type: ignore[type-arg]
+    async def _connect(self, app: Application) -> None:
         """Every step of start-up, each skipped when already done, so it can be retried."""
         await app.initialize()  # getMe: checks the token; idempotent
         self._bot_id = app.bot.id
@@ -170,7 +170,7 @@ class TelegramChannel:
             allowed_users=self._policy.allowed_users,
         )
 
-    async def _keep_connecting(self, app: Application) -> None:  # type: ignore[type-arg]
+    async def _keep_connecting(self, app: Application) -> None:
         delay = RECONNECT_FIRST_DELAY_SECONDS
         while True:
             await asyncio.sleep(delay)
@@ -190,7 +190,7 @@ class TelegramChannel:
                 log.exception("telegram_start_failed")
                 return
 
-    async def _abort(self, app: Application) -> None:  # type: ignore[type-arg]
+    async def _abort(self, app: Application) -> None:
         """Undo a start-up that cannot succeed."""
         await self.stop()
         await self.close()

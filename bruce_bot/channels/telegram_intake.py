@@ -16,7 +16,7 @@ import structlog
 log = structlog.get_logger(__name__)
 
 
-class ProcessedUpdateQueue(asyncio.Queue):  # type: ignore[type-arg]
+class ProcessedUpdateQueue(asyncio.Queue):
     """PTB's update queue, changed so that `put` returns only after the update was processed.
 
     Why: PTB's updater puts a fetched batch into this queue and then at once moves its offset

@@ -208,8 +208,8 @@ def parse_text(text: str | None, offered: OfferedTools) -> ParsedText:
     while (marker := _MARKERS.search(visible, position)) is not None:
         marked = True
         kept.append(visible[position : marker.start()])
-        calls, position = _parse_marked(visible, marker, offered)
-        found.extend(calls)
+        in_marker, position = _parse_marked(visible, marker, offered)
+        found.extend(in_marker)
     kept.append(visible[position:])
     remaining = "".join(kept)
     if _STRAY.search(remaining):

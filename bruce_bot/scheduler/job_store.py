@@ -50,7 +50,7 @@ class TaskScheduler(BackgroundScheduler):
 
     def _process_jobs(self) -> float | None:
         try:
-            return super()._process_jobs()  # type: ignore[no-any-return]
+            return super()._process_jobs()
         except Exception as exc:
             log.error("scheduler_round_failed", error=repr(exc))
             return float(self.jobstore_retry_interval)

@@ -120,7 +120,8 @@ class SchedulerLeadership:
             ).scalar()
             if won:
                 raw = await connection.get_raw_connection()
-                await raw.driver_connection.add_listener(JOBS_CHANGED_CHANNEL, self._notified)
+                driver: Any = raw.driver_connection  # asyncpg's connection, which has no types
+                await driver.add_listener(JOBS_CHANGED_CHANNEL, self._notified)
         except BaseException:
             await connection.close()
             raise

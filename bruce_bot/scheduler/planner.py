@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
+from typing import Final
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -32,7 +33,7 @@ log = structlog.get_logger(__name__)
 
 # A task set up after the turn read untrusted content: stored, but it fires only once the user
 # confirms it.
-UNCONFIRMED = "unconfirmed"
+UNCONFIRMED: Final = "unconfirmed"
 
 
 class TaskPlanner:

@@ -18,7 +18,7 @@ import structlog
 from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS
 from bruce_bot.scheduler.job_store import TaskJobs
 from bruce_bot.storage.stores import Stores
-from bruce_bot.storage.tasks import OPEN_RUN_STATUSES, TaskRecord
+from bruce_bot.storage.tasks import OPEN_RUN_STATUSES, RunStatus, TaskRecord
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +44,9 @@ class TaskRuns:
             self._settling = None
 
     async def settle(
-        self, run_ids: Sequence[int] | None = None, statuses: Sequence[str] = OPEN_RUN_STATUSES
+        self,
+        run_ids: Sequence[int] | None = None,
+        statuses: Sequence[RunStatus] = OPEN_RUN_STATUSES,
     ) -> None:
         """Close runs from what became of their messages; a reminder the chat refused for good
         pauses its task."""

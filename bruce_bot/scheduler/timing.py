@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
@@ -131,7 +131,8 @@ class CronSchedule(CronTrigger):
         wall: CronTrigger | None = getattr(self, "_wall", None)
         if wall is None:
             wall = CronTrigger.__new__(CronTrigger)
-            state = {**self.__getstate__(), "timezone": _UTC, "start_date": None}
+            base = cast(dict[str, Any], self.__getstate__())  # APScheduler's state: a plain dict
+            state = {**base, "timezone": _UTC, "start_date": None}
             wall.__setstate__({**state, "end_date": None, "jitter": None})
             self._wall = wall
         return wall

@@ -13,9 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import utcnow
-from bruce_bot.storage.models import ArtifactRow
+from bruce_bot.storage.models import ArtifactRow, columns_for, from_row, table_of
 
-_artifacts = ArtifactRow.__table__
+_artifacts = table_of(ArtifactRow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ class StoredArtifact:
     created_at: datetime
 
 
-_COLUMNS = tuple(_artifacts.c[name] for name in StoredArtifact.__slots__)  # type: ignore[attr-defined]
+_COLUMNS = columns_for(_artifacts, StoredArtifact)
 
 
 class ArtifactStore:
@@ -66,7 +66,7 @@ class ArtifactStore:
         query = select(*_COLUMNS).where(_artifacts.c.uuid == uuid)
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
-        return StoredArtifact(*row) if row else None
+        return from_row(StoredArtifact, row) if row else None
 
     async def list_recent(
         self, limit: int = 100, session_id: int | None = None
@@ -77,4 +77,4 @@ class ArtifactStore:
             query = query.where(_artifacts.c.session_id == session_id)
         query = query.order_by(_artifacts.c.id.desc()).limit(limit)
         async with self._engine.connect() as connection:
-            return [StoredArtifact(*row) for row in await connection.execute(query)]
+            return [from_row(StoredArtifact, row) for row in await connection.execute(query)]

@@ -13,10 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import LLMCallRecord, utcnow
 from bruce_bot.storage.messages import usage_row
-from bruce_bot.storage.models import LLMCallRow, ToolExecutionRow
+from bruce_bot.storage.models import LLMCallRow, ToolExecutionRow, columns_for, from_row, table_of
 
-_executions = ToolExecutionRow.__table__
-_calls = LLMCallRow.__table__
+_executions = table_of(ToolExecutionRow)
+_calls = table_of(LLMCallRow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +34,7 @@ class ToolExecutionRecord:
     answers_message_id: int | None = None
 
 
-_EXECUTION_COLUMNS = tuple(
-    _executions.c[name]
-    for name in ToolExecutionRecord.__slots__  # type: ignore[attr-defined]
-)
+_EXECUTION_COLUMNS = columns_for(_executions, ToolExecutionRecord)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +93,7 @@ class AuditStore:
             .order_by(_executions.c.id)
         )
         async with self._engine.connect() as connection:
-            return [ToolExecutionRecord(*row) for row in await connection.execute(query)]
+            return [from_row(ToolExecutionRecord, row) for row in await connection.execute(query)]
 
     async def record_usage(self, session_id: int | None, usage: Sequence[LLMCallRecord]) -> None:
         if not usage:
@@ -129,7 +126,7 @@ class AuditStore:
             query = query.where(_executions.c.id < before_id)
         query = query.order_by(_executions.c.id.desc()).limit(limit)
         async with self._engine.connect() as connection:
-            return [ToolExecutionRecord(*row) for row in await connection.execute(query)]
+            return [from_row(ToolExecutionRecord, row) for row in await connection.execute(query)]
 
     async def usage_by_day(self, days: Sequence[tuple[date, datetime]]) -> list[DailyUsage]:
         """LLM calls per day × model × purpose, newest day first.

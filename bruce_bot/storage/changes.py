@@ -215,7 +215,8 @@ class PostgresFeed:
         # Autocommit: LISTEN takes effect at once and no transaction stays open while we listen.
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         raw = await connection.get_raw_connection()
-        self._driver = driver = raw.driver_connection
+        driver: Any = raw.driver_connection  # asyncpg's: SQLAlchemy does not type it
+        self._driver = driver
         driver.add_termination_listener(self._terminated)
         await driver.add_listener(CHANNEL, self._notified)
         log.info("change_feed_listening", origin=self._origin, channel=CHANNEL, **self._where)

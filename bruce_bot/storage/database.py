@@ -32,9 +32,10 @@ MIGRATION_LOCK_KEY = int.from_bytes(b"Bruce-DB", "big")
 
 def _sqlite_file(url: str) -> Path | None:
     parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
         return None
-    return Path(parsed.database)
+    return Path(database)
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:

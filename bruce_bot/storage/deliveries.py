@@ -11,16 +11,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Literal
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bruce_bot.domain import utcnow
-from bruce_bot.storage.models import DeliveryRow, MessageRow, SessionRow
+from bruce_bot.domain import DeliveryStatus, MessageKind, utcnow
+from bruce_bot.storage.models import DeliveryRow, MessageRow, SessionRow, table_of
 
-_deliveries = DeliveryRow.__table__
-_messages = MessageRow.__table__
-_sessions = SessionRow.__table__
+_deliveries = table_of(DeliveryRow)
+_messages = table_of(MessageRow)
+_sessions = table_of(SessionRow)
+# How one attempt to send one part ended: `retrying` is a failure another attempt follows.
+AttemptStatus = Literal["sent", "retrying", "failed"]
 INSERT_DELIVERY = _deliveries.insert()
 # The outcome lets the reply go: an `undelivered` one is any process's to try again.
 SETTLE = (
@@ -39,7 +42,7 @@ class DeliveryAttempt:
     chat_id: str
     part: int
     attempt: int
-    status: str  # sent | retrying | failed
+    status: AttemptStatus
     error: str | None = None
 
 
@@ -51,9 +54,9 @@ class FailedDelivery:
     session_id: int
     channel: str
     chat_id: str
-    kind: str
+    kind: MessageKind
     content: str
-    status: str  # failed (permanent) | undelivered (retried later)
+    status: DeliveryStatus  # failed (permanent) or undelivered (retried later)
     created_at: datetime
     attempts: int
     error: str | None
@@ -89,7 +92,10 @@ class DeliveryStore:
             await connection.execute(INSERT_DELIVERY, _rows(message_id, attempts))
 
     async def settle(
-        self, message_id: int | None, status: str, attempts: Sequence[DeliveryAttempt] = ()
+        self,
+        message_id: int | None,
+        status: DeliveryStatus,
+        attempts: Sequence[DeliveryAttempt] = (),
     ) -> None:
         """Record the last attempts and the message's delivery status in one commit."""
         rows = _rows(message_id, attempts)
@@ -104,7 +110,7 @@ class DeliveryStore:
             return {row[0] for row in await connection.execute(SENT_PARTS, {"mid": message_id})}
 
     async def not_delivered(
-        self, statuses: Sequence[str], before_id: int | None = None, limit: int = 50
+        self, statuses: Sequence[DeliveryStatus], before_id: int | None = None, limit: int = 50
     ) -> list[FailedDelivery]:
         """Outgoing messages in one of `statuses`, newest first, each with its attempt count
         and the last attempt's error (`before_id` pages back from an earlier answer)."""
@@ -126,7 +132,7 @@ class DeliveryStore:
             page = page.where(_messages.c.id < before_id)
         page = page.order_by(_messages.c.id.desc()).limit(limit)
         async with self._engine.connect() as connection:
-            messages = list(await connection.execute(page))
+            messages: list[Sequence[Any]] = list(await connection.execute(page))
             ids = [row[0] for row in messages]
             counts = (
                 select(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, Literal
 
 import structlog
 from sqlalchemy import bindparam, func, select, update
@@ -20,14 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.changes import EVERYTHING, ChangeFeed, LocalFeed
-from bruce_bot.storage.models import GoalRow
+from bruce_bot.storage.models import GoalRow, from_row, inserted_id, table_of
 
 log = structlog.get_logger(__name__)
 
 TOPIC = "goals"
 
-ACTIVE = "active"
-COMPLETED = "completed"
+GoalStatus = Literal["active", "completed"]
+ACTIVE: Final = "active"
+COMPLETED: Final = "completed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class Goal:
     id: int
     session_id: int
     description: str
-    status: str
+    status: GoalStatus
     parent_goal_id: int | None
     created_at: datetime
     completed_at: datetime | None
@@ -45,7 +46,7 @@ class Goal:
         return self.status == ACTIVE
 
 
-_goals = GoalRow.__table__
+_goals = table_of(GoalRow)
 _COLUMNS = (
     _goals.c.id,
     _goals.c.session_id,
@@ -112,7 +113,7 @@ class GoalStore:
         version = (self._everything, self._changes.get(session_id, 0))
         async with self._engine.connect() as connection:
             rows = await connection.execute(OPEN_TREE, {"sid": session_id})
-            tree = tuple(Goal(*row) for row in rows)
+            tree = tuple(from_row(Goal, row) for row in rows)
         if (self._everything, self._changes.get(session_id, 0)) == version:  # no write raced
             self._open[session_id] = tree
         return tree
@@ -120,7 +121,7 @@ class GoalStore:
     async def get(self, goal_id: int) -> Goal | None:
         async with self._engine.connect() as connection:
             row = (await connection.execute(ONE, {"gid": goal_id})).first()
-        return Goal(*row) if row is not None else None
+        return from_row(Goal, row) if row is not None else None
 
     async def count_active(self, session_id: int) -> int:
         async with self._engine.connect() as connection:
@@ -136,11 +137,11 @@ class GoalStore:
         }
         async with self._engine.begin() as connection:
             result = await connection.execute(_goals.insert(), values)
-            goal_id = int(result.inserted_primary_key[0])
+            goal_id = inserted_id(result)
             row = (await connection.execute(ONE, {"gid": goal_id})).one()
             await self._announce(connection, session_id)
         self._changed(session_id)
-        return Goal(*row)
+        return from_row(Goal, row)
 
     async def describe(self, goal: Goal, description: str) -> None:
         async with self._engine.begin() as connection:
@@ -161,7 +162,7 @@ class GoalStore:
                         _goals.c.parent_goal_id == goal.id, _goals.c.status == ACTIVE
                     )
                 )
-                done += [int(child) for child in children.scalars()]
+                done += [int(row[0]) for row in children]
             await connection.execute(
                 update(_goals)
                 .where(_goals.c.id.in_(done), _goals.c.status == ACTIVE)

@@ -32,15 +32,15 @@ from sqlalchemy import bindparam, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bruce_bot.domain import utcnow
-from bruce_bot.storage.models import MessageRow, SessionLeaseRow, SessionRow
+from bruce_bot.domain import MessageStatus, utcnow
+from bruce_bot.storage.models import MessageRow, SessionLeaseRow, SessionRow, table_of
 
 log = structlog.get_logger(__name__)
 
-_leases = SessionLeaseRow.__table__
-_messages = MessageRow.__table__
-_sessions = SessionRow.__table__
-UNANSWERED = ("pending", "processing")
+_leases = table_of(SessionLeaseRow)
+_messages = table_of(MessageRow)
+_sessions = table_of(SessionRow)
+UNANSWERED: tuple[MessageStatus, ...] = ("pending", "processing")
 DEFAULT_LEASE_SECONDS = 30.0
 
 
@@ -150,13 +150,13 @@ class LocalLeases:
             return [int(row[0]) for row in rows if row[0] not in self._held]
 
 
-_TAKE = pg_insert(_leases).values(
+_OFFER = pg_insert(_leases).values(
     session_id=bindparam("sid"), owner=bindparam("me"), expires_at=bindparam("until")
 )
 # Taken when free, lapsed or ours already; a live lease of another process stays as it is.
-_TAKE = _TAKE.on_conflict_do_update(
+_TAKE = _OFFER.on_conflict_do_update(
     index_elements=[_leases.c.session_id],
-    set_={"owner": _TAKE.excluded.owner, "expires_at": _TAKE.excluded.expires_at},
+    set_={"owner": _OFFER.excluded.owner, "expires_at": _OFFER.excluded.expires_at},
     where=(_leases.c.expires_at < bindparam("now")) | (_leases.c.owner == bindparam("me")),
 ).returning(_leases.c.session_id)
 _RENEW = (

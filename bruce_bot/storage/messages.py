@@ -17,20 +17,27 @@ from sqlalchemy import bindparam, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bruce_bot.domain import InboundMessage, LLMCallRecord, MessageKind, utcnow
+from bruce_bot.domain import (
+    InboundMessage,
+    LLMCallRecord,
+    MessageKind,
+    MessageStatus,
+    Role,
+    utcnow,
+)
 from bruce_bot.storage.leases import Claimant, default_claimant
-from bruce_bot.storage.models import LLMCallRow, MessageRow, SessionRow
+from bruce_bot.storage.models import LLMCallRow, MessageRow, SessionRow, inserted_id, table_of
 
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     id: int
     session_id: int
-    role: str
-    kind: str
+    role: Role
+    kind: MessageKind
     content: str
     author: str | None
-    status: str
+    status: MessageStatus
     created_at: datetime
     extra: dict[str, Any] | None = None
 
@@ -53,9 +60,10 @@ def usage_row(session_id: int | None, record: LLMCallRecord, at: datetime) -> di
     }
 
 
-_messages = MessageRow.__table__
-_sessions = SessionRow.__table__
-UNANSWERED = ("pending", "processing")  # statuses of a user message no turn has finished
+_messages = table_of(MessageRow)
+_sessions = table_of(SessionRow)
+# The statuses of a user message no turn has finished.
+UNANSWERED: tuple[MessageStatus, ...] = ("pending", "processing")
 _COLUMNS = (
     _messages.c.id,
     _messages.c.session_id,
@@ -68,7 +76,7 @@ _COLUMNS = (
     _messages.c.extra,
 )
 INSERT_MESSAGE = _messages.insert()
-INSERT_LLM_CALLS = LLMCallRow.__table__.insert()
+INSERT_LLM_CALLS = table_of(LLMCallRow).insert()
 SET_STATUS = (
     _messages.update()
     .where(_messages.c.id.in_(bindparam("ids", expanding=True)))
@@ -231,9 +239,9 @@ class MessageStore:
                 result = await connection.execute(INSERT_MESSAGE, values)
         except IntegrityError:
             return None
-        return int(result.inserted_primary_key[0])
+        return inserted_id(result)
 
-    async def set_status(self, message_ids: Sequence[int], status: str) -> None:
+    async def set_status(self, message_ids: Sequence[int], status: MessageStatus) -> None:
         if not message_ids:
             return
         async with self._engine.begin() as connection:
@@ -350,7 +358,7 @@ class MessageStore:
         self,
         session_id: int,
         inbound_ids: Sequence[int],
-        inbound_status: str,
+        inbound_status: MessageStatus,
         reply: str | None,
         reply_kind: MessageKind,
         usage: Sequence[LLMCallRecord] = (),
@@ -386,7 +394,7 @@ class MessageStore:
                     raise LeaseLostError(f"messages {list(inbound_ids)} were taken over")
             if reply is not None:
                 result = await connection.execute(INSERT_MESSAGE, reply_row)
-                reply_id = int(result.inserted_primary_key[0])
+                reply_id = inserted_id(result)
             await connection.execute(TOUCH_SESSION, {"sid": session_id, "at": now})
             if usage:
                 await connection.execute(
@@ -395,7 +403,7 @@ class MessageStore:
         return reply_id, now
 
     async def add_settled(
-        self, session_id: int, role: str, content: str, status: str
+        self, session_id: int, role: Role, content: str, status: MessageStatus
     ) -> tuple[int, datetime]:
         """Store a message that never passes through the inbox or outbox (a sub-agent's task and
         its answer) with its final status, so recovery and redelivery leave it alone."""
@@ -411,7 +419,7 @@ class MessageStore:
         async with self._engine.begin() as connection:
             result = await connection.execute(INSERT_MESSAGE, row)
             await connection.execute(TOUCH_SESSION, {"sid": session_id, "at": now})
-        return int(result.inserted_primary_key[0]), now
+        return inserted_id(result), now
 
     async def add_outbound(
         self, session_id: int, text: str, kind: MessageKind, extra: dict[str, Any] | None = None
@@ -429,4 +437,4 @@ class MessageStore:
         }
         async with self._engine.begin() as connection:
             result = await connection.execute(INSERT_MESSAGE, row)
-        return int(result.inserted_primary_key[0])
+        return inserted_id(result)

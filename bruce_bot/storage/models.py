@@ -9,12 +9,15 @@ metadata.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
     JSON,
+    Column,
+    CursorResult,
     DateTime,
     Float,
     ForeignKey,
@@ -22,6 +25,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
     UniqueConstraint,
@@ -30,6 +34,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from bruce_bot.domain import utcnow
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+R = TypeVar("R")
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -76,7 +85,8 @@ class BoundedString(TypeDecorator[str]):
             return None
         if "\x00" in value:
             value = value.replace("\x00", "")
-        length = self.impl_instance.length
+        impl = self.impl_instance
+        length = impl.length if isinstance(impl, String) else None
         return value[:length] if length is not None and len(value) > length else value
 
 
@@ -91,6 +101,32 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     # SQLAlchemy reads this class attribute to map annotations to column types.
     type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[str]: JSON}  # noqa: RUF012
+
+
+def table_of(model: type[Base]) -> Table:
+    """The Core table a model is mapped to (SQLAlchemy types `__table__` as any FROM clause)."""
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
+
+
+def columns_for(table: Table, record: type[DataclassInstance]) -> tuple[Column[Any], ...]:
+    """The columns of `table` named like the fields of `record`, in the order of its fields
+    (so that `from_row(record, row)` builds one from a row selected with them)."""
+    return tuple(table.c[field.name] for field in fields(record))
+
+
+def from_row(record: Callable[..., R], row: Sequence[Any]) -> R:
+    """`record(*row)`. Spelled so because mypy cannot spread a row of columns it does not know
+    the number of (`Row[*tuple[Any, ...]]`) into a call."""
+    return record(*row)
+
+
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The primary key of the one row an INSERT stored."""
+    key = result.inserted_primary_key
+    assert key is not None, "not the result of a single-row INSERT"
+    return int(key[0])
 
 
 class SessionRow(Base):

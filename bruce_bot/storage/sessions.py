@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from sqlalchemy import select, update
@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import SessionKey, utcnow
 from bruce_bot.storage.changes import EVERYTHING, ChangeFeed, LocalFeed
-from bruce_bot.storage.models import SessionRow
+from bruce_bot.storage.models import SessionRow, from_row, inserted_id, table_of
 
 log = structlog.get_logger(__name__)
 
@@ -32,13 +32,16 @@ REFRESH_BATCH = 500  # sessions re-read per query
 REFRESH_ATTEMPTS = 3
 REFRESH_RETRY_SECONDS = 1.0
 
+# A conversation with a chat, or a sub-agent's under one (`parent_id`).
+SessionKind = Literal["parent", "child"]
+
 
 @dataclass(slots=True)
 class SessionRecord:
     id: int
     channel: str
     chat_id: str
-    kind: str
+    kind: SessionKind
     last_message_at: datetime | None
     context_start_message_id: int
     title: str | None = None
@@ -53,7 +56,7 @@ class SessionRecord:
             self.active_skills = []
 
 
-_table = SessionRow.__table__
+_table = table_of(SessionRow)
 # In the order of SessionRecord's fields.
 _COLUMNS = (
     _table.c.id,
@@ -171,7 +174,7 @@ class SessionStore:
                     self._forget(session_id)  # deleted elsewhere
 
     def _apply(self, record: SessionRecord, row: Sequence[Any]) -> None:
-        fresh = SessionRecord(*row)
+        fresh = from_row(SessionRecord, row)
         old_key = SessionKey(record.channel, record.chat_id)
         for name in _REFRESHED:
             setattr(record, name, getattr(fresh, name))
@@ -222,7 +225,7 @@ class SessionStore:
                 pass
             async with self._engine.connect() as connection:
                 row = (await connection.execute(query)).one()
-        return self._remember(SessionRecord(*row), epoch)
+        return self._remember(from_row(SessionRecord, row), epoch)
 
     async def find(self, key: SessionKey) -> SessionRecord | None:
         """The session of `key` if there is one (never creates it)."""
@@ -235,7 +238,7 @@ class SessionStore:
         epoch = self._epoch
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
-        return self._remember(SessionRecord(*row), epoch) if row is not None else None
+        return self._remember(from_row(SessionRecord, row), epoch) if row is not None else None
 
     async def move_chat(self, key: SessionKey, new_chat_id: str) -> SessionRecord | None:
         """The chat of `key` now has the id `new_chat_id`: the session follows it, keeping its
@@ -263,12 +266,11 @@ class SessionStore:
         cached = self._by_id.get(session_id)
         if cached is not None:
             return cached
+        query = select(*_COLUMNS).where(_table.c.id == session_id)
         epoch = self._epoch
         async with self._engine.connect() as connection:
-            row = (
-                await connection.execute(select(*_COLUMNS).where(_table.c.id == session_id))
-            ).first()
-        return self._remember(SessionRecord(*row), epoch) if row is not None else None
+            row = (await connection.execute(query)).first()
+        return self._remember(from_row(SessionRecord, row), epoch) if row is not None else None
 
     def touch(self, session_id: int, at: datetime) -> None:
         """Record in the cache that the session had a message at `at` (persisted by the turn)."""
@@ -288,7 +290,7 @@ class SessionStore:
             query = select(*_COLUMNS).where(_table.c.id.in_(missing))
             epoch = self._epoch
             async with self._engine.connect() as connection:
-                loaded = [SessionRecord(*row) for row in await connection.execute(query)]
+                loaded = [from_row(SessionRecord, row) for row in await connection.execute(query)]
             for record in loaded:
                 found[record.id] = self._remember(record, epoch)
         return found
@@ -301,7 +303,7 @@ class SessionStore:
             .limit(limit)
         )
         async with self._engine.connect() as connection:
-            return [SessionRecord(*row) for row in await connection.execute(query)]
+            return [from_row(SessionRecord, row) for row in await connection.execute(query)]
 
     # ---- what the analytical brain maintains ---------------------------------------------------
 
@@ -319,11 +321,9 @@ class SessionStore:
         epoch = self._epoch
         async with self._engine.begin() as connection:
             result = await connection.execute(_table.insert(), values)
-            session_id = int(result.inserted_primary_key[0])
-            row = (
-                await connection.execute(select(*_COLUMNS).where(_table.c.id == session_id))
-            ).one()
-        return self._remember(SessionRecord(*row), epoch)
+            query = select(*_COLUMNS).where(_table.c.id == inserted_id(result))
+            row = (await connection.execute(query)).one()
+        return self._remember(from_row(SessionRecord, row), epoch)
 
     async def _set(self, session_id: int, **values: object) -> None:
         notices = self._notices

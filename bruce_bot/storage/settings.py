@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.changes import EVERYTHING, ChangeFeed, LocalFeed
-from bruce_bot.storage.models import SettingRow
+from bruce_bot.storage.models import SettingRow, table_of
 
 TOPIC = "settings"
 _UNSET = object()
@@ -60,7 +60,7 @@ class SettingsStore:
         return default if cached is None else cached
 
     async def set(self, key: str, value: Any) -> None:
-        table = SettingRow.__table__
+        table = table_of(SettingRow)
         epoch = self._epoch
         async with self._engine.begin() as connection:
             changed = await connection.execute(

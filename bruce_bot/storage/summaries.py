@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.changes import EVERYTHING, ChangeFeed, LocalFeed
-from bruce_bot.storage.models import SessionSummaryRow
+from bruce_bot.storage.models import SessionSummaryRow, table_of
 
 log = structlog.get_logger(__name__)
 
@@ -80,7 +80,7 @@ class SummaryStore:
         }
         epoch = self._epoch
         async with self._engine.begin() as connection:
-            await connection.execute(SessionSummaryRow.__table__.insert(), row)
+            await connection.execute(table_of(SessionSummaryRow).insert(), row)
             await self._feed.publish_with(connection, TOPIC, str(session_id))
         summary = Summary(content, covers_until_message_id)
         self._keep(session_id, summary, epoch)

@@ -14,26 +14,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import case, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from bruce_bot.domain import utcnow
+from bruce_bot.domain import MessageStatus, Role, utcnow
 from bruce_bot.storage.leases import Claimant, default_claimant
 from bruce_bot.storage.messages import ANSWERS
-from bruce_bot.storage.models import MessageRow, ProactiveTaskRow, TaskRunRow
+from bruce_bot.storage.models import (
+    MessageRow,
+    ProactiveTaskRow,
+    TaskRunRow,
+    columns_for,
+    from_row,
+    inserted_id,
+    table_of,
+)
 
-_tasks = ProactiveTaskRow.__table__
-_runs = TaskRunRow.__table__
-_messages = MessageRow.__table__
+_tasks = table_of(ProactiveTaskRow)
+_runs = table_of(TaskRunRow)
+_messages = table_of(MessageRow)
+
+# What a task does when it fires: send its text (a reminder), or run a turn on it (a briefing).
+TaskMode = Literal["message", "agent"]
+# Active tasks fire; paused ones (set aside: a chat that refuses the bot, a schedule that cannot
+# be read) and unconfirmed ones (waiting for the user's yes) do not; done (a one-shot that
+# fired), cancelled and missed (a one-shot due while Bruce was down) ones are over.
+TaskStatus = Literal["active", "paused", "unconfirmed", "done", "cancelled", "missed"]
+# A firing: running and undelivered ones are open, the others closed.
+RunStatus = Literal["running", "undelivered", "delivered", "failed", "missed"]
 
 RUN_KEY = "task_run_id"  # key of the `extra` of a firing's message: the run it belongs to
-OPEN_RUN_STATUSES = ("running", "undelivered")
-CLOSED_RUN_STATUSES = ("delivered", "failed", "missed")
+OPEN_RUN_STATUSES: tuple[RunStatus, ...] = ("running", "undelivered")
+CLOSED_RUN_STATUSES: tuple[RunStatus, ...] = ("delivered", "failed", "missed")
 # What a reminder's delivery status (or a briefing answer's) makes of its run.
-_FATES: dict[str, tuple[str, str | None]] = {
+_FATES: dict[MessageStatus, tuple[RunStatus, str | None]] = {
     "sent": ("delivered", None),
     "failed": ("failed", "delivery failed"),
     "undelivered": ("undelivered", "delivery undelivered: the outbox tries again"),
@@ -48,18 +65,18 @@ class TaskRecord:
     channel: str
     chat_id: str
     title: str
-    mode: str
+    mode: TaskMode
     content: str
     run_at: datetime | None
     cron: str | None
     timezone: str
-    status: str
+    status: TaskStatus
     next_run_at: datetime | None
     created_at: datetime
     origin: str | None = None
 
 
-_COLUMNS = tuple(_tasks.c[name] for name in TaskRecord.__slots__)  # type: ignore[attr-defined]
+_COLUMNS = columns_for(_tasks, TaskRecord)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +100,7 @@ class OpenRun:
     attempts: int
     created_at: datetime
     task_found: bool
-    message_role: str | None  # assistant: a reminder or notice · user: a briefing's task message
+    message_role: Role | None  # assistant: a reminder or notice · user: a briefing's task message
     message_status: str | None
 
 
@@ -93,7 +110,7 @@ class RunOutcome:
 
     run_id: int
     task_id: int
-    status: str
+    status: RunStatus
 
 
 class TaskStore:
@@ -107,7 +124,7 @@ class TaskStore:
         values.setdefault("created_at", utcnow())
         async with self._engine.begin() as connection:
             result = await connection.execute(_tasks.insert(), values)
-        task = await self.get(int(result.inserted_primary_key[0]))
+        task = await self.get(inserted_id(result))
         assert task is not None
         return task
 
@@ -118,14 +135,13 @@ class TaskStore:
         )
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
-        return TaskRecord(*row) if row else None
+        return from_row(TaskRecord, row) if row else None
 
     async def get(self, task_id: int) -> TaskRecord | None:
+        query = select(*_COLUMNS).where(_tasks.c.id == task_id)
         async with self._engine.connect() as connection:
-            row = (
-                await connection.execute(select(*_COLUMNS).where(_tasks.c.id == task_id))
-            ).first()
-        return TaskRecord(*row) if row else None
+            row = (await connection.execute(query)).first()
+        return from_row(TaskRecord, row) if row else None
 
     async def active(self, session_id: int | None = None) -> list[TaskRecord]:
         query = select(*_COLUMNS).where(_tasks.c.status == "active")
@@ -133,9 +149,9 @@ class TaskStore:
             query = query.where(_tasks.c.session_id == session_id)
         query = query.order_by(_tasks.c.next_run_at, _tasks.c.id)
         async with self._engine.connect() as connection:
-            return [TaskRecord(*row) for row in await connection.execute(query)]
+            return [from_row(TaskRecord, row) for row in await connection.execute(query)]
 
-    async def listing(self, status: str | None = None, limit: int = 100) -> list[TaskRecord]:
+    async def listing(self, status: TaskStatus | None = None, limit: int = 100) -> list[TaskRecord]:
         """Tasks for the dashboard: active and paused ones first, soonest next run first, then
         the others newest first; only those with `status` when given."""
         waiting = case((_tasks.c.status.in_(("active", "paused")), 0), else_=1)
@@ -146,16 +162,16 @@ class TaskStore:
             waiting, _tasks.c.next_run_at.asc().nulls_last(), _tasks.c.id.desc()
         ).limit(limit)
         async with self._engine.connect() as connection:
-            return [TaskRecord(*row) for row in await connection.execute(query)]
+            return [from_row(TaskRecord, row) for row in await connection.execute(query)]
 
-    async def with_status(self, status: str, session_id: int) -> list[TaskRecord]:
+    async def with_status(self, status: TaskStatus, session_id: int) -> list[TaskRecord]:
         query = (
             select(*_COLUMNS)
             .where(_tasks.c.status == status, _tasks.c.session_id == session_id)
             .order_by(_tasks.c.id)
         )
         async with self._engine.connect() as connection:
-            return [TaskRecord(*row) for row in await connection.execute(query)]
+            return [from_row(TaskRecord, row) for row in await connection.execute(query)]
 
     async def count_open(self, session_id: int) -> int:
         """Tasks of the session that may still fire: active, paused or awaiting confirmation."""
@@ -210,10 +226,10 @@ class TaskStore:
                 result = await connection.execute(_runs.insert(), row)
         except IntegrityError:
             return None
-        return int(result.inserted_primary_key[0])
+        return inserted_id(result)
 
     async def finish_run(
-        self, run_id: int, status: str, error: str | None = None, *, only_open: bool = False
+        self, run_id: int, status: RunStatus, error: str | None = None, *, only_open: bool = False
     ) -> bool:
         """Set a run's outcome; with `only_open`, only if the run is still open. Returns whether
         the run changed."""
@@ -232,7 +248,7 @@ class TaskStore:
         *,
         message: dict[str, Any] | None = None,
         task_values: dict[str, Any] | None = None,
-        status: str = "running",
+        status: RunStatus = "running",
         error: str | None = None,
     ) -> Firing | None:
         """Claim one firing, advance the task and store the firing's message, in one commit.
@@ -275,7 +291,7 @@ class TaskStore:
                     claiming = True
                     result = await connection.execute(_runs.insert(), row)
                     claiming = False
-                    run_id, attempts = int(result.inserted_primary_key[0]), 1
+                    run_id, attempts = inserted_id(result), 1
                 elif found.status == "running" and found.message_id is None:
                     taken = await connection.execute(
                         update(_runs)
@@ -301,7 +317,7 @@ class TaskStore:
                     if stored.get("role") == "assistant":
                         stored.update(self._claimant.stamp())
                     result = await connection.execute(_messages.insert(), stored)
-                    message_id = int(result.inserted_primary_key[0])
+                    message_id = inserted_id(result)
                     await connection.execute(
                         update(_runs).where(_runs.c.id == run_id).values(message_id=message_id)
                     )
@@ -335,7 +351,7 @@ class TaskStore:
         if run_ids is not None:
             query = query.where(_runs.c.id.in_(list(run_ids)))
         async with self._engine.connect() as connection:
-            return [OpenRun(*row) for row in await connection.execute(query)]
+            return [from_row(OpenRun, row) for row in await connection.execute(query)]
 
     async def reopen_run(self, run_id: int, note: str) -> None:
         """Count one more hand-over of an open firing (run again after a restart), with a note."""
@@ -385,7 +401,7 @@ class TaskStore:
     async def settle_runs(
         self,
         run_ids: Sequence[int] | None = None,
-        statuses: Sequence[str] = OPEN_RUN_STATUSES,
+        statuses: Sequence[RunStatus] = OPEN_RUN_STATUSES,
         *,
         error: str | None = None,
     ) -> list[RunOutcome]:
@@ -410,9 +426,8 @@ class TaskStore:
             query = query.where(_runs.c.id.in_(list(run_ids)))
         outcomes: list[RunOutcome] = []
         async with self._engine.begin() as connection:
-            for run_id, task_id, status, message_id, session_id, role, message_status in list(
-                await connection.execute(query)
-            ):
+            rows: list[Sequence[Any]] = list(await connection.execute(query))
+            for run_id, task_id, status, message_id, session_id, role, message_status in rows:
                 if role == "user":  # a briefing: its fate is its answer's
                     fate = await _briefing_fate(connection, session_id, message_id, message_status)
                 else:
@@ -462,7 +477,7 @@ class TaskStore:
             return [dict(row._mapping) for row in await connection.execute(query)]
 
 
-def _outcome(status: str, error: str | None) -> dict[str, Any]:
+def _outcome(status: RunStatus, error: str | None) -> dict[str, Any]:
     values: dict[str, Any] = {"status": status, "error": error}
     if status == "delivered":
         values["delivered_at"] = utcnow()
@@ -470,15 +485,15 @@ def _outcome(status: str, error: str | None) -> dict[str, Any]:
 
 
 async def _briefing_fate(
-    connection: AsyncConnection, session_id: int, task_message_id: int, status: str
-) -> tuple[str, str | None] | None:
+    connection: AsyncConnection, session_id: int, task_message_id: int, status: MessageStatus
+) -> tuple[RunStatus, str | None] | None:
     """What a briefing's run becomes: nothing yet while the inbox has its task message; then
     what became of the answer (the first assistant message answering it)."""
     if status in ("pending", "processing"):
         return None
     if status != "done":
         return ("failed", f"the briefing's turn ended {status}")
-    replies = await connection.execute(
+    query = (
         select(_messages.c.status, _messages.c.extra)
         .where(
             _messages.c.session_id == session_id,
@@ -488,6 +503,7 @@ async def _briefing_fate(
         .order_by(_messages.c.id)
         .limit(_REPLY_SCAN)
     )
+    replies: list[Sequence[Any]] = list(await connection.execute(query))
     for reply_status, extra in replies:
         if task_message_id in ((extra or {}).get(ANSWERS) or ()):
             return _FATES.get(reply_status)

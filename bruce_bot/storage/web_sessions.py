@@ -8,15 +8,15 @@ the web layer asks only for live rows and `purge` removes the rest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bruce_bot.storage.models import WebSessionRow
+from bruce_bot.storage.models import WebSessionRow, columns_for, from_row, table_of
 
-_web_sessions = WebSessionRow.__table__
+_web_sessions = table_of(WebSessionRow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ class WebSessionRecord:
     expires_at: datetime
 
 
-_COLUMNS = tuple(_web_sessions.c[name] for name in WebSessionRecord.__slots__)  # type: ignore[attr-defined]
+_COLUMNS = columns_for(_web_sessions, WebSessionRecord)
 
 
 class WebSessionStore:
@@ -39,7 +39,7 @@ class WebSessionStore:
         self._engine = engine
 
     async def add(self, record: WebSessionRecord) -> None:
-        row = {name: getattr(record, name) for name in WebSessionRecord.__slots__}  # type: ignore[attr-defined]
+        row = asdict(record)
         async with self._engine.begin() as connection:
             await connection.execute(_web_sessions.insert(), row)
 
@@ -47,7 +47,7 @@ class WebSessionStore:
         query = select(*_COLUMNS).where(_web_sessions.c.id == session_id)
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
-        return WebSessionRecord(*row) if row else None
+        return from_row(WebSessionRecord, row) if row else None
 
     async def renew(self, session_id: str, seen_at: datetime, expires_at: datetime) -> None:
         query = (
@@ -82,7 +82,7 @@ class WebSessionStore:
             .order_by(_web_sessions.c.last_seen_at.desc(), _web_sessions.c.created_at.desc())
         )
         async with self._engine.connect() as connection:
-            return [WebSessionRecord(*row) for row in await connection.execute(query)]
+            return [from_row(WebSessionRecord, row) for row in await connection.execute(query)]
 
     async def purge(self, token_fingerprint: str, now: datetime) -> int:
         """Delete the expired rows and those of another token; returns how many went."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 WAIT_FOR_LISTENING_SECONDS = 10.0
@@ -23,6 +24,14 @@ class WebServer:
     def __init__(self, app: Any, host: str, port: int) -> None:
         import uvicorn
 
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                # Since uvicorn 0.29 (no more `install_signal_handlers`) SIGINT and SIGTERM are
+                # taken here while it serves: it would stop the dashboard on its own, ahead of
+                # Bruce's shutdown, and raise the signal again. Bruce's handlers stop it.
+                yield
+
         config = uvicorn.Config(
             app,
             host=host,
@@ -32,8 +41,7 @@ class WebServer:
             lifespan="off",
             server_header=False,
         )
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._server = Server(config)
         self._host, self._port = host, port
         self._task: asyncio.Task[None] | None = None
 

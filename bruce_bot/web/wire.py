@@ -7,6 +7,7 @@ A handler that finds the request wrong raises `ApiError`; the app turns it into 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Annotated, Any
 
@@ -33,7 +34,7 @@ class ApiError(Exception):
 
 
 def error_response(
-    status: int, message: str, headers: dict[str, str] | None = None
+    status: int, message: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
     return JSONResponse(
         ErrorAnswer(error=message).model_dump(mode="json"), status_code=status, headers=headers

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +14,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.web import WebChannel
@@ -20,6 +22,7 @@ from bruce_bot.config import ConfigError, validate
 from bruce_bot.domain import OutboundMessage
 from bruce_bot.web.app import MAX_BODY_BYTES
 from bruce_bot.web.auth import COOKIE_NAME
+from bruce_bot.web.server import WebServer
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 
@@ -441,3 +444,15 @@ def test_public_host_with_auth_token_is_accepted(host: str) -> None:
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
 def test_loopback_host_needs_no_auth_token(host: str) -> None:
     assert validate({"web": {"host": host}}).web.auth_token == ""
+
+
+async def test_the_dashboard_server_leaves_the_process_signals_to_bruce() -> None:
+    # uvicorn installs its own SIGINT/SIGTERM handlers while it serves: they would stop the
+    # dashboard on their own, before Bruce's orderly shutdown.
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    server = WebServer(Starlette(), "127.0.0.1", 0)
+    await server.start()
+    try:
+        assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    finally:
+        await server.stop()

@@ -27,7 +27,7 @@ from bruce_bot.agent.brain.tools import (
     UpdateGoal,
 )
 from bruce_bot.storage.goals import Goal
-from bruce_bot.storage.sessions import SessionRecord
+from bruce_bot.storage.sessions import SessionKind, SessionRecord
 from bruce_bot.tools.registry import ToolRegistry
 
 
@@ -210,7 +210,7 @@ at once as your only tool call.
 FINISH_TOOL = EverythingIsReady.name
 
 
-def responsibilities_for(kind: str) -> tuple[Responsibility, ...]:
+def responsibilities_for(kind: SessionKind) -> tuple[Responsibility, ...]:
     """The responsibilities of a session kind: `child` (a sub-agent) or a main conversation."""
     names = CHILD_RESPONSIBILITIES if kind == "child" else PARENT_RESPONSIBILITIES
     return tuple(RESPONSIBILITIES[name] for name in names)

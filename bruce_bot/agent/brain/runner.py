@@ -43,6 +43,7 @@ from bruce_bot.domain import (
 )
 from bruce_bot.llm.base import LLMError, LLMService
 from bruce_bot.storage.messages import StoredMessage
+from bruce_bot.storage.sessions import SessionKind
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
 
@@ -125,9 +126,10 @@ class BrainRunner:
         self._library = library
         self._config = config
         deps = BrainDeps(stores.sessions, stores.goals, library)
-        self._registries: dict[str, ToolRegistry] = {}
-        self._prompts: dict[str, SystemPrompt] = {}
-        for kind in ("parent", "child"):
+        self._registries: dict[SessionKind, ToolRegistry] = {}
+        self._prompts: dict[SessionKind, SystemPrompt] = {}
+        kinds: tuple[SessionKind, ...] = ("parent", "child")
+        for kind in kinds:
             responsibilities = responsibilities_for(kind)
             self._registries[kind] = registry_for(responsibilities, deps)
             self._prompts[kind] = SystemPrompt(stable=(system_prompt_for(responsibilities),))
@@ -144,7 +146,7 @@ class BrainRunner:
         if not conversation:
             log.debug("brain_skipped", session_id=session_id, reason="no conversation")
             return False
-        kind = "child" if session.kind == "child" else "parent"
+        kind: SessionKind = "child" if session.kind == "child" else "parent"
         responsibilities = responsibilities_for(kind)
         goals = await self._stores.goals.open_tree(session_id)
         state = BrainState(session, goals, self._library)
