@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CONFIG_ARG := $(if $(wildcard config.yml),--config config.yml,)
 
-.PHONY: run test test-clock chaos lint format bench soak clean chromium postgres faketime
+.PHONY: run test test-clock chaos lint format bench bench-e2e soak clean chromium postgres faketime
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,11 @@ bench: $(VENV)/.installed-dev
 # messages over ~30 minutes in burst/steady phases; reports RSS, descriptor and SQLite growth and
 # p99 per phase (bench/RESULTS.md, "Soak"). Shorter: make soak SOAK_ARGS="--messages 5000 --minutes 3"
 SOAK_ARGS ?=
+# End to end: `bruce run` with Telegram and the brain on, the real PTB and anthropic SDK over HTTP
+# against the fakes: start-up, idle RSS, latency, a 1000-message burst, 50 reminders at once.
+bench-e2e: $(VENV)/.installed-dev
+	$(BIN)/python bench/e2e.py --json e2e.json
+
 soak: $(VENV)/.installed-dev
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
