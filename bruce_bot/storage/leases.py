@@ -115,10 +115,8 @@ _UNANSWERED_SESSIONS = (
 )
 
 
-class LocalLeases:
-    """One process (SQLite): every session is ours for the asking."""
-
-    shared = False
+class _HeldSessions:
+    """What both kinds of leases keep in memory: the sessions this process holds."""
 
     def __init__(self, engine: AsyncEngine, claimant: Claimant) -> None:
         self._engine = engine
@@ -130,6 +128,12 @@ class LocalLeases:
 
     def forget(self, session_id: int) -> None:
         self._held.discard(session_id)
+
+
+class LocalLeases(_HeldSessions):
+    """One process (SQLite): every session is ours for the asking."""
+
+    shared = False
 
     async def acquire(self, session_id: int) -> bool:
         self._held.add(session_id)
@@ -168,21 +172,10 @@ _RENEW = (
 _LIVE_LEASES = select(_leases.c.session_id).where(_leases.c.expires_at >= bindparam("now"))
 
 
-class PostgresLeases:
+class PostgresLeases(_HeldSessions):
     """Leases in `session_leases`, shared by every process on the database."""
 
     shared = True
-
-    def __init__(self, engine: AsyncEngine, claimant: Claimant) -> None:
-        self._engine = engine
-        self.claimant = claimant
-        self._held: set[int] = set()
-
-    def holds(self, session_id: int) -> bool:
-        return session_id in self._held
-
-    def forget(self, session_id: int) -> None:
-        self._held.discard(session_id)
 
     async def acquire(self, session_id: int) -> bool:
         now = utcnow()
