@@ -44,6 +44,7 @@ import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy.engine import make_url
 
+from tests.conftest import deep_merge
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
 from tests.integration.chaos_support import (
@@ -57,6 +58,7 @@ from tests.integration.chaos_support import (
     Ledger,
     Run,
     Scenario,
+    daemon_config,
     free_port,
     in_flight_excuse,
     make_plan,
@@ -228,42 +230,31 @@ def process_config(
     user_ids: Sequence[int],
     leader_retry_seconds: float,
 ) -> dict[str, Any]:
-    return {
-        "app": {"timezone": "UTC"},
-        "database": {"url": database_url, "lease_seconds": LEASE_SECONDS},
-        "llm": {
-            "provider": "anthropic",
-            "api_key": f"key-{name}",
-            "base_url": llm_url,
-            "max_retries": 0,
-            "timeout_seconds": 30,
+    """The chaos test's daemon config, as process `name` of a cluster: the shared database, its
+    own key (so the fake model knows the caller) and address at the fake Bot API, and Telegram
+    in webhook mode behind the balancer."""
+    telegram_section = {
+        "base_url": telegram.base_url_for(name),
+        "allowed_user_ids": list(user_ids),
+        "mode": "webhook",
+        "webhook": {
+            "url": PUBLIC_HOOK,
+            "listen": "127.0.0.1",
+            "port": hook_port,
+            "secret_token": HOOK_SECRET,
         },
-        "agent": {"shutdown_timeout_seconds": SHUTDOWN_GRACE},
-        "brain": {"enabled": False},  # its background requests are not part of these scenarios
-        "tools": {
-            "web_search": {"enabled": False},
-            "web_fetch": {"enabled": False},
-            "artifacts": {"enabled": False},
-            "proactive": {"enabled": True},
-        },
-        "scheduler": {"leader_retry_seconds": leader_retry_seconds},
-        "channels": {
-            "telegram": {
-                "enabled": True,
-                "token": telegram.token,
-                "base_url": telegram.base_url_for(name),
-                "allowed_user_ids": list(user_ids),
-                "mode": "webhook",
-                "webhook": {
-                    "url": PUBLIC_HOOK,
-                    "listen": "127.0.0.1",
-                    "port": hook_port,
-                    "secret_token": HOOK_SECRET,
-                },
-            }
-        },
-        "logging": {"json": True},
     }
+    return deep_merge(
+        daemon_config(telegram, llm_url),
+        {
+            "database": {"url": database_url, "lease_seconds": LEASE_SECONDS},
+            "llm": {"api_key": f"key-{name}"},
+            "agent": {"shutdown_timeout_seconds": SHUTDOWN_GRACE},
+            "scheduler": {"leader_retry_seconds": leader_retry_seconds},
+            "channels": {"telegram": telegram_section},
+            "logging": {"json": True},
+        },
+    )
 
 
 class ClusterProcess(ChaosDaemon):
