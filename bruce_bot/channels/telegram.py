@@ -5,7 +5,8 @@ arrive by long polling (default) or by webhook (`mode: webhook`, secret header c
 telegram_app.py builds and starts the application). Each addressed message (a private chat; in
 a group, an @mention, a text_mention or a reply to one of the bot's messages: see
 telegram_messages.py) passes the allowlist first, then becomes an `InboundMessage` that the
-inbox stores before the update is acknowledged (see telegram_intake.py). Who may talk, the
+inbox stores before the update is acknowledged (see telegram_intake.py); the updates of a batch
+are handled concurrently, each chat's in order (telegram_app.py). Who may talk, the
 stranger's one polite reply an hour naming their user id, and the commands `/start`, `/help`,
 `/new` and `/reminders` are the channel policy's (policy.py); nothing of a stranger's is stored.
 Replies go out through telegram_sending.py; failures become `DeliveryError`s, and the outbox is
@@ -50,6 +51,7 @@ from bruce_bot.channels.telegram_app import (
     start_updates,
 )
 from bruce_bot.channels.telegram_chats import ChatAddress
+from bruce_bot.channels.telegram_intake import DurableUpdateQueue
 from bruce_bot.channels.telegram_messages import (
     SUPPORTED_CHATS,
     Heard,
@@ -114,8 +116,11 @@ class TelegramChannel:
         that names the key; an unreachable Bot API does not: Bruce starts without Telegram and
         keeps trying in the background (replies meanwhile wait in the outbox)."""
         self._policy.warn_if_nobody_allowed()
-        self._updates_request = UpdateCheckingRequest(self._saw_raw, connection_pool_size=1)
-        app = build_application(self._config, self._updates_request, self._saw_update)
+        queue = DurableUpdateQueue(self._saw_update)
+        self._updates_request = UpdateCheckingRequest(
+            self._saw_raw, queue, connection_pool_size=1
+        )
+        app = build_application(self._config, self._updates_request, queue)
         app.add_handler(TypeHandler(Update, self._on_update))
         app.add_error_handler(self._on_error)
         self._app = app

@@ -1,7 +1,9 @@
 """Building python-telegram-bot's `Application` for Bruce, and starting its updates.
 
-One update at a time, in order, through the queue that confirms an update only once it was
-handled (telegram_intake.py); getUpdates through a request that steps over an update PTB cannot
+The updates of a getUpdates batch are handled concurrently, those of one chat one after the
+other in arrival order (`ChatOrderedProcessor`), so the inbox stores a batch in one transaction
+while each chat's messages keep their order; the batch is confirmed only once it was handled
+(telegram_intake.py); getUpdates through a request that steps over an update PTB cannot
 parse instead of fetching it again forever; no rate limiter (the outbox is the one retry owner);
 long polling, or a webhook whose secret Telegram sends back with each post. A wrong webhook
 setting stops start-up with a message that names the key.
@@ -9,11 +11,12 @@ setting stops start-up with a message that names the key.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,10 +24,10 @@ from urllib.parse import urlsplit
 import structlog
 from telegram import Update
 from telegram.error import TelegramError
-from telegram.ext import Application, ApplicationBuilder
+from telegram.ext import Application, ApplicationBuilder, BaseUpdateProcessor
 from telegram.request import HTTPXRequest
 
-from bruce_bot.channels.telegram_intake import ProcessedUpdateQueue
+from bruce_bot.channels.telegram_intake import DurableUpdateQueue
 from bruce_bot.channels.telegram_raw import chat_id_of
 from bruce_bot.config import TelegramConfig
 
@@ -36,6 +39,8 @@ ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 RawListener = Callable[[Any, Update | None], None]
+# Updates handled at once at most: a full getUpdates batch (100) and webhook posts besides.
+MAX_CONCURRENT_UPDATES = 256
 
 
 class UpdateCheckingRequest(HTTPXRequest):
@@ -49,14 +54,19 @@ class UpdateCheckingRequest(HTTPXRequest):
     of them is handled.
     """
 
-    def __init__(self, seen: RawListener, **kwargs: Any) -> None:
+    def __init__(self, seen: RawListener, queue: DurableUpdateQueue, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._seen = seen
+        self._queue = queue
 
     # PTB marks `post` final; it is the one place that sees a getUpdates batch before PTB parses it.
     async def post(self, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        if not url.endswith("/getUpdates"):
+            return await super().post(url, *args, **kwargs)
+        # This call's offset confirms every update fetched so far: they must be stored first.
+        await self._queue.all_handled()
         result = await super().post(url, *args, **kwargs)
-        if not (url.endswith("/getUpdates") and isinstance(result, list)):
+        if not isinstance(result, list):
             return result
         checked: list[dict[str, Any]] = []
         for item in result:
@@ -64,7 +74,56 @@ class UpdateCheckingRequest(HTTPXRequest):
             if raw is not None:
                 checked.append(raw)
                 _tell(self._seen, item, parsed)
+        self._queue.polled(raw["update_id"] for raw in checked)
         return checked
+
+
+class ChatOrderedProcessor(BaseUpdateProcessor):
+    """Updates of different chats handled concurrently, those of one chat one after the other.
+
+    Why: a getUpdates batch holds up to a hundred updates; handled one at a time, each stores
+    its message in a commit of its own and the batch takes as long as a hundred commits, while
+    the turns wait for the same database. Handled together, the inbox stores them in one commit
+    (storage/group_commit.py). Within a chat the order of arrival is kept: each update waits
+    for the previous one of its chat, and PTB starts the updates' tasks in the order they were
+    queued, so each takes its place in its chat's line before anything else runs. When an update
+    is done (handled or failed), the queue is told, which lets its confirmation go out.
+    """
+
+    def __init__(self, queue: DurableUpdateQueue) -> None:
+        super().__init__(MAX_CONCURRENT_UPDATES)
+        self._queue = queue
+        self._last_of_chat: dict[int | None, asyncio.Future[None]] = {}
+
+    async def process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
+        # No await before the line is joined: the tasks reach this point in queue order.
+        key = _chat_key(update)
+        previous = self._last_of_chat.get(key)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last_of_chat[key] = mine
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            await super().process_update(update, coroutine)
+        finally:
+            mine.set_result(None)
+            if self._last_of_chat.get(key) is mine:
+                del self._last_of_chat[key]
+            self._queue.handled(update)
+
+    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
+        await coroutine
+
+    async def initialize(self) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        return None
+
+
+def _chat_key(update: object) -> int | None:
+    chat = update.effective_chat if isinstance(update, Update) else None
+    return chat.id if chat is not None else None
 
 
 def _checked_update(item: Any) -> tuple[dict[str, Any] | None, Update | None]:
@@ -97,14 +156,14 @@ def _tell(listener: Callable[..., None], *args: Any) -> None:
 
 
 def build_application(
-    config: TelegramConfig, updates: UpdateCheckingRequest, queued: Callable[[Any], None]
+    config: TelegramConfig, updates: UpdateCheckingRequest, queue: DurableUpdateQueue
 ) -> Application:
-    """The application, fetching through `updates`; `queued` is told of each update queued."""
+    """The application, fetching through `updates` into `queue`."""
     builder = (
         ApplicationBuilder()
         .token(config.token)
-        .concurrent_updates(False)  # one update at a time, in order: see telegram_intake.py
-        .update_queue(ProcessedUpdateQueue(queued))
+        .concurrent_updates(ChatOrderedProcessor(queue))
+        .update_queue(queue)
         .get_updates_request(updates)
         .job_queue(None)
         # No AIORateLimiter: its RetryAfter retries would stack on the outbox's, and its

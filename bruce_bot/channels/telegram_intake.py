@@ -2,49 +2,59 @@
 
 PTB's updater confirms updates to Telegram by the offset of its next getUpdates call, and it
 moves that offset as soon as a batch is queued, not when it is handled. This queue (handed to
-PTB by telegram.py) closes that gap. No SDK import: it deals in whatever PTB puts in it.
+PTB by telegram_app.py) closes that gap while letting a whole batch be handled at once, so the
+inbox can store it in one transaction. No SDK import: it deals in whatever PTB puts in it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
+SLOW_INTAKE_SECONDS = 60.0
 
-class ProcessedUpdateQueue(asyncio.Queue):
-    """PTB's update queue, changed so that `put` returns only after the update was processed.
 
-    Why: PTB's updater puts a fetched batch into this queue and then at once moves its offset
-    past the batch; the very next getUpdates call carries that offset, which confirms the
-    updates to Telegram, whether or not a handler has run yet. A crash in between would lose
-    them. With this queue the updater's `await put(update)` waits until the application called
-    `task_done()` for that update, i.e. until our handler returned, and our handler returns only
-    after `inbox.submit` stored the message. So an update is confirmed (by the next getUpdates;
-    on stop, by the updater's final getUpdates) only once the message is durable. The same holds
-    for webhooks: PTB's webhook handler awaits `put` before answering 200, and Telegram
-    redelivers an update that was not answered 200.
+class DurableUpdateQueue(asyncio.Queue):
+    """PTB's update queue, which knows which updates were handled and holds back the
+    confirmation of those that were not.
 
-    It relies on the application processing updates one at a time, in order
-    (`concurrent_updates(False)`), so the n-th `task_done` belongs to the n-th update put.
-    Updates cut off by a stop before being processed are simply not confirmed: Telegram sends
-    them again, and the inbox drops duplicates by platform message id. `seen` is told of each
-    update as it is queued (webhook posts that wait their turn: album parts, see
-    telegram_albums.py).
+    Long polling: PTB's updater puts a fetched batch into this queue, one update after the
+    other, and the offset of its next getUpdates call confirms the whole batch to Telegram. So
+    `put` of a polled update returns at once (the application then handles the batch's updates
+    concurrently, chat by chat in order: see telegram_app.py), and the next getUpdates first
+    waits in `all_handled` until every update put so far was handled, i.e. until our handler
+    returned, which it does only after `inbox.submit` stored the message. That includes the
+    updater's last getUpdates on stop. A crash before that leaves the batch unconfirmed:
+    Telegram sends it again and the inbox drops duplicates by platform message id.
+
+    Webhook: PTB's webhook handler awaits `put` before answering 200, and Telegram redelivers
+    an update that was not answered 200, so `put` of an update that no getUpdates fetched waits
+    until that update was handled.
+
+    `handled(update)` is called by the update processor when a handler returned (or failed);
+    `seen` is told of each update as it is queued (album parts: see telegram_albums.py).
+    Items without an `update_id` (PTB's stop signal) are not tracked.
     """
 
     def __init__(self, seen: Callable[[Any], None] | None = None) -> None:
         super().__init__()
-        self._processed: list[asyncio.Future[None]] = []
+        self._unhandled: dict[int, asyncio.Future[None]] = {}  # id(update) -> handled
+        self._polled: set[int] = set()  # update ids fetched by getUpdates, not yet put
         self._seen = seen
+
+    def polled(self, update_ids: Iterable[int]) -> None:
+        """These updates came from getUpdates: the next getUpdates confirms them."""
+        self._polled.update(update_ids)
 
     def put_nowait(self, item: Any) -> None:
         super().put_nowait(item)
-        self._processed.append(asyncio.get_running_loop().create_future())
+        if getattr(item, "update_id", None) is not None:
+            self._unhandled[id(item)] = asyncio.get_running_loop().create_future()
         if self._seen is not None:
             try:
                 self._seen(item)
@@ -53,11 +63,29 @@ class ProcessedUpdateQueue(asyncio.Queue):
 
     async def put(self, item: Any) -> None:
         self.put_nowait(item)
-        await self._processed[-1]
+        update_id = getattr(item, "update_id", None)
+        if update_id is None:
+            return
+        if update_id in self._polled:
+            self._polled.discard(update_id)
+            return
+        handled = self._unhandled.get(id(item))
+        if handled is not None:
+            await asyncio.shield(handled)
 
-    def task_done(self) -> None:
-        super().task_done()
-        if self._processed:
-            done = self._processed.pop(0)
-            if not done.done():
-                done.set_result(None)
+    def handled(self, item: Any) -> None:
+        done = self._unhandled.pop(id(item), None)
+        if done is not None and not done.done():
+            done.set_result(None)
+
+    async def all_handled(self) -> None:
+        """Return once every update put so far was handled (new ones are not waited for)."""
+        waiting = list(self._unhandled.values())
+        if not waiting:
+            return
+        _, late = await asyncio.wait(waiting, timeout=SLOW_INTAKE_SECONDS)
+        if late:
+            # A handler that hangs would hold every later update back; say so, keep waiting
+            # (confirming it unhandled could lose a message).
+            log.warning("telegram_intake_slow", unhandled=len(late))
+            await asyncio.wait(late)

@@ -14,8 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, or_, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bruce_bot.domain import (
     InboundMessage,
@@ -25,6 +24,7 @@ from bruce_bot.domain import (
     Role,
     utcnow,
 )
+from bruce_bot.storage.group_commit import GroupCommit
 from bruce_bot.storage.leases import Claimant, default_claimant
 from bruce_bot.storage.models import LLMCallRow, MessageRow, SessionRow, inserted_id, table_of
 
@@ -214,11 +214,24 @@ def _stored(row: Any) -> StoredMessage:
     return StoredMessage(*row)
 
 
+def _insert_unless_duplicate(dialect: str) -> Any:
+    """INSERT … ON CONFLICT DO NOTHING RETURNING id: a message the platform sent twice (same
+    platform id in the session) is not an error that would fail the others of its commit."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(_messages).on_conflict_do_nothing().returning(_messages.c.id)
+
+
 class MessageStore:
     def __init__(self, engine: AsyncEngine, claimant: Claimant | None = None) -> None:
         self._engine = engine
         # Replies are stored claimed by this process, which delivers them right after.
         self._claimant = claimant or default_claimant()
+        # Messages arriving together (a getUpdates batch) are stored in one commit.
+        self._group = GroupCommit(engine)
+        self._insert_new_inbound = _insert_unless_duplicate(engine.dialect.name)
 
     async def add_inbound(self, session_id: int, message: InboundMessage, text: str) -> int | None:
         """Persist a user message as `pending`; None when its platform id was already stored."""
@@ -234,12 +247,12 @@ class MessageStore:
             "extra": message.metadata or None,
             "created_at": message.received_at,
         }
-        try:
-            async with self._engine.begin() as connection:
-                result = await connection.execute(INSERT_MESSAGE, values)
-        except IntegrityError:
-            return None
-        return inserted_id(result)
+
+        async def insert(connection: AsyncConnection) -> int | None:
+            # A duplicate (the platform sent it again) inserts nothing and returns no id.
+            return (await connection.execute(self._insert_new_inbound, values)).scalar()
+
+        return await self._group.run(insert)
 
     async def set_status(self, message_ids: Sequence[int], status: MessageStatus) -> None:
         if not message_ids:

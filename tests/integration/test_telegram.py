@@ -477,6 +477,69 @@ async def test_update_is_confirmed_only_after_the_message_is_stored(
     assert not raised.value.permanent
 
 
+async def test_a_batch_is_stored_chat_by_chat_in_order_and_confirmed_once_all_is_stored(
+    telegram: FakeTelegramServer,
+) -> None:
+    """A getUpdates batch is handled concurrently across chats (a slow chat holds nobody
+    else's messages back), in order within each chat, and confirmed only once all is stored."""
+    carol = FakeTelegramServer.user(1003, "Carol")
+    release = asyncio.Event()
+    submitted: list[str] = []
+    stored: list[str] = []
+
+    class SlowForAlice:
+        async def submit(self, message: InboundMessage) -> Submission:
+            submitted.append(message.text)
+            if message.text == "alice 1":
+                await release.wait()
+            stored.append(message.text)
+            return Submission(True, message_id=len(stored))
+
+        async def new_conversation(self, channel: str, chat_id: str) -> str:
+            return "new"
+
+        async def describe_reminders(self, channel: str, chat_id: str) -> str:
+            return "none"
+
+        async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
+            return None
+
+    for user, text in [
+        (ALICE, "alice 1"),
+        (BOB, "bob 1"),
+        (ALICE, "alice 2"),
+        (carol, "carol 1"),
+        (ALICE, "alice 3"),
+        (BOB, "bob 2"),
+    ]:
+        telegram.private_text(user, text)
+    channel = TelegramChannel(
+        TelegramConfig(
+            enabled=True,
+            token=telegram.token,
+            base_url=telegram.base_url,
+            allowed_user_ids=[ALICE.id, BOB.id, carol.id],
+        )
+    )
+    await channel.start(SlowForAlice())
+    try:
+        await wait_until(lambda: {"bob 1", "bob 2", "carol 1"} <= set(stored), WITHIN)
+        assert submitted.count("alice 1") == 1
+        assert "alice 2" not in submitted  # it waits for Alice's first message
+        # Nothing of the batch is confirmed while one of its messages is not stored.
+        assert max(telegram.get_updates_offsets) <= 1
+        assert telegram.pending_updates == 6
+        release.set()
+        await telegram.wait_for(lambda: max(telegram.get_updates_offsets) == 7)
+        assert telegram.pending_updates == 0
+    finally:
+        release.set()
+        await channel.stop()
+        await channel.close()
+    assert [t for t in stored if t.startswith("alice")] == ["alice 1", "alice 2", "alice 3"]
+    assert [t for t in stored if t.startswith("bob")] == ["bob 1", "bob 2"]
+
+
 async def test_send_keeps_working_between_stop_and_close(
     tmp_path: Path, telegram: FakeTelegramServer
 ) -> None:
