@@ -18,8 +18,10 @@ Scenarios (`--skip NAME ...` leaves some out):
   reminders — `--reminders` chats each ask for a message-mode reminder due in the same second
              (the fake model calls `proactive_create`, as tests/integration/chaos_support.py's
              ChaosModel does); lateness = arrival of the reminder at the fake − its due time.
-SQL statements / commits per message are not measured (SQLite keeps no such counters that
-another process can read).
+The burst also reports SQL statements, commits and driver time per message (the daemon counts
+them when BRUCE_SQL_STATS names a file: storage/sql_stats.py), with the costliest statements.
+`--profile FILE` records the daemon with py-spy during the burst (summarise it with
+bench/profile_summary.py).
 
     make bench-e2e
     .venv/bin/python bench/e2e.py --json e2e.json
@@ -65,7 +67,8 @@ GOALS = {
     "idle_rss_mb": ("≤ 100", "117-120", "107-115"),
     "burst_peak_rss_mb": ("≤ 130", "171", "330"),
     "latency_p50_p99_ms": ("≤ 15 / 50", "256 / 281", "255 / 259"),
-    "reminder_lateness_p50_p99_ms": ("", "", ""),
+    "reminder_lateness_p50_p99_ms": ("p99 ≤ 1000", "", ""),
+    "sql_statements_commits_per_message": ("", "", ""),
 }
 
 
@@ -166,6 +169,20 @@ def tree_cpu_s(ps: psutil.Process) -> float:
     return total
 
 
+class E2EDaemon(Daemon):
+    """Soak's daemon, counting its SQL statements and commits (storage/sql_stats.py)."""
+
+    def __init__(self, workdir: Path, *args: Any) -> None:
+        super().__init__(workdir, *args)
+        self.sql_file = workdir / "sql-stats.json"
+        self.env["BRUCE_SQL_STATS"] = str(self.sql_file)
+
+    def sql_stats(self) -> dict[str, Any]:
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(self.sql_file.read_text(encoding="utf-8"))
+        return {}
+
+
 class E2E:
     def __init__(self, args: argparse.Namespace, daemon: Daemon, telegram: E2ETelegram) -> None:
         self.args = args
@@ -245,6 +262,7 @@ class E2E:
         harness = psutil.Process()
         harness_before = sum(harness.cpu_times()[:2])
         sent_before = self.telegram.calls_sent
+        sql_before = self.daemon.sql_stats()
         started = time.monotonic()
         last: set[int] = set()
         for k in range(self.args.burst_per_chat):
@@ -261,6 +279,7 @@ class E2E:
                 await asyncio.sleep(0.1)
 
         sampler = asyncio.create_task(sample())
+        profiler = await start_profiler(self.args.profile, ps.pid)
         try:
             done = await self.until(
                 lambda: not (last & self.ledger.pending.keys()), self.args.deadline
@@ -269,6 +288,7 @@ class E2E:
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
+            await stop_profiler(profiler)
         elapsed = time.monotonic() - started
         cpu = tree_cpu_s(ps) - cpu_before
         harness_cpu = sum(harness.cpu_times()[:2]) - harness_before
@@ -277,7 +297,9 @@ class E2E:
         tail = await self.settle(within=60)
         calls = {k: model.counts[k] - calls_before[k] for k in model.counts}
         chats_left = len(last & self.ledger.pending.keys())
+        sql = sql_per_message(sql_before, self.daemon.sql_stats(), total)
         return {
+            "sql": sql,
             "warm_up_s": warm,
             "settle_before_s": settled,
             "chats": len(users),
@@ -339,6 +361,56 @@ class E2E:
         return result
 
 
+def sql_per_message(before: dict[str, Any], after: dict[str, Any], messages: int) -> dict:
+    """Statements and commits per message between two snapshots of the daemon's SQL counters
+    (storage/sql_stats.py), with the statements that took the most driver time."""
+    if not after:
+        return {}
+    was = before.get("by_statement", {})
+    grown = {
+        sql: {
+            "count": v["count"] - was.get(sql, {}).get("count", 0),
+            "seconds": round(v["seconds"] - was.get(sql, {}).get("seconds", 0.0), 4),
+        }
+        for sql, v in after["by_statement"].items()
+    }
+    top = sorted(grown.items(), key=lambda kv: kv[1]["seconds"], reverse=True)[:12]
+    return {
+        "statements_per_message": round(
+            (after["statements"] - before.get("statements", 0)) / messages, 2
+        ),
+        "commits_per_message": round((after["commits"] - before.get("commits", 0)) / messages, 2),
+        "driver_ms_per_message": round(
+            (after["seconds"] - before.get("seconds", 0.0)) * 1000 / messages, 3
+        ),
+        "top_statements": [
+            {"sql": sql, **v, "per_message": round(v["count"] / messages, 2)} for sql, v in top
+        ],
+    }
+
+
+async def start_profiler(path: Path | None, pid: int) -> asyncio.subprocess.Process | None:
+    """py-spy sampling the daemon (collapsed stacks into `path`) while the burst runs."""
+    if path is None:
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    extra = os.environ.get("BENCH_PYSPY_ARGS", "--nonblocking").split()  # --native: blocking
+    return await asyncio.create_subprocess_exec(
+        str(spy), "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+        "--output", str(path), "--threads", *extra,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def stop_profiler(profiler: asyncio.subprocess.Process | None) -> None:
+    if profiler is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        profiler.send_signal(2)  # SIGINT: py-spy writes its output and exits
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(profiler.wait(), 30)
+
+
 class CountingTelegram(E2ETelegram):
     def __init__(self, ledger: Ledger) -> None:
         super().__init__(ledger)
@@ -363,7 +435,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "python": sys.version.split()[0],
         },
-        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "model")},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "model", "profile")},
     }
     ledger = Ledger()
     model = Model()
@@ -377,7 +449,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await telegram.start()
         await anthropic.start()
         chats = max(args.burst_chats, args.latency_chats, args.reminders)
-        daemon = Daemon(workdir, telegram.base_url, anthropic.base_url, chats)
+        daemon = E2EDaemon(workdir, telegram.base_url, anthropic.base_url, chats)
         bench = E2E(args, daemon, telegram)
         try:
             spawned = time.monotonic()
@@ -446,6 +518,11 @@ def report(results: dict[str, Any]) -> None:
             if "lateness_p50_ms" in rem
             else None
         ),
+        "sql_statements_commits_per_message": (
+            f"{sql['statements_per_message']} / {sql['commits_per_message']}"
+            if (sql := burst.get("sql"))
+            else None
+        ),
     }
     print()
     print(f"{'figure':<28} {'bruce':>14} {'goal':>26} {'nanobot':>10} {'hermes':>10}")
@@ -474,6 +551,9 @@ if __name__ == "__main__":
     parser.add_argument("--reminder-lead", type=float, default=10.0, help="seconds until due")
     parser.add_argument("--deadline", type=float, default=300.0, help="bound of each long wait")
     parser.add_argument("--json", type=Path, help="write the results there")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy the daemon during the burst (collapsed stacks)"
+    )
     arguments = parser.parse_args()
     outcome = asyncio.run(main(arguments))
     report(outcome)

@@ -194,10 +194,12 @@ class Daemon:
         self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
         self.process: asyncio.subprocess.Process | None = None
         self.ps: psutil.Process | None = None
+        self.env: dict[str, str] = {}  # more environment for the daemon
 
     async def start(self, within: float = 60.0) -> float:
         env = {key: value for key, value in os.environ.items() if key != "BRUCE_CONFIG"}
         env["ANTHROPIC_API_KEY"] = ""
+        env.update(self.env)
         started = time.monotonic()
         with (self.workdir / "daemon.out").open("wb") as out:
             self.process = await asyncio.create_subprocess_exec(

@@ -18,6 +18,8 @@ from sqlalchemy import event, pool, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from bruce_bot.storage.sql_stats import attach_if_asked
+
 log = structlog.get_logger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
@@ -78,6 +80,7 @@ class Database:
             )
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _on_sqlite_connect)
+        attach_if_asked(self.engine.sync_engine)
 
     async def dispose(self) -> None:
         await self.engine.dispose()
