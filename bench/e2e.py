@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -435,7 +436,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "python": sys.version.split()[0],
         },
-        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "model", "profile")},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "model", "profile", "keep")},
     }
     ledger = Ledger()
     model = Model()
@@ -497,6 +498,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             results["daemon_error_examples"] = errors[:5]
             await anthropic.stop()
             await telegram.stop()
+            if args.keep is not None:
+                shutil.copytree(workdir, args.keep, dirs_exist_ok=True)
     return results
 
 
@@ -551,6 +554,7 @@ if __name__ == "__main__":
     parser.add_argument("--reminder-lead", type=float, default=10.0, help="seconds until due")
     parser.add_argument("--deadline", type=float, default=300.0, help="bound of each long wait")
     parser.add_argument("--json", type=Path, help="write the results there")
+    parser.add_argument("--keep", type=Path, help="copy the daemon's data dir and log there")
     parser.add_argument(
         "--profile", type=Path, help="py-spy the daemon during the burst (collapsed stacks)"
     )

@@ -47,6 +47,7 @@ from bruce_bot.channels.telegram_albums import AlbumBook
 from bruce_bot.channels.telegram_app import (
     UpdateCheckingRequest,
     build_application,
+    chat_key,
     release_connections,
     start_updates,
 )
@@ -116,10 +117,8 @@ class TelegramChannel:
         that names the key; an unreachable Bot API does not: Bruce starts without Telegram and
         keeps trying in the background (replies meanwhile wait in the outbox)."""
         self._policy.warn_if_nobody_allowed()
-        queue = DurableUpdateQueue(self._saw_update)
-        self._updates_request = UpdateCheckingRequest(
-            self._saw_raw, queue, connection_pool_size=1
-        )
+        queue = DurableUpdateQueue(chat_key, self._saw_update)
+        self._updates_request = UpdateCheckingRequest(self._saw_raw, queue, connection_pool_size=1)
         app = build_application(self._config, self._updates_request, queue)
         app.add_handler(TypeHandler(Update, self._on_update))
         app.add_error_handler(self._on_error)

@@ -11,8 +11,8 @@ setting stops start-up with a message that names the key.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import inspect
 import re
 import secrets
 import warnings
@@ -84,35 +84,22 @@ class ChatOrderedProcessor(BaseUpdateProcessor):
     Why: a getUpdates batch holds up to a hundred updates; handled one at a time, each stores
     its message in a commit of its own and the batch takes as long as a hundred commits, while
     the turns wait for the same database. Handled together, the inbox stores them in one commit
-    (storage/group_commit.py). Within a chat the order of arrival is kept: each update waits
-    for the previous one of its chat, and PTB starts the updates' tasks in the order they were
-    queued, so each takes its place in its chat's line before anything else runs. When an update
-    is done (handled or failed), the queue is told, which lets its confirmation go out.
+    (storage/group_commit.py). Within a chat the order of arrival is kept by the queue
+    (`wait_turn`), which is also told when an update is done, so its confirmation can go out.
     """
 
     def __init__(self, queue: DurableUpdateQueue) -> None:
         super().__init__(MAX_CONCURRENT_UPDATES)
         self._queue = queue
-        self._last_of_chat: dict[int | None, asyncio.Future[None]] = {}
-
-    async def process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
-        # No await before the line is joined: the tasks reach this point in queue order.
-        key = _chat_key(update)
-        previous = self._last_of_chat.get(key)
-        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._last_of_chat[key] = mine
-        try:
-            if previous is not None:
-                await asyncio.shield(previous)
-            await super().process_update(update, coroutine)
-        finally:
-            mine.set_result(None)
-            if self._last_of_chat.get(key) is mine:
-                del self._last_of_chat[key]
-            self._queue.handled(update)
 
     async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
-        await coroutine
+        try:
+            await self._queue.wait_turn(update)
+            await coroutine
+        finally:
+            if inspect.iscoroutine(coroutine):
+                coroutine.close()  # never started (cancelled while waiting): no warning
+            self._queue.handled(update)
 
     async def initialize(self) -> None:
         return None
@@ -121,7 +108,8 @@ class ChatOrderedProcessor(BaseUpdateProcessor):
         return None
 
 
-def _chat_key(update: object) -> int | None:
+def chat_key(update: object) -> int | None:
+    """The chat an update belongs to (None: none, such as an update PTB could not read)."""
     chat = update.effective_chat if isinstance(update, Update) else None
     return chat.id if chat is not None else None
 

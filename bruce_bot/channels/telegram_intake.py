@@ -9,7 +9,7 @@ inbox can store it in one transaction. No SDK import: it deals in whatever PTB p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import structlog
@@ -36,15 +36,25 @@ class DurableUpdateQueue(asyncio.Queue):
     an update that was not answered 200, so `put` of an update that no getUpdates fetched waits
     until that update was handled.
 
-    `handled(update)` is called by the update processor when a handler returned (or failed);
-    `seen` is told of each update as it is queued (album parts: see telegram_albums.py).
-    Items without an `update_id` (PTB's stop signal) are not tracked.
+    The updates of one chat are handled one after the other in the order they were queued:
+    the update processor awaits `wait_turn(update)` (the previous update of its chat handled)
+    before handling one, and calls `handled(update)` when its handler returned (or failed).
+    `chat_of` names an update's chat; `seen` is told of each update as it is queued (album
+    parts: see telegram_albums.py). Items without an `update_id` (PTB's stop signal) are not
+    tracked.
     """
 
-    def __init__(self, seen: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        chat_of: Callable[[Any], Hashable],
+        seen: Callable[[Any], None] | None = None,
+    ) -> None:
         super().__init__()
         self._unhandled: dict[int, asyncio.Future[None]] = {}  # id(update) -> handled
+        self._after: dict[int, asyncio.Future[None]] = {}  # id(update) -> its chat's previous
+        self._last_of_chat: dict[Hashable, asyncio.Future[None]] = {}
         self._polled: set[int] = set()  # update ids fetched by getUpdates, not yet put
+        self._chat_of = chat_of
         self._seen = seen
 
     def polled(self, update_ids: Iterable[int]) -> None:
@@ -54,7 +64,13 @@ class DurableUpdateQueue(asyncio.Queue):
     def put_nowait(self, item: Any) -> None:
         super().put_nowait(item)
         if getattr(item, "update_id", None) is not None:
-            self._unhandled[id(item)] = asyncio.get_running_loop().create_future()
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._unhandled[id(item)] = done
+            chat = self._chat_of(item)
+            previous = self._last_of_chat.get(chat)
+            if previous is not None and not previous.done():
+                self._after[id(item)] = previous
+            self._last_of_chat[chat] = done
         if self._seen is not None:
             try:
                 self._seen(item)
@@ -73,10 +89,22 @@ class DurableUpdateQueue(asyncio.Queue):
         if handled is not None:
             await asyncio.shield(handled)
 
+    async def wait_turn(self, item: Any) -> None:
+        """Return once the update queued before this one in its chat was handled."""
+        previous = self._after.pop(id(item), None)
+        if previous is not None:
+            await asyncio.shield(previous)
+
     def handled(self, item: Any) -> None:
+        self._after.pop(id(item), None)
         done = self._unhandled.pop(id(item), None)
-        if done is not None and not done.done():
+        if done is None:
+            return
+        if not done.done():
             done.set_result(None)
+        chat = self._chat_of(item)
+        if self._last_of_chat.get(chat) is done:
+            del self._last_of_chat[chat]
 
     async def all_handled(self) -> None:
         """Return once every update put so far was handled (new ones are not waited for)."""

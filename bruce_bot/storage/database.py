@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bruce_bot.storage.sql_stats import attach_if_asked
+from bruce_bot.storage.sqlite_driver import Checkpointer, InlineConnection, connector
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +45,9 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    if not isinstance(dbapi_connection.driver_connection, InlineConnection):
+        # (Bruce's driver waits for locks in a thread, never on the event loop: see there.)
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
@@ -65,13 +68,20 @@ class Database:
         if sqlite_file is not None:
             sqlite_file.parent.mkdir(parents=True, exist_ok=True)
         self.is_sqlite = make_url(url).get_backend_name() == "sqlite"
+        self._checkpointer: Checkpointer | None = None
         if self.is_sqlite:
             # SQLite has one writer at a time; several connections only fight over the lock (and
             # its busy handler sleeps). One connection serialises statements without contention.
             # Every store either commits or only reads, so the pool's rollback-on-return (one more
-            # round trip to the driver thread per query) is skipped.
+            # statement per query) is skipped. A database file gets Bruce's driver, which runs
+            # short statements without a round trip to a thread (storage/sqlite_driver.py).
+            options: dict[str, Any] = {}
+            if sqlite_file is not None:
+                options["async_creator"] = connector(sqlite_file, SQLITE_BUSY_TIMEOUT_MS)
+                self._checkpointer = Checkpointer(sqlite_file)
+                self._checkpointer.start()
             self.engine: AsyncEngine = create_async_engine(
-                url, pool_size=1, max_overflow=0, pool_reset_on_return=None
+                url, pool_size=1, max_overflow=0, pool_reset_on_return=None, **options
             )
         else:
             # Up to 10 connections kept (20 at peak); each checked with a ping before use.
@@ -84,6 +94,8 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.stop)
 
 
 def _alembic_config(url: str) -> Any:

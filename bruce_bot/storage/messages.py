@@ -217,10 +217,9 @@ def _stored(row: Any) -> StoredMessage:
 def _insert_unless_duplicate(dialect: str) -> Any:
     """INSERT … ON CONFLICT DO NOTHING RETURNING id: a message the platform sent twice (same
     platform id in the session) is not an error that would fail the others of its commit."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return insert(_messages).on_conflict_do_nothing().returning(_messages.c.id)
 
 

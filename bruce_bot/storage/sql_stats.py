@@ -31,12 +31,33 @@ class SqlStats:
         self.path = path
         self.statements: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
         self.commits = 0
+        self.checkouts = 0
+        self.held_seconds = 0.0
+        self.longest_hold = 0.0
+        self.long_holds = 0  # connection held over 50 ms
         self._lock = threading.Lock()
 
     def attach(self, engine: Engine) -> None:
         event.listen(engine, "before_cursor_execute", self._before)
         event.listen(engine, "after_cursor_execute", self._after)
         event.listen(engine, "commit", self._commit)
+        event.listen(engine.pool, "checkout", self._checkout)
+        event.listen(engine.pool, "checkin", self._checkin)
+
+    def _checkout(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        record.info["bruce_checked_out"] = time.perf_counter()
+
+    def _checkin(self, dbapi_connection: Any, record: Any) -> None:
+        started = record.info.pop("bruce_checked_out", None)
+        if started is None:
+            return
+        held = time.perf_counter() - started
+        with self._lock:
+            self.checkouts += 1
+            self.held_seconds += held
+            self.longest_hold = max(self.longest_hold, held)
+            if held > 0.05:
+                self.long_holds += 1
 
     def _before(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         conn.info["bruce_sql_started"] = time.perf_counter()
@@ -59,6 +80,10 @@ class SqlStats:
                 "commits": self.commits,
                 "statements": sum(int(v[0]) for v in self.statements.values()),
                 "seconds": round(sum(v[1] for v in self.statements.values()), 4),
+                "checkouts": self.checkouts,
+                "held_seconds": round(self.held_seconds, 4),
+                "longest_hold_seconds": round(self.longest_hold, 4),
+                "holds_over_50ms": self.long_holds,
                 "by_statement": {
                     k: {"count": int(v[0]), "seconds": round(v[1], 4)}
                     for k, v in self.statements.items()
