@@ -436,7 +436,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "python": sys.version.split()[0],
         },
-        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "model", "profile", "keep")},
+        "settings": {
+            k: v for k, v in vars(args).items() if k not in ("json", "model", "profile", "keep")
+        },
     }
     ledger = Ledger()
     model = Model()
