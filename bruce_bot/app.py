@@ -1,11 +1,12 @@
 """Bruce's life cycle: the parts (built by `parts.build_parts`, no I/O) started and stopped in
 order.
 
-Start: instance lock → schema upgrade → skills and workflows (read once) → the parts built →
+Start: instance lock → schema upgrade → skills and workflows (read once) → the parts built and
+the web app made (no I/O: most of Bruce's modules are imported by now; the `built` hook runs) →
 change feed (PostgreSQL) → background upkeep (lease renewal, periodic redelivery) → recovery of
 unfinished messages → channels (intake) → redelivery of unsent replies → scheduler (on
-PostgreSQL, once this process is elected its leader) → web server → ready (the LLM SDK then
-loads in the background).
+PostgreSQL, once this process is elected its leader) → web server listening → ready (the LLM
+SDK then loads in the background).
 Stop: channels stop taking messages → running turns finish within `agent.shutdown_timeout_seconds`
 (the rest go back to `pending`) → brain runs finish within what is left of that time (the rest
 are cancelled) → web server → LLM client → database.
@@ -114,12 +115,17 @@ class Bruce:
     def channels(self) -> dict[str, ChannelAdapter]:
         return self.parts.channels if self.parts else {}
 
-    async def start(self) -> None:
+    async def start(self, built: Callable[[], None] | None = None) -> None:
+        """Start everything, in order; `built` is called once the parts are built, before any
+        of them starts (`bruce run` resumes the garbage collector there: see cli.py)."""
         started = time.perf_counter()
         self._lock_instance()
         await self._upgrade_database()
         library = await self._load_library()
         self.parts = parts = build_parts(self.config, library, self._overrides, self.web_channel)
+        web = None if self.web_channel is None else self._build_web(parts, self.web_channel)
+        if built is not None:
+            built()
         await parts.feed.start()
         # Leases are renewed from before the first is taken: a slow start-up (a backlog of
         # replies to redeliver) must not let them lapse under running turns.
@@ -128,8 +134,8 @@ class Bruce:
         await self._start_channels(parts)
         await parts.outbox.redeliver()
         await parts.tasks.start()
-        if self.web_channel is not None:
-            await self._start_web(parts, self.web_channel)
+        if web is not None:
+            await self._start_web(web)
         self.ready_seconds = time.perf_counter() - started
         if isinstance(parts.llm, LazyLLM):
             parts.llm.preload()  # after ready: the SDK import must not compete with start-up
@@ -194,7 +200,7 @@ class Bruce:
             except Exception as exc:  # keep retrying next round; never kill the daemon
                 log.warning("redelivery_failed", error=repr(exc))
 
-    async def _start_web(self, parts: Parts, web_channel: WebChannel) -> None:
+    def _build_web(self, parts: Parts, web_channel: WebChannel) -> WebServer:
         from bruce_bot.web.app import WebContext, create_app
 
         config, web = self.config, self.config.web
@@ -214,9 +220,12 @@ class Bruce:
                 clock=self._overrides.clock,
             )
         )
-        self._web = WebServer(app, web.host, web.port)
+        return WebServer(app, web.host, web.port)
+
+    async def _start_web(self, web: WebServer) -> None:
+        self._web = web
         try:
-            self.web_url = await self._web.start()
+            self.web_url = await web.start()
         except CannotListenError as exc:
             raise StartupError(str(exc)) from None
 
@@ -265,12 +274,13 @@ class Bruce:
         await parts.feed.stop()
         await parts.database.dispose()
 
-    async def run_until_signal(self) -> None:
+    async def run_until_signal(self, built: Callable[[], None] | None = None) -> None:
+        """Start (`built`: see `start`), serve until SIGTERM or SIGINT, then stop."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await self.start()
+        await self.start(built)
         try:
             await stop.wait()
         finally:

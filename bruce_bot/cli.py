@@ -5,12 +5,22 @@ Every command loads the configuration first; an invalid one is printed as a list
 key that may hold a secret. Everything the command writes to stderr, the traceback of an
 unexpected error included, goes through the log scrubber, so configured secrets and URL passwords
 come out as `***`. `bruce token` prints a new random token for `web.auth_token`.
+
+`bruce run` imports and builds Bruce with Python's cyclic garbage collector paused: that creates
+some 200,000 objects that live as long as the process (modules, classes, models), and each
+collection would walk them all again, for nothing. Once the parts are built, before anything
+starts (no message, no reply is handled with the collector off), `gc.freeze` sets those objects
+aside, so later collections skip them too: a full collection over them takes about 0.1 s, a pause
+that would otherwise recur under load. The few thousand objects the imports and the schema
+upgrade left as garbage (about 1 MB) stay with them; collecting them first would cost that same
+0.1 s on the way to ready.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import secrets
 import sys
 import traceback
@@ -45,13 +55,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for warning in config.warnings():
         log.warning("config_warning", problem=warning)
     try:
-        asyncio.run(Bruce(config).run_until_signal())
+        asyncio.run(Bruce(config).run_until_signal(built=_resume_collector))
     except StartupError as exc:
         print(f"bruce: cannot start: {exc}", file=sys.stderr)
         return EXIT_STARTUP
     except KeyboardInterrupt:
         pass
+    finally:
+        gc.enable()
     return 0
+
+
+def _resume_collector() -> None:
+    """Bruce is built: the collector paused by `main` resumes (see the module's docstring)."""
+    gc.freeze()
+    gc.enable()
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
@@ -151,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.handler is _cmd_run:
+        gc.disable()  # until Bruce is built: `_resume_collector`
     with scrubbed_stderr():
         try:
             return int(args.handler(args))

@@ -42,6 +42,8 @@ QUIET_LOGGERS = (
     "alembic",
     "httpx",
     "httpcore",
+    "httpx2",  # the anthropic SDK's own fork of httpx: one INFO line per LLM call
+    "httpcore2",
     "telegram",
     "discord",
     "apscheduler",

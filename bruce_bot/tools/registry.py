@@ -4,7 +4,10 @@ A tool is a small class: a name, a description, a JSON Schema for its arguments,
 (timeout, output size) and one `execute` method. The registry turns tools into provider-neutral
 `ToolSpec`s and executes calls so that nothing a tool or the model does can break the agent loop:
 an unknown name, malformed or schema-violating arguments, an exception or a timeout all become
-error results the model can read and act on.
+error results the model can read and act on. A tool's JSON Schema is checked, and its validator
+built, the first time the model calls it: jsonschema and the schema checks cost start-up about
+50 ms for tools most processes call seldom (tests/unit/test_tool_registry.py checks every
+shipped schema instead).
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
-from jsonschema import Draft202012Validator
 
 from bruce_bot.domain import ToolCall, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 log = structlog.get_logger(__name__)
 
@@ -92,15 +97,15 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = (), default_timeout: float = 60.0) -> None:
         self._tools: dict[str, Tool] = {}
-        self._validators: dict[str, Draft202012Validator] = {}
+        # id(schema) -> (schema, its validator), built on a tool's first call; shared with the
+        # registries `without` derives, so a briefing's subset does not build them again.
+        self._validators: dict[int, tuple[dict[str, Any], Validator]] = {}
         self.default_timeout = default_timeout
         for tool in tools:
             self.add(tool)
 
     def add(self, tool: Tool) -> None:
-        Draft202012Validator.check_schema(tool.parameters)
         self._tools[tool.name] = tool
-        self._validators[tool.name] = Draft202012Validator(tool.parameters)
 
     def names(self) -> list[str]:
         return list(self._tools)
@@ -118,11 +123,28 @@ class ToolRegistry:
         """A registry with the same tools minus `names` (e.g. scheduling tools in agent mode)."""
         excluded = set(names)
         subset = ToolRegistry(default_timeout=self.default_timeout)
+        subset._validators = self._validators
         for name, tool in self._tools.items():
             if name not in excluded:
                 subset._tools[name] = tool
-                subset._validators[name] = self._validators[name]
         return subset
+
+    def _validator(self, tool: Tool) -> Validator | None:
+        """The validator of the tool's arguments (None: the tool's own schema is broken)."""
+        cached = self._validators.get(id(tool.parameters))
+        if cached is not None and cached[0] is tool.parameters:
+            return cached[1]
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(tool.parameters)
+        except SchemaError as exc:  # a bug of the tool's, not of the model's
+            log.error("tool_schema_invalid", tool=tool.name, error=exc.message)
+            return None
+        validator = Draft202012Validator(tool.parameters)
+        self._validators[id(tool.parameters)] = (tool.parameters, validator)
+        return validator
 
     def check_arguments(self, call: ToolCall) -> tuple[Tool | None, str | None]:
         """The tool to run, or why the call cannot run (told to the model as an error)."""
@@ -135,7 +157,10 @@ class ToolRegistry:
                 f"the arguments for '{call.name}' are not valid JSON "
                 f"({call.raw_arguments[:200]!r}); send a JSON object matching the tool's schema."
             )
-        errors = sorted(self._validators[call.name].iter_errors(call.arguments), key=str)
+        validator = self._validator(tool)
+        if validator is None:
+            return None, f"'{call.name}' cannot be used now: its argument schema is broken."
+        errors = sorted(validator.iter_errors(call.arguments), key=str)
         if errors:
             described = "; ".join(_describe_schema_error(error) for error in errors[:5])
             return None, f"invalid arguments for '{call.name}': {described}."

@@ -7,7 +7,8 @@ page, `/static/` and `/artifacts/` are open; everything else needs `web.auth_tok
 /login for pages. API writes must be sent as `application/json`. Request bodies are size-capped and
 validated, and errors come back as JSON (API) or plain text (pages) that says what to fix, never
 a stack trace. The pages are in `pages.py`, the API in `api/`, the artifact files in
-`artifacts.py`.
+`artifacts.py`. The API's routes are made, and its modules imported, on the first request under
+`/api/` (`lazy_routes.py`): start-up does not wait for them.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from bruce_bot.web.api import api_routes
-from bruce_bot.web.api.openapi import DOCS_PATH
 from bruce_bot.web.artifacts import artifact_routes
 from bruce_bot.web.auth import AuthGate, WebAuth
 from bruce_bot.web.context import WebContext
 from bruce_bot.web.hosts import AllowedHosts, HostCheck
+from bruce_bot.web.lazy_routes import LazyRoutes
 from bruce_bot.web.pages import LOGIN_PAGE, page_routes
+from bruce_bot.web.paths import API_PREFIX, DOCS_PATH
 from bruce_bot.web.wire import MAX_BODY_BYTES, ApiError, error_response
 
 __all__ = ["MAX_BODY_BYTES", "WebContext", "create_app"]
@@ -56,7 +57,7 @@ def create_app(context: WebContext) -> Starlette:
         Route("/healthz", healthz),
         *auth.routes(),
         *page_routes(context.app_name, context.timezone, signed_in=bool(context.auth_token)),
-        *api_routes(context, auth),
+        LazyRoutes(API_PREFIX, lambda: _api_routes(context, auth)),
         *artifact_routes(context.stores.artifacts, context.data_dir / "artifacts"),
     ]
     hosts = AllowedHosts(context.public_url, context.allowed_hosts)
@@ -65,6 +66,12 @@ def create_app(context: WebContext) -> Starlette:
         middleware=[Middleware(HostCheck, allowed=hosts), Middleware(AuthGate, auth=auth)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )
+
+
+def _api_routes(context: WebContext, auth: WebAuth) -> list[BaseRoute]:
+    from bruce_bot.web.api import api_routes
+
+    return api_routes(context, auth)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -76,7 +83,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (405 on a known path, ...): JSON under /api/, else plain text."""
     assert isinstance(exc, HTTPException)
     path = request.url.path
-    if path.startswith("/api/"):
+    if path.startswith(API_PREFIX):
         messages = {
             404: f"there is no API route {path}; {DOCS_PATH} lists them",
             405: f"{request.method} is not allowed on {path}",

@@ -24,7 +24,7 @@ from starlette.responses import (
 )
 from starlette.routing import BaseRoute, Route
 
-from bruce_bot.web.api.openapi import DOCS_PATH
+from bruce_bot.web.paths import DOCS_PATH
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC_DIR = Path(__file__).parent / "static"

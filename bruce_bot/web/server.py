@@ -57,7 +57,7 @@ class WebServer:
                     f"the web dashboard could not listen on {self._host}:{self._port} (is the "
                     "port in use?). Change web.port in config.yml or stop the other program."
                 )
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.002)  # ready is the moment it listens: do not oversleep it
         host, port = self._server.servers[0].sockets[0].getsockname()[:2]
         return f"http://{host}:{port}"
 

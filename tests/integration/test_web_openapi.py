@@ -18,6 +18,7 @@ from starlette.routing import Route
 from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
 from bruce_bot.web.app import create_app
 from bruce_bot.web.context import WebContext
+from bruce_bot.web.lazy_routes import LazyRoutes
 from tests.integration.dashboard_support import Dashboard, create_task, running_dashboard
 
 TOKEN = "Vq3r8mX2kP9sLw7nB4tY6hJ1cF5dG0aZ_eRuIoNpQsA"
@@ -52,9 +53,11 @@ def api_routes(dashboard: Dashboard) -> set[tuple[str, str]]:
     bruce = dashboard.bruce
     assert bruce.stores is not None and bruce.web_channel is not None
     app = create_app(WebContext(bruce.stores, bruce.web_channel, TOKEN))
+    # The API's routes are made on its first request, inside their LazyRoutes.
+    routes = [r for x in app.routes for r in (x.routes if isinstance(x, LazyRoutes) else [x])]
     return {
         (method.lower(), route.path_format)
-        for route in app.routes
+        for route in routes
         if isinstance(route, Route) and route.path.startswith("/api/")
         for method in route.methods or ()
         if method != "HEAD"

@@ -127,3 +127,58 @@ def test_without_drops_named_tools_only(registry: ToolRegistry) -> None:
     assert subset.names() == ["add", "refuse", "chatty"]
     assert [spec.name for spec in subset.specs()] == subset.names()
     assert "boom" in registry  # the original is untouched
+
+
+class BrokenSchemaTool(Tool):
+    name = "broken"
+    description = "Its schema is not a JSON Schema."
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"a": {"type": 7}}}
+
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        return "unreachable"
+
+
+async def test_a_tool_with_a_broken_schema_is_refused_and_the_others_still_work() -> None:
+    # Schemas are checked when a tool is first called, not when it is registered (start-up).
+    registry = ToolRegistry([BrokenSchemaTool(), AddTool()])
+    result = await run(registry, "broken", {"a": 1})
+    assert result.is_error and "argument schema is broken" in result.content
+    assert (await run(registry, "add", {"a": 1, "b": 2})).content == "3"
+
+
+async def test_a_subset_validates_like_its_registry(registry: ToolRegistry) -> None:
+    await run(registry, "add", {"a": 1, "b": 2})
+    subset = registry.without({"boom"})
+    result = await run(subset, "add", {"a": "one", "b": 2})
+    assert result.is_error and "argument 'a'" in result.content
+
+
+def shipped_tools() -> list[type[Tool]]:
+    """Every tool class Bruce ships: the model's tools, sub-agents and the brain's."""
+    import importlib
+    import pkgutil
+
+    import bruce_bot.tools
+
+    for module in pkgutil.iter_modules(bruce_bot.tools.__path__):
+        importlib.import_module(f"bruce_bot.tools.{module.name}")
+    importlib.import_module("bruce_bot.agent.subagent")
+    importlib.import_module("bruce_bot.agent.brain.tools")
+    found: list[type[Tool]] = []
+    pending = list(Tool.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending += cls.__subclasses__()
+        if cls.__module__.startswith("bruce_bot.") and "parameters" in vars(cls):
+            found.append(cls)
+    return found
+
+
+def test_every_shipped_tool_has_a_valid_argument_schema() -> None:
+    from jsonschema import Draft202012Validator
+
+    tools = shipped_tools()
+    names = {tool.name for tool in tools}
+    assert {"web_fetch", "proactive_create", "spawn_subagent", "everything_is_ready"} <= names
+    for tool in tools:
+        Draft202012Validator.check_schema(tool.parameters)

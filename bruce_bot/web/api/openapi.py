@@ -11,10 +11,9 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
+from bruce_bot.web.paths import DOCS_PATH, OPENAPI_PATH
 from bruce_bot.web.wire import ErrorAnswer
 
-OPENAPI_PATH = "/api/openapi.json"
-DOCS_PATH = "/api/docs"
 REF = "#/components/schemas/{model}"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 REFUSALS = {
