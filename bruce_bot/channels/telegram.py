@@ -50,6 +50,7 @@ from bruce_bot.channels.telegram_app import (
     chat_key,
     release_connections,
     start_updates,
+    tls_options,
 )
 from bruce_bot.channels.telegram_chats import ChatAddress
 from bruce_bot.channels.telegram_intake import DurableUpdateQueue
@@ -108,7 +109,7 @@ class TelegramChannel:
         self._unreadable = UnreadableUpdates()
         self._updates_request: UpdateCheckingRequest | None = None
         self._connecting: asyncio.Task[None] | None = None
-        self._commands_registered = False
+        self._menu: asyncio.Task[None] | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -118,8 +119,11 @@ class TelegramChannel:
         keeps trying in the background (replies meanwhile wait in the outbox)."""
         self._policy.warn_if_nobody_allowed()
         queue = DurableUpdateQueue(chat_key, self._saw_update)
-        self._updates_request = UpdateCheckingRequest(self._saw_raw, queue, connection_pool_size=1)
-        app = build_application(self._config, self._updates_request, queue)
+        http_options = tls_options()
+        self._updates_request = UpdateCheckingRequest(
+            self._saw_raw, queue, connection_pool_size=1, httpx_kwargs=http_options
+        )
+        app = build_application(self._config, self._updates_request, queue, http_options)
         app.add_handler(TypeHandler(Update, self._on_update))
         app.add_error_handler(self._on_error)
         self._app = app
@@ -157,22 +161,24 @@ class TelegramChannel:
         self._bot_id = app.bot.id
         self._bot_username = app.bot.username
         self._out.bot = app.bot
-        if not self._commands_registered:
-            menu = [BotCommand(c.name, c.description) for c in self._policy.commands.menu]
-            try:
-                await app.bot.set_my_commands(menu)
-            except BadRequest as exc:  # the menu is a convenience: not worth failing over
-                log.warning("telegram_commands_not_registered", error=self._scrub(exc))
-            self._commands_registered = True
         if not app.running:
             await app.start()
         await start_updates(app, self._config, self._on_polling_error)
+        if self._menu is None:  # a convenience: registered meanwhile, not waited for
+            self._menu = asyncio.create_task(self._register_commands(app), name="telegram-menu")
         log.info(
             "telegram_started",
             mode=self._config.mode,
             bot_username=self._bot_username,
             allowed_users=self._policy.allowed_users,
         )
+
+    async def _register_commands(self, app: Application) -> None:
+        menu = [BotCommand(c.name, c.description) for c in self._policy.commands.menu]
+        try:
+            await app.bot.set_my_commands(menu)
+        except TelegramError as exc:  # the menu is a convenience: not worth failing over
+            log.warning("telegram_commands_not_registered", error=self._scrub(exc))
 
     async def _keep_connecting(self, app: Application) -> None:
         delay = RECONNECT_FIRST_DELAY_SECONDS
@@ -203,11 +209,12 @@ class TelegramChannel:
     async def stop(self) -> None:
         """Stop intake: no more updates are fetched, the ones fetched are handled. Sending keeps
         working (running turns still reply) until `close`."""
-        connecting, self._connecting = self._connecting, None
-        if connecting is not None:
-            connecting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await connecting
+        for task in (self._connecting, self._menu):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._connecting = None
         app = self._app
         if app is not None:
             if app.updater is not None and app.updater.running:

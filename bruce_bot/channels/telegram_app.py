@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import structlog
 from telegram import Update
 from telegram.error import TelegramError
@@ -143,13 +144,24 @@ def _tell(listener: Callable[..., None], *args: Any) -> None:
         log.exception("telegram_intake_note_failed")
 
 
+def tls_options() -> dict[str, Any]:
+    """httpx options for both of PTB's connections: one TLS context (with certifi's CA
+    bundle) shared by them, instead of one built for each (~36 ms and 2 MB apiece)."""
+    return {"verify": httpx.create_ssl_context()}
+
+
 def build_application(
-    config: TelegramConfig, updates: UpdateCheckingRequest, queue: DurableUpdateQueue
+    config: TelegramConfig,
+    updates: UpdateCheckingRequest,
+    queue: DurableUpdateQueue,
+    http_options: dict[str, Any],
 ) -> Application:
-    """The application, fetching through `updates` into `queue`."""
+    """The application, fetching through `updates` into `queue`; its other requests (sends)
+    through a pool of PTB's default size with `http_options`."""
     builder = (
         ApplicationBuilder()
         .token(config.token)
+        .request(HTTPXRequest(connection_pool_size=256, httpx_kwargs=http_options))
         .concurrent_updates(ChatOrderedProcessor(queue))
         .update_queue(queue)
         .get_updates_request(updates)

@@ -29,7 +29,6 @@ from typing import Any, Protocol
 
 import structlog
 from sqlalchemy import bindparam, delete, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import MessageStatus, utcnow
@@ -154,15 +153,21 @@ class LocalLeases(_HeldSessions):
             return [int(row[0]) for row in rows if row[0] not in self._held]
 
 
-_OFFER = pg_insert(_leases).values(
-    session_id=bindparam("sid"), owner=bindparam("me"), expires_at=bindparam("until")
-)
-# Taken when free, lapsed or ours already; a live lease of another process stays as it is.
-_TAKE = _OFFER.on_conflict_do_update(
-    index_elements=[_leases.c.session_id],
-    set_={"owner": _OFFER.excluded.owner, "expires_at": _OFFER.excluded.expires_at},
-    where=(_leases.c.expires_at < bindparam("now")) | (_leases.c.owner == bindparam("me")),
-).returning(_leases.c.session_id)
+def _take_statement() -> Any:
+    """Taken when free, lapsed or ours already; a live lease of another process stays as it is.
+    (Built on first use: SQLite never needs PostgreSQL's dialect.)"""
+    from sqlalchemy.dialects.postgresql import insert
+
+    offer = insert(_leases).values(
+        session_id=bindparam("sid"), owner=bindparam("me"), expires_at=bindparam("until")
+    )
+    return offer.on_conflict_do_update(
+        index_elements=[_leases.c.session_id],
+        set_={"owner": offer.excluded.owner, "expires_at": offer.excluded.expires_at},
+        where=(_leases.c.expires_at < bindparam("now")) | (_leases.c.owner == bindparam("me")),
+    ).returning(_leases.c.session_id)
+
+
 _RENEW = (
     _leases.update()
     .where(_leases.c.owner == bindparam("me"))
@@ -177,6 +182,10 @@ class PostgresLeases(_HeldSessions):
 
     shared = True
 
+    def __init__(self, engine: AsyncEngine, claimant: Claimant) -> None:
+        super().__init__(engine, claimant)
+        self._take = _take_statement()
+
     async def acquire(self, session_id: int) -> bool:
         now = utcnow()
         params = {
@@ -186,7 +195,7 @@ class PostgresLeases(_HeldSessions):
             "now": now,
         }
         async with self._engine.begin() as connection:
-            won = (await connection.execute(_TAKE, params)).first() is not None
+            won = (await connection.execute(self._take, params)).first() is not None
         if won:
             self._held.add(session_id)
         return won

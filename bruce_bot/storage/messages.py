@@ -217,10 +217,13 @@ def _stored(row: Any) -> StoredMessage:
 def _insert_unless_duplicate(dialect: str) -> Any:
     """INSERT … ON CONFLICT DO NOTHING RETURNING id: a message the platform sent twice (same
     platform id in the session) is not an error that would fail the others of its commit."""
-    from sqlalchemy.dialects import postgresql, sqlite
+    if dialect == "postgresql":  # (imported here: SQLite never loads PostgreSQL's dialect)
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert(_messages).on_conflict_do_nothing().returning(_messages.c.id)
+        return postgresql_insert(_messages).on_conflict_do_nothing().returning(_messages.c.id)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(_messages).on_conflict_do_nothing().returning(_messages.c.id)
 
 
 class MessageStore:

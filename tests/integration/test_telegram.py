@@ -269,6 +269,8 @@ async def test_commands_are_registered_and_answered(
 ) -> None:
     anthropic_fake.responder = echo
     async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
+        # Registered right after start-up, without start-up waiting for it.
+        await telegram.wait_for(lambda: telegram.my_commands is not None)
         assert telegram.my_commands == [
             {"command": c.name, "description": c.description} for c in COMMANDS
         ]
