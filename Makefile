@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CONFIG_ARG := $(if $(wildcard config.yml),--config config.yml,)
 
-.PHONY: run test test-clock chaos lint format bench bench-e2e soak clean chromium postgres faketime
+.PHONY: run test test-clock chaos lint format bench bench-e2e bench-cache bench-brain soak clean chromium postgres faketime
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,12 @@ bench-e2e: $(VENV)/.installed-dev
 
 soak: $(VENV)/.installed-dev
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
+
+# The brain's cost: `bruce run` with Telegram, the real PTB and anthropic SDK over HTTP against the
+# fakes, one scripted 50-exchange conversation over five topics; brain calls per exchange and brain
+# prompt tokens as a share of the agent's (goals: <= 0.25 and <= 15 %).
+bench-brain: $(VENV)/.installed-dev
+	$(BIN)/python bench/brain_cost.py --json bench/out/brain.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .grimp_cache

@@ -487,11 +487,35 @@ class SkillsConfig(_Section):
 
 
 class BrainConfig(_Section):
-    """The analytical brain: background upkeep of a session after each exchange."""
+    """The analytical brain: background upkeep of a session, after the exchanges where it can
+    change something (agent/brain/triggers.py)."""
 
     enabled: bool = True
     max_rounds: int = Field(default=4, ge=1, le=20)
+    # Most messages one run reads: those since the previous run, newest kept, plus
+    # `lookback_messages` the previous run already read, as context.
     context_messages: int = Field(default=12, ge=2, le=200)
+    lookback_messages: int = Field(default=2, ge=0, le=50)
+    # When a run is due: while the session is unnamed during its first `naming_exchanges`
+    # exchanges, every `every_exchanges` exchanges, and when the topic may have shifted (less
+    # than `topic_shift_overlap` of the new exchange's content words occur in the few before it;
+    # 0 switches the signal off; exchanges with fewer than `topic_min_words` never count).
+    every_exchanges: int = Field(default=10, ge=1, le=1000)
+    naming_exchanges: int = Field(default=2, ge=0, le=100)
+    topic_shift_overlap: float = Field(default=0.15, ge=0.0, le=1.0)
+    topic_min_words: int = Field(default=4, ge=1, le=100)
+    # A due run waits this long, so that exchanges finishing close together get one run.
+    coalesce_seconds: float = Field(default=2.0, ge=0.0, le=600.0)
+
+    @model_validator(mode="after")
+    def _lookback_within_context(self) -> BrainConfig:
+        if self.lookback_messages >= self.context_messages:
+            raise ValueError(
+                f"brain.lookback_messages ({self.lookback_messages}) must be smaller than "
+                f"brain.context_messages ({self.context_messages}): a run must have room for "
+                "the new messages. Lower lookback_messages or raise context_messages."
+            )
+        return self
 
 
 class LoggingConfig(_Section):

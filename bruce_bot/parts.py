@@ -16,7 +16,14 @@ from datetime import datetime
 from bruce_bot.agent.brain.library import Library
 from bruce_bot.agent.brain.runner import AnalyticalBrain, BrainRunner
 from bruce_bot.agent.subagent import SpawnSubagentTool
-from bruce_bot.agent.turn import TurnFinished, TurnListener, TurnRunner, TurnSettings
+from bruce_bot.agent.turn import (
+    BRIEFING_TURN,
+    TurnFinished,
+    TurnListener,
+    TurnRunner,
+    TurnSettings,
+    kind_of,
+)
 from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
@@ -108,14 +115,20 @@ def assemble_tools(
 
 
 class _BrainListener:
-    """After an exchange with a real answer, the analytical brain looks at the session."""
+    """After a chat exchange with a real answer, the analytical brain considers the session (it
+    runs only when that can change something). A scheduled briefing is no exchange with the
+    user: it neither wakes the brain nor counts towards its next run."""
 
     def __init__(self, brain: AnalyticalBrain) -> None:
         self._brain = brain
 
     async def turn_finished(self, turn: TurnFinished) -> None:
-        if turn.answered:
-            self._brain.observe(turn.session_id)
+        if not turn.answered or kind_of(turn.batch) is BRIEFING_TURN:
+            return
+        texts = [item.text for item in turn.batch]
+        if turn.answer:
+            texts.append(turn.answer)
+        await self._brain.exchange_finished(turn.session_id, texts)
 
 
 class _BriefingListener:

@@ -116,6 +116,7 @@ class TurnFinished:
     answered: bool  # the batch got a real answer (else a failure notice, or nothing)
     error: str | None  # what the chat was told instead of an answer
     delivery: DeliveryStatus  # the reply's; "sent" when there was none to send
+    answer: str | None = None  # the reply, when answered (the brain reads its topic)
 
     @property
     def run_ids(self) -> list[int]:
@@ -196,7 +197,14 @@ class TurnRunner:
                 )
             )
         answered = status == "done"
-        finished = TurnFinished(session.id, batch, answered, None if answered else reply, delivery)
+        finished = TurnFinished(
+            session.id,
+            batch,
+            answered,
+            None if answered else reply,
+            delivery,
+            reply if answered else None,
+        )
         for listener in self._listeners:
             await listener.turn_finished(finished)
         if shortened or (answered and over_budget(turn.stored, self._settings.agent)):

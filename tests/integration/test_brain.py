@@ -3,8 +3,9 @@ provider against the fake Messages API, and the SQLite file on disk.
 
 The fake answers the agent (the main model) with "ack: <last user text>" and the brain (the
 background model) from a per-test plan of tool calls; it tells them apart by model name. The brain
-runs in the background after each reply, so the tests wait for its effects (a title, a row), never
-for a fixed time.
+runs in the background after the replies that call for it (here: the first two exchanges of a
+session without a title; tests/integration/test_brain_triggers.py has the rules), so the tests
+wait for its effects (a title, a row), never for a fixed time.
 """
 
 from __future__ import annotations
@@ -391,9 +392,10 @@ async def test_when_the_brain_fails_the_user_is_answered_as_usual(
     ) as bruce:
         for text in ("first", "second", "third"):
             await exchange(console, text)
-        await settled(bruce)
+            await settled(bruce)
 
-    assert len(brain_runs(anthropic_fake)) >= 2  # it was tried after each exchange...
+    # It was tried after each exchange that called for one (the session stays unnamed)...
+    assert len(brain_runs(anthropic_fake)) >= 2
     failed = db_rows(tmp_path, "SELECT error FROM llm_calls WHERE purpose = 'brain'")
     assert failed and all(row["error"] for row in failed)  # ...and failed, recorded
     assert [(m["role"], m["kind"], m["status"]) for m in messages_of(tmp_path)] == [

@@ -1,21 +1,26 @@
 """The analytical brain: a phantom agent loop that looks after a session between exchanges.
 
-After each exchange the turn tells `AnalyticalBrain.observe`, which runs `BrainRunner` for that
-session in the background: the reply is never delayed, runs of one session never overlap, and the
-exchanges that happen while a run is busy are folded into one more run afterwards (coalescing).
+After each chat exchange the turn tells `AnalyticalBrain.exchange_finished`; when the triggers
+(`triggers.py`: an unnamed session, every N exchanges, a topic shift) say a run can change
+something, `BrainRunner` runs for that session in the background, after a short coalescing
+window: the reply is never delayed, runs of one session never overlap, and the exchanges that
+finish while a run waits or is busy are read by one run (the next). A sub-agent that answered
+asks for a run directly (`observe`).
 
 One run (seed 004, Anima's AnalyticalBrain::Runner) builds a single user message from the
-session's state and its recent conversation, picks the responsibilities for the session's kind,
-and runs the agent loop with the background model, the responsibilities' tools and a prompt made
-of their sections. It is a phantom: its text and reasoning are never stored, only the effects of
-its tools (title, nickname, skills, workflow, goals) and its token usage (`llm_calls`, purpose
-`brain`). It ends when the model calls `everything_is_ready`, answers without tools, or runs out
-of rounds. Whatever goes wrong is logged and never reaches the user.
+session's state and the conversation since the previous run (plus a little of what that run
+read, as context), picks the responsibilities for the session's kind, and runs the agent loop
+with the background model, the responsibilities' tools and a prompt made of their sections. It
+is a phantom: its text and reasoning are never stored, only the effects of its tools (title,
+nickname, skills, workflow, goals) and its token usage (`llm_calls`, purpose `brain`). It ends
+when the model calls `everything_is_ready`, answers without tools, or runs out of rounds.
+Whatever goes wrong is logged and never reaches the user.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 
@@ -31,6 +36,7 @@ from bruce_bot.agent.brain.responsibilities import (
     system_prompt_for,
 )
 from bruce_bot.agent.brain.tools import BrainDeps
+from bruce_bot.agent.brain.triggers import BrainTriggers, TriggerRules
 from bruce_bot.agent.context import in_conversation_order
 from bruce_bot.agent.loop import run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
@@ -43,7 +49,7 @@ from bruce_bot.domain import (
 )
 from bruce_bot.llm.base import LLMError, LLMService
 from bruce_bot.storage.messages import StoredMessage
-from bruce_bot.storage.sessions import SessionKind
+from bruce_bot.storage.sessions import SessionKind, SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
 
@@ -51,9 +57,15 @@ log = structlog.get_logger(__name__)
 
 PURPOSE = "brain"
 MAX_TOKENS = 1024
-MAX_CHARS_PER_MESSAGE = 1_500
+# What of each message a run reads: the user says what the session is about; Bruce's replies
+# only need their gist (what was done shows at the start or the end); the earlier messages are
+# context the previous run already handled.
+USER_CHARS = 1_000
+BRUCE_CHARS = 600
+EARLIER_CHARS = 300
 INSTRUCTION = (
-    "Bring the session state up to date for this conversation with your tools, then call "
+    "Bring the session state up to date for the new conversation with your tools (the earlier "
+    "conversation, if shown, was handled before and is context only), then call "
     "everything_is_ready."
 )
 
@@ -93,21 +105,49 @@ class BackgroundModel:
         return None  # the shared service is closed by its owner
 
 
-def condensed_conversation(messages: Sequence[StoredMessage]) -> str:
-    """The conversation as compact `Speaker: text` lines, long messages cut short."""
+def _cut(text: str, limit: int) -> str:
+    """`text` on one line, its middle left out beyond `limit` characters."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    return f"{text[:head]} […] {text[len(text) - (limit - head) :]}"
+
+
+def condensed_conversation(messages: Sequence[StoredMessage], earlier: bool = False) -> str:
+    """The conversation as compact `Speaker: text` lines, long messages cut short (the
+    `earlier` ones, context only, shorter still)."""
     lines = []
     for message in messages:
         if message.role == "assistant":
-            speaker = "Bruce"
+            speaker, limit = "Bruce", BRUCE_CHARS
         elif message.kind == "task":
-            speaker = "Scheduled task"
+            speaker, limit = "Scheduled task", USER_CHARS
         else:
-            speaker = "User"
-        text = " ".join(message.content.split())
-        if len(text) > MAX_CHARS_PER_MESSAGE:
-            text = text[:MAX_CHARS_PER_MESSAGE] + " […]"
-        lines.append(f"{speaker}: {text}")
+            speaker, limit = "User", USER_CHARS
+        lines.append(f"{speaker}: {_cut(message.content, EARLIER_CHARS if earlier else limit)}")
     return "\n".join(lines)
+
+
+def split_at(
+    conversation: Sequence[StoredMessage], read_until: int, lookback: int
+) -> tuple[list[StoredMessage], list[StoredMessage]]:
+    """(earlier, new): the messages after `read_until`, and up to `lookback` before them."""
+    new = [m for m in conversation if m.id > read_until]
+    earlier = [m for m in conversation if m.id <= read_until]
+    return (earlier[-lookback:] if lookback and new else []), new
+
+
+def briefing(state: str, earlier: Sequence[StoredMessage], new: Sequence[StoredMessage]) -> str:
+    """The one user message of a run."""
+    parts = [f"<session_state>\n{state}\n</session_state>"]
+    if earlier:
+        parts.append(
+            f"<earlier_conversation>\n{condensed_conversation(earlier, earlier=True)}\n"
+            "</earlier_conversation>"
+        )
+    parts.append(f"<new_conversation>\n{condensed_conversation(new)}\n</new_conversation>")
+    return "\n\n".join([*parts, INSTRUCTION])
 
 
 class BrainRunner:
@@ -124,7 +164,7 @@ class BrainRunner:
         self._llm = BackgroundModel(llm, model)
         self._stores = stores
         self._library = library
-        self._config = config
+        self.config = config
         deps = BrainDeps(stores.sessions, stores.goals, library)
         self._registries: dict[SessionKind, ToolRegistry] = {}
         self._prompts: dict[SessionKind, SystemPrompt] = {}
@@ -134,36 +174,44 @@ class BrainRunner:
             self._registries[kind] = registry_for(responsibilities, deps)
             self._prompts[kind] = SystemPrompt(stable=(system_prompt_for(responsibilities),))
 
-    async def run(self, session_id: int) -> bool:
-        """Look after the session once; False when there was nothing to do or it failed."""
+    async def session(self, session_id: int) -> SessionRecord | None:
+        return await self._stores.sessions.get(session_id)  # cached: no query once known
+
+    async def run(self, session_id: int, read_until: int = 0, reason: str = "") -> int | None:
+        """Look after the session once, reading what came after message `read_until` (0: the
+        recent conversation); the newest message id read, or None when there was nothing new
+        to read or the run failed (the next run reads it again)."""
         session = await self._stores.sessions.get(session_id)
         if session is None:
-            return False
+            return None
+        config = self.config
         stored = await self._stores.messages.history(
-            session_id, session.context_start_message_id, self._config.context_messages
+            session_id, session.context_start_message_id, config.context_messages
         )
-        conversation = in_conversation_order(stored)
-        if not conversation:
-            log.debug("brain_skipped", session_id=session_id, reason="no conversation")
-            return False
+        earlier, new = split_at(in_conversation_order(stored), read_until, config.lookback_messages)
+        if not new:
+            log.debug("brain_skipped", session_id=session_id, reason="nothing new")
+            return None
         kind: SessionKind = "child" if session.kind == "child" else "parent"
         responsibilities = responsibilities_for(kind)
         goals = await self._stores.goals.open_tree(session_id)
-        state = BrainState(session, goals, self._library)
-        message = (
-            f"<session_state>\n{render_state(responsibilities, state)}\n</session_state>\n\n"
-            f"<recent_conversation>\n{condensed_conversation(conversation)}\n"
-            f"</recent_conversation>\n\n{INSTRUCTION}"
-        )
+        state = render_state(responsibilities, BrainState(session, goals, self._library))
         started = time.perf_counter()
-        log.info("brain_started", session_id=session_id, kind=kind, messages=len(conversation))
+        log.info(
+            "brain_started",
+            session_id=session_id,
+            kind=kind,
+            reason=reason,
+            messages=len(new),
+            earlier=len(earlier),
+        )
         try:
             run = await run_agent_loop(
                 self._llm,
                 self._registries[kind],
                 self._prompts[kind],
-                [ChatMessage("user", message)],
-                self._config.max_rounds,
+                [ChatMessage("user", briefing(state, earlier, new))],
+                config.max_rounds,
                 context=ToolContext(
                     session_id=session.id, channel=session.channel, chat_id=session.chat_id
                 ),
@@ -175,7 +223,7 @@ class BrainRunner:
             log.warning(
                 "brain_failed", session_id=session_id, reason=exc.reason, detail=exc.detail[:300]
             )
-            return False
+            return None
         log.info(
             "brain_finished",
             session_id=session_id,
@@ -185,27 +233,47 @@ class BrainRunner:
             finished=run.succeeded(FINISH_TOOL),
             seconds=round(time.perf_counter() - started, 3),
         )
-        return True
+        return max(m.id for m in stored)
 
 
 class AnalyticalBrain:
-    """Runs the brain in the background after exchanges: one run per session at a time."""
+    """Runs the brain in the background when an exchange calls for it (`triggers`): at most
+    one run per session at a time, bursts of exchanges coalesced into one run."""
 
     def __init__(self, runner: BrainRunner, max_concurrent: int = 4) -> None:
         self._runner = runner
+        self._triggers = BrainTriggers(TriggerRules.of(runner.config))
+        self._coalesce_seconds = runner.config.coalesce_seconds
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._again: set[int] = set()
+        self._reasons: dict[int, str] = {}  # why the session's next run is due (the first ask)
+        self._hurry = asyncio.Event()  # set: runs waiting for their window start at once
         self._stopping = False
 
-    def observe(self, session_id: int) -> None:
-        """An exchange finished: look after the session soon, without waiting for it.
-
-        While a run for the session is in progress, any number of further exchanges lead to
-        exactly one more run after it, which sees all of them.
-        """
+    async def exchange_finished(self, session_id: int, texts: Sequence[str]) -> None:
+        """An exchange with the user finished (`texts`: what they said and the reply): run the
+        brain soon if that can change something, without waiting for it."""
         if self._stopping:
             return
+        session = await self._runner.session(session_id)
+        if session is None:
+            return
+        named = bool(session.nickname if session.kind == "child" else session.title)
+        reason = self._triggers.exchange(session_id, texts, named)
+        if reason is not None:
+            self._request(session_id, reason)
+
+    def observe(self, session_id: int) -> None:
+        """Look after the session soon, whatever the triggers say (a sub-agent has answered)."""
+        self._request(session_id, "requested")
+
+    def _request(self, session_id: int, reason: str) -> None:
+        """While a run for the session waits or is in progress, any number of requests lead to
+        at most one more run after it, which reads everything new."""
+        if self._stopping:
+            return
+        self._reasons.setdefault(session_id, reason)
         if session_id in self._tasks:
             self._again.add(session_id)
             return
@@ -216,30 +284,53 @@ class AnalyticalBrain:
     async def _work(self, session_id: int) -> None:
         try:
             while True:
+                await self._coalescing_window()
                 self._again.discard(session_id)
                 async with self._slots:
+                    reason = self._reasons.pop(session_id, "")
+                    read_until = self._triggers.read_until(session_id)
+                    self._triggers.run_started(session_id)
                     try:
-                        await self._runner.run(session_id)
+                        until = await self._runner.run(session_id, read_until, reason)
                     except Exception:  # a bug here must never reach the user or kill the loop
                         log.exception("brain_crashed", session_id=session_id)
+                    else:
+                        if until is not None:
+                            self._triggers.run_read(session_id, until)
                 if self._stopping or session_id not in self._again:
                     return
         finally:
             self._tasks.pop(session_id, None)
             self._again.discard(session_id)
+            self._reasons.pop(session_id, None)
+
+    async def _coalescing_window(self) -> None:
+        """Wait so that the exchanges finishing close together are read by one run."""
+        if self._coalesce_seconds <= 0 or self._hurry.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._hurry.wait(), self._coalesce_seconds)
 
     @property
     def busy_sessions(self) -> int:
         return len(self._tasks)
 
     async def idle(self) -> None:
-        """Return once no run is in progress or due (including the coalesced ones)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        """Return once no run is in progress or due (including the coalesced ones); runs
+        waiting for their coalescing window start at once."""
+        self._hurry.set()
+        try:
+            while self._tasks:
+                await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        finally:
+            if not self._stopping:
+                self._hurry.clear()
 
     async def stop(self, grace_seconds: float) -> None:
-        """Take no more work; let running runs finish within `grace_seconds`, then cancel them."""
+        """Take no more work; start the runs waiting for their window, let runs finish within
+        `grace_seconds`, then cancel them."""
         self._stopping = True
+        self._hurry.set()
         tasks = list(self._tasks.values())
         if not tasks:
             return
