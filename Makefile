@@ -102,6 +102,12 @@ SOAK_ARGS ?=
 bench-e2e: $(VENV)/.installed-dev
 	$(BIN)/python bench/e2e.py --json e2e.json
 
+# Prompt caching: a scripted 50-exchange conversation (tool calls, summary folds) through `bruce
+# run` and the real anthropic SDK against the fake Messages API, which caches as the API does;
+# reports the share of the agent's prompt tokens read from cache (goal ≥ 80 % after exchange 3).
+bench-cache: $(VENV)/.installed-dev
+	$(BIN)/python bench/cache.py --json bench/out/cache.json
+
 soak: $(VENV)/.installed-dev
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 

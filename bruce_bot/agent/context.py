@@ -1,11 +1,14 @@
 """The context builder: the effective system prompt in the seed's four layers, and the history.
 
-Layers, in the order sent: the base prompt (Settings, else config) · `<conversation_context>`
-(the rolling summary) · `<tool_execution_guidelines>` (only for tools that are enabled) · what the
-analytical brain keeps for the session, each only when present: `<active_skills>`,
-`<active_workflow>`, `<goals>` · `<temporal_context>` (now, in the app timezone, and the idle
-gap). All but the last change rarely and form the cacheable prefix; the temporal layer changes
-every turn, so it comes last.
+Layers, in the order sent, from the one that changes least: the base prompt (Settings, else
+config) with `<tool_execution_guidelines>` (only for tools that are enabled) — together the
+first stable layer, the same for every conversation with the same tools · `<conversation_context>`
+(the rolling summary) · what the analytical brain keeps for the session, each only when present:
+`<active_skills>`, `<active_workflow>`, `<goals>` · `<temporal_context>` (now, in the app
+timezone, and the idle gap), the one volatile layer. The stable layers form the cacheable
+prefix, and the first of them is cached on its own (`llm/anthropic.py`): a new summary or goal
+costs only the layers after it. The temporal layer changes every turn, so a provider sends it
+after everything it caches.
 """
 
 from __future__ import annotations
@@ -177,12 +180,16 @@ def build_system_prompt(
     workflow: Document | None = None,
     goals: Sequence[Goal] = (),
 ) -> SystemPrompt:
+    # What every conversation with these tools shares comes first, as one layer; the guidelines
+    # stay right after the base prompt they complete.
+    shared = "\n\n".join(
+        part for part in (base_prompt.strip(), tool_guidelines(tool_names)) if part
+    )
     stable = tuple(
         layer
         for layer in (
-            base_prompt.strip(),
+            shared,
             conversation_context(summary),
-            tool_guidelines(tool_names),
             active_skills_layer(skills),
             active_workflow_layer(workflow),
             goals_layer(goals),

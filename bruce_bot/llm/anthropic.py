@@ -1,12 +1,35 @@
 """The Anthropic Messages API behind `LLMService`: the only module that imports the `anthropic` SDK.
 
 It turns Bruce's neutral conversation into Anthropic's shape (alternating user/assistant turns,
-`tool_use` and `tool_result` blocks, tool results first in their user turn), marks two prompt-cache
-breakpoints (the stable system layers, and the end of the conversation so the agent loop's growing
-prefix is reused from one call to the next), and reads the answer. The call itself (timing, logs,
-the SDK's failures mapped onto the core's errors) is `call.py`'s, shared with every provider.
-Retries with exponential backoff and `retry-after` are the SDK's job (`max_retries` from the
-config); this module never loops on its own.
+`tool_use` and `tool_result` blocks, tool results first in their user turn), lays the prompt out
+for prompt caching (below), and reads the answer. The call itself (timing, logs, the SDK's
+failures mapped onto the core's errors) is `call.py`'s, shared with every provider. Retries with
+exponential backoff and `retry-after` are the SDK's job (`max_retries` from the config); this
+module never loops on its own.
+
+Prompt caching. The API caches the prompt in the order tools → system → messages, up to each
+block marked `cache_control` (at most 4), and a prefix is only read back if it is byte for byte
+what an earlier request sent. So:
+- The system holds only the stable layers: the first layer (what every conversation of this
+  deployment shares: the base prompt and the tool guidelines, see `agent/context.py`) is a block
+  and a breakpoint of its own, so that a changed summary or goal still reads tools and base from
+  the cache; the other stable layers form a second block with the second breakpoint.
+- The volatile layers (the temporal context: the time, which changes every turn) go after the
+  breakpoints: as a text block at the end of the newest user turn that says something (not one
+  of tool results only), so within a turn every call of the agent loop sends them unchanged.
+  Only when no user turn has text do they stay in the system, after its blocks.
+- In the conversation, one breakpoint marks the newest block (what the next call of the loop,
+  or the next exchange, will find cached) and one the block where the previous request's newest
+  breakpoint was — the conversation as it stood before the model's last answer — so a growing
+  conversation reads all of it back, whatever the API's 20-block lookback would have found.
+  Thinking blocks never carry one (the API refuses it); the breakpoint moves to the block before.
+
+Calls go through the SDK's client (`AsyncAnthropic`: its retries, headers, timeouts and error
+classes) on its raw path: the body is serialised once into bytes (`client.post(...,
+content=...)`) rather than copied and re-serialised by the SDK, and the answer's JSON is read
+into Bruce's own types rather than into the SDK's pydantic models, which cost more CPU than the
+rest of the call (bench/anthropic_call.py). An older SDK whose `post` takes no `content` is
+given the body as a dict.
 
 Answers are read as real servers send them:
 - `stop_reason` becomes a `StopReason`: end_turn and stop_sequence are end_turn, max_tokens and
@@ -15,13 +38,13 @@ Answers are read as real servers send them:
 - Text blocks are joined with `join_text_parts`, so pieces around citations read as one text.
 - Thinking (`thinking`, `redacted_thinking`) never reaches the text. A response holding thinking
   blocks, and any `pause_turn` response, carries its whole content in `replay_blocks`, block by
-  block as the server sent it (the SDK's `to_dict()`: the fields it received, nothing added), so
-  the assistant turn goes back unchanged within the turn: signatures and all.
+  block as the server sent it (the fields it received, nothing added), so the assistant turn
+  goes back unchanged within the turn: signatures and all.
 - When the output was cut (max_tokens, or a refusal that stopped it), the last `tool_use` was being
   written: its call gets `arguments=None` (the input that arrived stays in `raw_arguments`).
 - Unknown block types (a newer API) are skipped for the text (kept in `replay_blocks` when the
-  turn pauses) and logged with the response id; an answer the SDK cannot read is "invalid
-  response".
+  turn pauses) and logged with the response id; an answer that is not a message (not JSON, no
+  content list) is "invalid response".
 
 `llm.thinking` applies to the main model only (`complete(model=None)`), and only when the call's
 `max_tokens` is above the thinking budget (the API requires it); `force_text` still works with it
@@ -33,11 +56,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import inspect
 import json
+import sys
 from collections.abc import Sequence
-from typing import Any
+from types import ModuleType
+from typing import Any, Final, cast
 
-import anthropic
 import structlog
 
 from bruce_bot.config import LLMConfig
@@ -53,6 +78,21 @@ from bruce_bot.domain import (
 from bruce_bot.llm.base import LLMUnavailableError
 from bruce_bot.llm.call import SDKErrors, call_model
 from bruce_bot.llm.text import join_text_parts
+
+# The SDK loads its optional aiohttp transport (and with it aiohttp: ~8 MB of the daemon's
+# memory) whenever aiohttp is installed, which discord.py makes it; Bruce never uses that
+# transport. Marked as absent, it is skipped the way the SDK skips it without aiohttp.
+# (None in sys.modules is the import system's own "not available" mark.)
+_AIOHTTP_TRANSPORT = "anthropic._vendor.httpx_aiohttp"
+_modules = cast("dict[str, ModuleType | None]", sys.modules)
+if "anthropic" not in _modules:
+    _modules.setdefault(_AIOHTTP_TRANSPORT, None)
+try:
+    import anthropic
+except ImportError:  # an SDK that cannot do without it after all: loaded whole, as it comes
+    if _AIOHTTP_TRANSPORT in _modules and _modules[_AIOHTTP_TRANSPORT] is None:
+        del _modules[_AIOHTTP_TRANSPORT]
+    import anthropic
 
 log = structlog.get_logger(__name__)
 
@@ -98,6 +138,9 @@ _STOP_REASONS: dict[str, StopReason] = {
     "refusal": "refusal",
 }
 _SDK_ERRORS = SDKErrors.of(anthropic)
+_MESSAGES_PATH: Final = "/v1/messages"
+# The SDK hands the answer back as it came (not parsed into its models) for this `cast_to`.
+_RAW_ANSWER: Final = anthropic.AsyncAPIResponse[bytes]
 
 
 class AnthropicLLM:
@@ -111,6 +154,8 @@ class AnthropicLLM:
             timeout=config.timeout_seconds,
             max_retries=config.max_retries,
         )
+        # Newer SDKs send a body given as bytes as it is; older ones only take the dict.
+        self._sends_bytes = "content" in inspect.signature(self._client.post).parameters
 
     @property
     def model(self) -> str:
@@ -128,27 +173,20 @@ class AnthropicLLM:
     ) -> LLMResponse:
         model_name = model or self._config.model
         output_limit = max_tokens or self._config.max_tokens
-        params: dict[str, Any] = {
-            "model": model_name,
-            "max_tokens": output_limit,
-            "messages": to_anthropic_messages(messages),
-        }
-        system_blocks = to_anthropic_system(system)
-        if system_blocks:
-            params["system"] = system_blocks
-        if tools:
-            # Declared even when forcing text: the history may hold tool_use blocks.
-            params["tools"] = to_anthropic_tools(tools)
-            if force_text:
-                params["tool_choice"] = {"type": "none"}
         thinking = self._thinking(main_model=model is None, output_limit=output_limit)
-        if thinking is not None:
-            params["thinking"] = thinking
-
+        params = build_request(
+            system,
+            messages,
+            tools,
+            model=model_name,
+            max_tokens=output_limit,
+            force_text=force_text,
+            thinking=thinking,
+        )
         return await call_model(
             _SDK_ERRORS,
-            functools.partial(self._client.messages.create, **params),
-            from_anthropic_message,
+            functools.partial(self._post, params),
+            read_message,
             model=model_name,
             secret=self._config.api_key,
             thinking=thinking is not None,
@@ -156,6 +194,15 @@ class AnthropicLLM:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    async def _post(self, params: dict[str, Any]) -> bytes:
+        """The answer's body, as received, to one Messages API request (SDK errors propagate)."""
+        if self._sends_bytes:
+            body = json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode()
+            response = await self._client.post(_MESSAGES_PATH, content=body, cast_to=_RAW_ANSWER)
+        else:
+            response = await self._client.post(_MESSAGES_PATH, body=params, cast_to=_RAW_ANSWER)
+        return await response.read()
 
     def _thinking(self, *, main_model: bool, output_limit: int) -> dict[str, Any] | None:
         settings = self._config.thinking
@@ -172,14 +219,51 @@ class AnthropicLLM:
         return {"type": "enabled", "budget_tokens": settings.budget_tokens}
 
 
-def to_anthropic_system(system: SystemPrompt) -> list[dict[str, Any]]:
-    """Two text blocks: the stable layers (a cache breakpoint), then the volatile ones."""
-    blocks: list[dict[str, Any]] = []
-    stable = "\n\n".join(part for part in system.stable if part)
+def build_request(
+    system: SystemPrompt,
+    messages: Sequence[ChatMessage],
+    tools: Sequence[ToolSpec] = (),
+    *,
+    model: str,
+    max_tokens: int,
+    force_text: bool = False,
+    thinking: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Messages API request body, laid out for prompt caching (see the module docstring)."""
+    turns = to_anthropic_messages(messages)
     volatile = "\n\n".join(part for part in system.volatile if part)
-    if stable.strip():
-        blocks.append({"type": "text", "text": stable, "cache_control": dict(_EPHEMERAL)})
-    if volatile.strip():
+    anchor = _volatile_anchor(turns) if volatile.strip() else None
+    if anchor is not None:
+        # After every breakpoint of that turn: its own last block carries one if it is the newest.
+        turns[anchor]["content"].append({"type": "text", "text": volatile})
+    params: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": turns}
+    system_blocks = to_anthropic_system(system, with_volatile=anchor is None)
+    if system_blocks:
+        params["system"] = system_blocks
+    if tools:
+        # Declared even when forcing text: the history may hold tool_use blocks.
+        params["tools"] = to_anthropic_tools(tools)
+        if force_text:
+            params["tool_choice"] = {"type": "none"}
+    if thinking is not None:
+        params["thinking"] = thinking
+    return params
+
+
+def to_anthropic_system(
+    system: SystemPrompt, *, with_volatile: bool = True
+) -> list[dict[str, Any]]:
+    """The stable layers as up to two cached blocks: the first layer, then the others; then,
+    `with_volatile`, the volatile layers in a last block without a breakpoint."""
+    stable = [part for part in system.stable if part.strip()]
+    groups = [stable[:1], stable[1:]]
+    blocks = [
+        {"type": "text", "text": "\n\n".join(group), "cache_control": dict(_EPHEMERAL)}
+        for group in groups
+        if group
+    ]
+    volatile = "\n\n".join(part for part in system.volatile if part)
+    if with_volatile and volatile.strip():
         blocks.append({"type": "text", "text": volatile})
     return blocks
 
@@ -189,8 +273,9 @@ def to_anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any
 
     Consecutive messages of one role are merged into one turn; within a user turn the
     `tool_result` blocks come first, as the API requires. Empty text is dropped. An assistant
-    message with `replay_blocks` is sent as those blocks (copies, in their order). The last block
-    that may carry one (never a thinking block) holds the conversation's cache breakpoint.
+    message with `replay_blocks` is sent as those blocks (copies, in their order). Two blocks
+    carry the conversation's cache breakpoints: the newest one that may (never a thinking
+    block), and the one that was the newest before the model's last answer.
     """
     turns: list[dict[str, Any]] = []
     for message in messages:
@@ -205,14 +290,15 @@ def to_anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any
         if turn["role"] == "user":
             # A stable sort: tool results first, the rest keeps its order.
             turn["content"].sort(key=lambda block: block["type"] != "tool_result")
-    _mark_cache_breakpoint(turns)
+    _mark_cache_breakpoints(turns)
     return turns
 
 
 def _blocks_of(message: ChatMessage) -> list[dict[str, Any]]:
     if message.role == "assistant" and message.replay_blocks:
-        # As the server sent them: thinking signatures must come back unchanged.
-        return [copy.deepcopy(dict(block)) for block in message.replay_blocks]
+        # As the server sent them: thinking signatures must come back unchanged. A shallow copy
+        # is enough, as only a `cache_control` key is ever added, at the top of a block.
+        return [dict(block) for block in message.replay_blocks]
     blocks: list[dict[str, Any]] = []
     for result in message.tool_results:
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.call_id}
@@ -235,12 +321,38 @@ def _blocks_of(message: ChatMessage) -> list[dict[str, Any]]:
     return blocks
 
 
-def _mark_cache_breakpoint(turns: list[dict[str, Any]]) -> None:
+def _mark_cache_breakpoints(turns: list[dict[str, Any]]) -> None:
+    """The newest cacheable block, and the newest one before the last assistant turn: the
+    previous request ended there (the one before the model's last answer), so what it cached
+    is found again however many blocks that answer added."""
+    marked = [_newest_cacheable(turns)]
+    last_answer = next(
+        (index for index in range(len(turns) - 1, -1, -1) if turns[index]["role"] == "assistant"),
+        None,
+    )
+    if last_answer is not None:
+        marked.append(_newest_cacheable(turns[:last_answer]))
+    for block in marked:
+        if block is not None:
+            block["cache_control"] = dict(_EPHEMERAL)
+
+
+def _newest_cacheable(turns: list[dict[str, Any]]) -> dict[str, Any] | None:
     for turn in reversed(turns):
         for block in reversed(turn["content"]):
             if _accepts_cache_control(block):
-                block["cache_control"] = dict(_EPHEMERAL)
-                return
+                return block
+    return None
+
+
+def _volatile_anchor(turns: list[dict[str, Any]]) -> int | None:
+    """The newest user turn that says something besides tool results: the one the current
+    turn of the conversation began with (calls of the agent loop only add tool rounds after it)."""
+    for index in range(len(turns) - 1, -1, -1):
+        turn = turns[index]
+        if turn["role"] == "user" and any(b["type"] != "tool_result" for b in turn["content"]):
+            return index
+    return None
 
 
 def _accepts_cache_control(block: dict[str, Any]) -> bool:
@@ -259,14 +371,21 @@ def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
+def read_message(body: bytes) -> LLMResponse:
+    """The core's view of a Messages API answer's body; a body that is not JSON raises
+    ValueError, which `call.py` reports as an invalid response."""
+    return from_anthropic_message(json.loads(body))
+
+
 def from_anthropic_message(message: object) -> LLMResponse:
-    """The core's view of a Messages API answer; `LLMUnavailableError` if it is not one."""
-    if not isinstance(message, anthropic.types.Message):
+    """The core's view of a Messages API answer (parsed JSON); `LLMUnavailableError` if it is
+    not one."""
+    if not isinstance(message, dict):
         raise LLMUnavailableError(
             "invalid response", f"expected a message, got {type(message).__name__}"
         )
-    response_id = message.id if isinstance(message.id, str) else ""
-    content: object = message.content
+    response_id = _string(message.get("id"))
+    content = message.get("content")
     if not isinstance(content, list):
         raise LLMUnavailableError("invalid response", f"message {response_id} has no content")
 
@@ -275,9 +394,9 @@ def from_anthropic_message(message: object) -> LLMResponse:
     skipped: list[str] = []
     thinking = False
     for block in content:
-        kind = getattr(block, "type", None)
-        if kind == "text" and isinstance(getattr(block, "text", None), str):
-            texts.append(block.text)
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
         elif kind == "tool_use" and (call := _tool_call(block)) is not None:
             calls.append(call)
         elif kind in _NON_TEXT_TYPES:
@@ -285,7 +404,8 @@ def from_anthropic_message(message: object) -> LLMResponse:
         else:
             skipped.append(str(kind))
 
-    raw_reason = message.stop_reason if isinstance(message.stop_reason, str) else None
+    raw_reason = message.get("stop_reason")
+    raw_reason = raw_reason if isinstance(raw_reason, str) else None
     stop_reason = normalise_stop_reason(
         raw_reason, has_text=bool(texts), has_tool_calls=bool(calls)
     )
@@ -296,7 +416,8 @@ def from_anthropic_message(message: object) -> LLMResponse:
         calls[-1] = dataclasses.replace(calls[-1], arguments=None)
     replay: tuple[dict[str, Any], ...] = ()
     if thinking or stop_reason == "pause_turn":
-        replay = tuple(block for block in map(_as_received, content) if block is not None)
+        # Parsed from this answer's own bytes: nothing else holds these dicts.
+        replay = tuple(block for block in content if isinstance(block, dict))
     if skipped:
         log.warning(
             "llm_blocks_skipped",
@@ -305,13 +426,12 @@ def from_anthropic_message(message: object) -> LLMResponse:
             block_types=skipped,
             kept_for_replay=bool(replay),
         )
-    model = message.model if isinstance(message.model, str) else ""
     return LLMResponse(
         text=join_text_parts(texts),
         tool_calls=tuple(calls),
         stop_reason=stop_reason,
-        usage=_usage_of(message.usage),
-        model=model,
+        usage=_usage_of(message.get("usage")),
+        model=_string(message.get("model")),
         response_id=response_id,
         replay_blocks=replay,
     )
@@ -327,11 +447,11 @@ def normalise_stop_reason(
     return _STOP_REASONS.get(reason, "other")
 
 
-def _tool_call(block: object) -> ToolCall | None:
-    call_id, name = getattr(block, "id", None), getattr(block, "name", None)
+def _tool_call(block: dict[str, Any]) -> ToolCall | None:
+    call_id, name = block.get("id"), block.get("name")
     if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
         return None  # no id to answer or no tool to run: not a usable call
-    arguments = getattr(block, "input", None)
+    arguments = block.get("input")
     try:
         raw = json.dumps(arguments, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -339,23 +459,19 @@ def _tool_call(block: object) -> ToolCall | None:
     return ToolCall(
         id=call_id,
         name=name,
+        # A copy: the block itself may go back to the API in `replay_blocks`, as it came.
         arguments=copy.deepcopy(arguments) if isinstance(arguments, dict) else None,
         raw_arguments=raw,
     )
 
 
-def _as_received(block: object) -> dict[str, Any] | None:
-    """A content block as the server sent it: the fields it received, under the API's names."""
-    if isinstance(block, anthropic.BaseModel):
-        return block.to_dict(mode="json", warnings=False)
-    if isinstance(block, dict):
-        return copy.deepcopy(block)
-    return None
+def _string(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _usage_of(usage: object) -> Usage:
     def count(name: str) -> int:
-        value = getattr(usage, name, None)
+        value = usage.get(name) if isinstance(usage, dict) else None
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     return Usage(

@@ -27,9 +27,26 @@ request body is kept in `server.requests` (headers in `server.request_headers`);
 its rules (empty text blocks, `tool_use` without a matching `tool_result` next, `tool_result` not
 first, more than 4 `cache_control` blocks, tool blocks without `tools`...); pass `validate=False`
 to switch that off. With `tool_choice: {"type": "none"}` scripted tool calls are dropped (the
-model answers in text, `NO_TOOLS_TEXT` if the reply had none). It also
-simulates prompt caching: a prefix up to a `cache_control` breakpoint that an earlier request
-wrote is reported as `cache_read_input_tokens` (4 characters a token, no minimum length).
+model answers in text, `NO_TOOLS_TEXT` if the reply had none).
+
+Prompt caching is simulated and reported the way the API reports it (4 characters a token):
+- The prompt is read in cache order — tools, then system, then messages — and each block with
+  `cache_control` (at most 4, else a 400) caches the prefix up to and including it, per model.
+- `cache_read_input_tokens` is the longest cached prefix found: at a breakpoint, or at one of the
+  20 block boundaries before it (the API's lookback); only prefixes an earlier request wrote at
+  a breakpoint are there to be found. `cache_creation_input_tokens` is what this request wrote
+  beyond that, up to its last breakpoint; `input_tokens` is the rest (after the last breakpoint,
+  at least 1), so the three add up to the prompt. The `cache_creation` breakdown by TTL is sent
+  too.
+- A prefix shorter than the model's minimum is neither written nor read. The fake's default
+  minimum is 0 tokens, so tiny test prompts cache; `cache_minimum_tokens="per-model"` applies the
+  API's documented minimums (`minimum_cacheable_tokens`: 1024 for Sonnet and older Opus, 2048
+  for Haiku 3 and 3.5, 4096 for Haiku 4.5 and Opus 4.5/4.6).
+- Entries live 5 minutes (`cache_control.ttl` "1h": an hour) from their last use, on the
+  injected `clock` (seconds; default `time.monotonic`); a read or a breakpoint that matches
+  refreshes them.
+- Changing `tool_choice` or the `thinking` settings invalidates the cached messages, not the
+  cached tools and system (as the API documents); changing a tool invalidates everything.
 
 Extended thinking, as the real API does it (error wordings are the API's, as captured):
 - A scripted `thinking` (or `redacted_thinking`) block is only sent when the request enables
@@ -51,10 +68,11 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -95,6 +113,17 @@ NO_TOOLS_TEXT = "(fake) Tools are switched off, so here is my answer in words."
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _MAX_CACHE_BREAKPOINTS = 4
 _CACHE_LOOKBACK_BLOCKS = 20
+CACHE_TTL_SECONDS: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
+# The minimum cacheable prompt by model, from Anthropic's prompt-caching docs (as quoted in
+# anthropics/anthropic-sdk-python#1194); other models: 1024 (Sonnet 4.x/3.7, Opus 4/4.1).
+_CACHE_MINIMUMS: tuple[tuple[str, int], ...] = (
+    ("opus-4-5", 4096),
+    ("opus-4-6", 4096),
+    ("haiku-4-5", 4096),
+    ("3-5-haiku", 2048),
+    ("3-haiku", 2048),
+    ("haiku-3", 2048),
+)
 _THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 _THINKING_TYPES = ("thinking", "redacted_thinking")
 # Block types a request may carry besides text, tool_use and tool_result (server tools' blocks
@@ -155,6 +184,23 @@ class _VerbatimAnswer(HTTPAnswer):
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
+def minimum_cacheable_tokens(model: str) -> int:
+    """The shortest prompt prefix the API caches for `model`, in tokens."""
+    return next((tokens for part, tokens in _CACHE_MINIMUMS if part in model), 1024)
+
+
+@dataclass(frozen=True, slots=True)
+class _CacheLayout:
+    """A request's prompt in cache order: one segment per tool or block (without its
+    `cache_control`), the position just after each breakpoint with its TTL, where the messages
+    begin, and the settings whose change invalidates cached messages (tool choice, thinking)."""
+
+    segments: list[Any]
+    breakpoints: list[tuple[int, str]]
+    messages_start: int
+    message_settings: dict[str, Any]  # what else the cached messages depend on
+
+
 def load_fixture(name: str) -> Any:
     """A recorded body from `tests/fixtures/anthropic/`, parsed."""
     return json.loads((FIXTURES_DIR / name).read_text(encoding="utf-8"))
@@ -171,10 +217,15 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
         responder: Responder[AnthropicReply] | None = None,
         delay_seconds: float = 0.0,
         validate: bool = True,
+        cache_minimum_tokens: int | Literal["per-model"] = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(responder=responder, delay_seconds=delay_seconds, validate=validate)
         self._ids = itertools.count(1)
-        self._cached_prefixes: set[str] = set()
+        self.cache_minimum_tokens = cache_minimum_tokens
+        self._clock = clock
+        self._cache: dict[str, tuple[float, float]] = {}  # prefix digest -> (expires at, ttl)
+        self._pruned_at = float("-inf")
         self._signatures: dict[str, str] = {}  # signature -> the thinking text it signed
         self._redacted: set[str] = set()  # redacted_thinking data issued
 
@@ -351,30 +402,64 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
         }
         return HTTPAnswer(status, body, {"request-id": request_id})
 
-    def _usage(self, body: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, int]:
+    def _usage(self, body: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
         """Token counts, with prompt caching simulated from the request's breakpoints."""
-        segments, breakpoints = _prompt_segments(body)
-        digests = _prefix_digests(segments)
-        total = estimate_tokens(segments)
+        layout = _cache_layout(body)
+        digests = _prefix_digests(layout, str(body.get("model", "")))
+        sizes = [_segment_tokens(segment) for segment in layout.segments]
+        ends = list(itertools.accumulate(sizes, initial=0))  # ends[n]: tokens of segments[:n]
+        now = self._clock()
+        self._forget_expired(now)
+        minimum = self._minimum(str(body.get("model", "")))
+
+        def cached(digest: str) -> bool:
+            return self._cache.get(digest, (0.0, 0.0))[0] > now
+
         read_at = 0
-        for breakpoint_at in breakpoints:
-            for end in range(breakpoint_at, max(0, breakpoint_at - _CACHE_LOOKBACK_BLOCKS), -1):
-                if digests[end] in self._cached_prefixes:
-                    read_at = max(read_at, end)
-                    break
-        written_at = 0
-        for breakpoint_at in breakpoints:
-            if digests[breakpoint_at] not in self._cached_prefixes:
-                self._cached_prefixes.add(digests[breakpoint_at])
-                written_at = max(written_at, breakpoint_at)
-        read = estimate_tokens(segments[:read_at]) if read_at else 0
-        written = estimate_tokens(segments[:written_at]) - read if written_at > read_at else 0
+        for breakpoint_at, _ in layout.breakpoints:
+            lookback = range(breakpoint_at, max(0, breakpoint_at - _CACHE_LOOKBACK_BLOCKS), -1)
+            found = next((end for end in lookback if cached(digests[end])), 0)
+            read_at = max(read_at, found)
+        if read_at:
+            expires, ttl = self._cache[digests[read_at]]
+            self._cache[digests[read_at]] = (max(expires, now + ttl), ttl)
+        written_at = read_at
+        written_by_ttl = dict.fromkeys(CACHE_TTL_SECONDS, 0)
+        for breakpoint_at, ttl in layout.breakpoints:
+            if ends[breakpoint_at] < minimum:
+                continue  # too short to cache: nothing written, nothing to read later
+            seconds = CACHE_TTL_SECONDS[ttl]
+            if breakpoint_at > written_at:
+                written_by_ttl[ttl] += ends[breakpoint_at] - ends[written_at]
+                written_at = breakpoint_at
+            expires, _ = self._cache.get(digests[breakpoint_at], (0.0, seconds))
+            self._cache[digests[breakpoint_at]] = (max(expires, now + seconds), seconds)
+        read = ends[read_at]
+        written = ends[written_at] - read
         return {
-            "input_tokens": max(1, total - read - written),
+            "input_tokens": max(1, ends[-1] - read - written),  # at least the turn's framing
             "output_tokens": estimate_tokens(content),
             "cache_read_input_tokens": read,
             "cache_creation_input_tokens": written,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": written_by_ttl["5m"],
+                "ephemeral_1h_input_tokens": written_by_ttl["1h"],
+            },
         }
+
+    def _minimum(self, model: str) -> int:
+        if self.cache_minimum_tokens == "per-model":
+            return minimum_cacheable_tokens(model)
+        return self.cache_minimum_tokens
+
+    def _forget_expired(self, now: float) -> None:
+        """Drop expired entries, at most once a clock second (a long soak makes many)."""
+        if now - self._pruned_at < 1.0:
+            return
+        self._pruned_at = now
+        expired = [digest for digest, (expires, _) in self._cache.items() if expires <= now]
+        for digest in expired:
+            del self._cache[digest]
 
     # ---- serving -----------------------------------------------------------------------------
 
@@ -574,11 +659,17 @@ def _problem_with(body: dict[str, Any]) -> str | None:
             for block in content
             if message["role"] == "assistant" and block.get("type") == "tool_use"
         ]
-    _, breakpoints = _prompt_segments(body)
+    breakpoints = _cache_layout(body).breakpoints
     if len(breakpoints) > _MAX_CACHE_BREAKPOINTS:
         return (
             f"A maximum of {_MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {len(breakpoints)}."
+        )
+    ttls = [ttl for _, ttl in breakpoints]
+    if "1h" in ttls and "5m" in ttls[: len(ttls) - ttls[::-1].index("1h")]:
+        return (
+            "A cache_control with ttl='1h' must not come after one with ttl='5m' (tools, then "
+            "system, then messages)."
         )
     return None
 
@@ -648,18 +739,18 @@ def _blocks_problem(where: str, content: list[Any]) -> str | None:
     return None
 
 
-def _prompt_segments(body: dict[str, Any]) -> tuple[list[Any], list[int]]:
-    """The prompt in cache order (tools, system, messages) as segments without cache_control,
-    and the positions just after each segment that carried a breakpoint."""
+def _cache_layout(body: dict[str, Any]) -> _CacheLayout:
     segments: list[Any] = []
-    breakpoints: list[int] = []
+    breakpoints: list[tuple[int, str]] = []
 
     def add(item: Any, prefix: str) -> None:
         if isinstance(item, dict):
             plain = {key: value for key, value in item.items() if key != "cache_control"}
             segments.append([prefix, plain])
-            if "cache_control" in item:
-                breakpoints.append(len(segments))
+            control = item.get("cache_control")
+            if control is not None:
+                ttl = control.get("ttl", "5m") if isinstance(control, dict) else "5m"
+                breakpoints.append((len(segments), ttl if ttl in CACHE_TTL_SECONDS else "5m"))
         else:
             segments.append([prefix, item])
 
@@ -668,21 +759,30 @@ def _prompt_segments(body: dict[str, Any]) -> tuple[list[Any], list[int]]:
     system = body.get("system")
     for block in [system] if isinstance(system, str) else system or []:
         add(block, "system")
+    messages_start = len(segments)
     for message in body.get("messages") or []:
         content = message.get("content")
         for block in [content] if isinstance(content, str) else content or []:
             add(block, str(message.get("role")))
-    return segments, breakpoints
+    settings = {"tool_choice": body.get("tool_choice"), "thinking": body.get("thinking")}
+    return _CacheLayout(segments, breakpoints, messages_start, settings)
 
 
-def _prefix_digests(segments: list[Any]) -> list[str]:
-    """digests[n] identifies segments[:n]."""
-    running = hashlib.sha256()
+def _prefix_digests(layout: _CacheLayout, model: str) -> list[str]:
+    """digests[n] identifies segments[:n] for `model`. The settings that invalidate cached
+    messages (tool choice, thinking) count for the prefixes that reach into the messages."""
+    running = hashlib.sha256(model.encode())
     digests = [running.hexdigest()]
-    for segment in segments:
+    for index, segment in enumerate(layout.segments):
+        if index == layout.messages_start:
+            running.update(json.dumps(layout.message_settings, sort_keys=True).encode())
         running.update(json.dumps(segment, sort_keys=True).encode())
         digests.append(running.hexdigest())
     return digests
+
+
+def _segment_tokens(segment: Any) -> int:
+    return max(1, len(json.dumps(segment, ensure_ascii=False)) // 4)
 
 
 def _tools_switched_off(body: dict[str, Any]) -> bool:
@@ -694,15 +794,30 @@ def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def is_temporal_context(block: Any) -> bool:
+    """Bruce's temporal layer, which its requests carry at the end of the newest user turn that
+    says something (after the cache breakpoints, bruce_bot/llm/anthropic.py): not the user's
+    words."""
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and str(block.get("text", "")).startswith("<temporal_context>")
+    )
+
+
 def last_user_text(body: dict[str, Any]) -> str:
-    """The text of the last user turn of a request body (for echo responders)."""
+    """What the user wrote in the last user turn of a request body (for echo responders)."""
     for message in reversed(body.get("messages") or []):
         if message.get("role") != "user":
             continue
         content = message.get("content")
         if isinstance(content, str):
             return content
-        texts = [block.get("text", "") for block in content or [] if block.get("type") == "text"]
+        texts = [
+            block.get("text", "")
+            for block in content or []
+            if block.get("type") == "text" and not is_temporal_context(block)
+        ]
         if texts:
             return "\n".join(texts)
     return ""

@@ -11,6 +11,7 @@ from typing import Any
 from bruce_bot.config import Config
 from bruce_bot.tools.registry import Tool, ToolContext
 from tests.conftest import make_config
+from tests.fakes.anthropic_server import is_temporal_context
 
 REPLY_TIMEOUT = 10.0
 
@@ -76,13 +77,14 @@ def block_text(block: dict[str, Any]) -> str:
 
 
 def user_texts(body: dict[str, Any]) -> list[str]:
-    """Every text block of every user turn of a request, in order."""
+    """Every text block of every user turn of a request, in order, without the temporal layer
+    Bruce adds to the newest one (see `system_text`)."""
     return [
         block_text(block)
         for message in body.get("messages", [])
         if message.get("role") == "user"
         for block in _blocks(message)
-        if block.get("type") == "text"
+        if block.get("type") == "text" and not is_temporal_context(block)
     ]
 
 
@@ -122,7 +124,16 @@ def system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def system_text(body: dict[str, Any]) -> str:
-    return "\n\n".join(block.get("text", "") for block in system_blocks(body))
+    """The effective system prompt, its layers in order: the system blocks, then the temporal
+    layer, which Anthropic requests carry in the newest user turn (after the cache breakpoints,
+    bruce_bot/llm/anthropic.py) rather than in `system`."""
+    temporal = [
+        block_text(block)
+        for message in body.get("messages", [])
+        for block in _blocks(message)
+        if is_temporal_context(block)
+    ]
+    return "\n\n".join([*(block.get("text", "") for block in system_blocks(body)), *temporal])
 
 
 # ---- test tools ----------------------------------------------------------------------------

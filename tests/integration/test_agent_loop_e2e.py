@@ -344,7 +344,7 @@ async def test_each_llm_call_is_recorded_with_its_token_usage(
     assert call["duration_ms"] > 0
 
 
-async def test_the_system_prompt_has_the_layers_in_order_and_caches_only_the_stable_part(
+async def test_the_system_prompt_has_the_layers_in_order_and_the_time_after_the_cached_part(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
     base = "You are Bruce-under-test, terse and exact."
@@ -362,19 +362,23 @@ async def test_the_system_prompt_has_the_layers_in_order_and_caches_only_the_sta
         assert await next_reply(console.replies) == "Hello Ana."
 
         first = anthropic_fake.requests[0]
-        stable, volatile = system_blocks(first)
-        assert stable["text"].startswith(base)
-        assert "<tool_execution_guidelines>" in stable["text"]
+        [shared] = system_blocks(first)
+        assert shared["text"].startswith(base)
+        assert "<tool_execution_guidelines>" in shared["text"]
         assert "<conversation_context>" not in system_text(first)
-        assert stable["cache_control"] == {"type": "ephemeral"}
-        assert "cache_control" not in volatile
-        assert volatile["text"].startswith("<temporal_context>")
+        assert shared["cache_control"] == {"type": "ephemeral"}
+        # The temporal layer changes every turn: it comes after every cached block, at the end
+        # of the user's turn.
+        said, temporal = first["messages"][-1]["content"]
+        assert said["text"] == "Hi, I'm Ana." and said["cache_control"] == {"type": "ephemeral"}
+        assert "cache_control" not in temporal
+        assert temporal["text"].startswith("<temporal_context>")
         assert system_text(first).rstrip().endswith("</temporal_context>")
-        assert "Monday, 2026-03-02 12:30:00 -0300" in volatile["text"]
-        assert "America/Sao_Paulo" in volatile["text"]
-        assert "first message of the conversation" in volatile["text"]
+        assert "Monday, 2026-03-02 12:30:00 -0300" in temporal["text"]
+        assert "America/Sao_Paulo" in temporal["text"]
+        assert "first message of the conversation" in temporal["text"]
 
-        # With a rolling summary, it becomes the second layer and replaces what it covers.
+        # With a rolling summary, it comes after the shared layer and replaces what it covers.
         assert bruce.stores is not None
         newest = max(row["id"] for row in messages_of(tmp_path))
         await bruce.stores.summaries.save(console_session_id(tmp_path), summary, newest)
@@ -385,14 +389,15 @@ async def test_the_system_prompt_has_the_layers_in_order_and_caches_only_the_sta
     text = system_text(second)
     positions = [
         text.index(base),
+        text.index("<tool_execution_guidelines>"),
         text.index("<conversation_context>"),
         text.index(summary),
         text.index("</conversation_context>"),
-        text.index("<tool_execution_guidelines>"),
         text.index("<temporal_context>"),
     ]
     assert positions == sorted(positions)
-    stable, volatile = system_blocks(second)
-    assert summary in stable["text"] and "cache_control" in stable
-    assert "cache_control" not in volatile
+    shared_again, session = system_blocks(second)
+    assert shared_again == shared  # read back from the cache although the summary is new
+    assert summary in session["text"] and "cache_control" in session
     assert user_texts(second) == ["What do I like to drink?"]
+    assert second["messages"][-1]["content"][-1]["text"].startswith("<temporal_context>")

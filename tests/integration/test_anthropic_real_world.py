@@ -228,7 +228,10 @@ async def test_a_thinking_only_answer_sent_back_gets_no_cache_breakpoint_on_the_
     assert answer.text == "Short answer: yes."
     user, assistant = server.requests[1]["messages"]
     assert assistant["content"] == list(cut.replay_blocks)  # no cache_control on the thinking
-    assert user["content"][-1]["cache_control"] == EPHEMERAL
+    assert user["content"] == [
+        {"type": "text", "text": "Hello", "cache_control": EPHEMERAL},  # the breakpoint moved here
+        {"type": "text", "text": "Now: Monday"},
+    ]
 
 
 async def test_the_agent_loop_runs_a_thinking_tool_round_the_real_api_would_accept(

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import wait_until
-from tests.fakes.anthropic_server import FakeAnthropicServer
+from tests.fakes.anthropic_server import FakeAnthropicServer, is_temporal_context
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.integration.support import db_rows
 from tests.integration.test_restart import Daemon
@@ -223,7 +223,11 @@ def texts_of(message: dict[str, Any]) -> list[str]:
     content = message["content"]
     if isinstance(content, str):
         return [content]
-    return [block["text"] for block in content if block.get("type") == "text"]
+    return [
+        block["text"]
+        for block in content
+        if block.get("type") == "text" and not is_temporal_context(block)
+    ]
 
 
 def note(chat: str, number: int) -> str:

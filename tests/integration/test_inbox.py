@@ -20,7 +20,7 @@ from bruce_bot.channels.console import CONSOLE_CHANNEL, ConsoleChannel
 from bruce_bot.domain import InboundMessage, OutboundMessage
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce, wait_until
-from tests.fakes.anthropic_server import FakeAnthropicServer
+from tests.fakes.anthropic_server import FakeAnthropicServer, is_temporal_context
 from tests.integration.support import config_for, messages_of, next_reply, user_texts
 
 
@@ -48,7 +48,11 @@ class RecordingModel:
         last = body["messages"][-1]
         call = ModelCall(
             texts=user_texts(body),
-            last_turn=[block["text"] for block in last["content"] if block["type"] == "text"],
+            last_turn=[
+                block["text"]
+                for block in last["content"]
+                if block["type"] == "text" and not is_temporal_context(block)
+            ],
             started=time.monotonic(),
         )
         self.calls.append(call)

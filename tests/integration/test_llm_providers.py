@@ -209,20 +209,29 @@ async def test_anthropic_replays_a_malformed_tool_call_with_empty_input(
     assert tool_use == {"type": "tool_use", "id": "toolu_1", "name": "web_search", "input": {}}
 
 
-async def test_anthropic_system_blocks_cache_only_the_stable_part(
+async def test_anthropic_system_holds_the_stable_layers_and_the_volatile_ones_come_last(
     claude: AnthropicLLM, anthropic_server: FakeAnthropicServer
 ) -> None:
     anthropic_server.script("ok")
 
     await claude.complete(SYSTEM, HELLO)
 
-    stable, volatile = anthropic_server.requests[0]["system"]
-    assert stable == {
-        "type": "text",
-        "text": "You are Bruce.\n\nUse tools wisely.",
-        "cache_control": {"type": "ephemeral"},
-    }
-    assert volatile == {"type": "text", "text": "Now: Monday"}
+    sent = anthropic_server.requests[0]
+    # The first layer is cached on its own, so a change in the others still reads it back.
+    assert sent["system"] == [
+        {"type": "text", "text": "You are Bruce.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "Use tools wisely.", "cache_control": {"type": "ephemeral"}},
+    ]
+    # The volatile layer follows every breakpoint: the end of the newest user turn.
+    assert sent["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Hello", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "Now: Monday"},
+            ],
+        }
+    ]
 
 
 async def test_anthropic_skips_empty_system_blocks(
@@ -231,11 +240,14 @@ async def test_anthropic_skips_empty_system_blocks(
     anthropic_server.script("ok")
     anthropic_server.script("ok")
 
-    await claude.complete(SystemPrompt(stable=("Base",), volatile=("",)), HELLO)
+    await claude.complete(SystemPrompt(stable=("Base", " "), volatile=("",)), HELLO)
     await claude.complete(SystemPrompt(stable=(), volatile=()), HELLO)
 
     assert anthropic_server.requests[0]["system"] == [
         {"type": "text", "text": "Base", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert anthropic_server.requests[0]["messages"][0]["content"] == [
+        {"type": "text", "text": "Hello", "cache_control": {"type": "ephemeral"}}
     ]
     assert "system" not in anthropic_server.requests[1]
 
@@ -259,15 +271,18 @@ async def test_anthropic_merges_consecutive_turns_and_caches_the_last_block(
     assert [message["role"] for message in messages] == ["user", "assistant", "user"]
     assert [block["text"] for block in messages[0]["content"]] == ["first", "second"]
     assert [block["text"] for block in messages[1]["content"]] == ["answer"]
-    assert messages[-1]["content"][-1] == {
-        "type": "text",
-        "text": "third",
-        "cache_control": {"type": "ephemeral"},
-    }
-    cached = [
-        block for message in messages for block in message["content"] if "cache_control" in block
+    assert messages[-1]["content"] == [
+        {"type": "text", "text": "third", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "Now: Monday"},
     ]
-    assert len(cached) == 1
+    cached = [
+        block["text"]
+        for message in messages
+        for block in message["content"]
+        if "cache_control" in block
+    ]
+    # The newest block, and the newest before the last answer (where the previous request ended).
+    assert cached == ["second", "third"]
 
 
 async def test_anthropic_puts_tool_results_before_text_in_a_merged_user_turn(
@@ -286,7 +301,8 @@ async def test_anthropic_puts_tool_results_before_text_in_a_merged_user_turn(
 
     assert response.text == "ok"  # the fake refuses tool_result blocks that are not first
     last = anthropic_server.requests[0]["messages"][-1]["content"]
-    assert [block["type"] for block in last] == ["tool_result", "text"]
+    assert [block["type"] for block in last] == ["tool_result", "text", "text"]
+    assert last[-1]["text"] == "Now: Monday"  # the volatile layer, after the user's own words
 
 
 async def test_anthropic_sends_tools_only_when_there_are_some(
@@ -778,3 +794,19 @@ def test_choosing_the_openai_provider_never_imports_the_anthropic_sdk() -> None:
     )
 
     assert result.stdout.strip() == "['openai']"
+
+
+def test_the_anthropic_provider_leaves_the_sdks_aiohttp_transport_unloaded() -> None:
+    # ~8 MB of the daemon's memory for a transport Bruce never uses (discord.py installs aiohttp).
+    script = (
+        "import sys\n"
+        "from bruce_bot.config import LLMConfig\n"
+        "from bruce_bot.llm.factory import create_llm\n"
+        "llm = create_llm(LLMConfig(provider='anthropic', api_key='k'))\n"
+        "print(type(llm).__name__, 'aiohttp' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=30
+    )
+
+    assert result.stdout.strip() == "AnthropicLLM False"

@@ -80,8 +80,8 @@ def test_brain_layers_come_after_the_stable_layers_and_before_the_temporal_one()
     )
     order = [
         "You are Bruce.",
-        "<conversation_context>",
         "<tool_execution_guidelines>",
+        "<conversation_context>",
         "<active_skills>",
         '<skill name="research">\nCite sources.\n</skill>',
         '<active_workflow name="trip-planning">',

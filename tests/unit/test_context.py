@@ -56,19 +56,30 @@ def _prompt(summary: str | None, tools: list[str]):
     )
 
 
-def test_layers_come_in_order_with_the_temporal_layer_last() -> None:
+def test_layers_come_in_order_from_the_one_that_changes_least_to_the_temporal_layer() -> None:
     prompt = _prompt("User likes short answers.", ["artifact_save", "proactive_create"])
     text = prompt.text
     positions = [
         text.index("You are Bruce."),
-        text.index("<conversation_context>"),
         text.index("<tool_execution_guidelines>"),
+        text.index("<conversation_context>"),
         text.index("<temporal_context>"),
     ]
     assert positions == sorted(positions)
     # Only the temporal layer is volatile: the rest is one cacheable prefix.
     assert len(prompt.volatile) == 1 and prompt.volatile[0].startswith("<temporal_context>")
     assert all("<temporal_context>" not in layer for layer in prompt.stable)
+
+
+def test_the_first_layer_is_what_every_conversation_with_these_tools_shares() -> None:
+    # Cached on its own, it is still read from the cache when the summary changes.
+    before, after = _prompt("Older summary.", ["web_search"]), _prompt("Newer.", ["web_search"])
+
+    assert before.stable[0] == after.stable[0]
+    assert before.stable[0].startswith("You are Bruce.")
+    assert "<tool_execution_guidelines>" in before.stable[0]
+    assert "Older summary." not in before.stable[0]
+    assert before.stable[1:] != after.stable[1:]
 
 
 def test_without_a_summary_there_is_no_conversation_layer() -> None:
