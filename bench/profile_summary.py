@@ -1,8 +1,10 @@
 """Summarise a py-spy profile of the daemon (`bench/e2e.py --profile FILE`, raw/collapsed stacks).
 
-Two views of where the CPU went, both as a share of the non-idle samples of all threads:
-  self      — by the package of the innermost frame (sqlalchemy, anthropic, telegram, ...);
-  inclusive — by Bruce's own parts a stack passes through (the brain, a turn, intake, delivery).
+Three views of where the CPU went, as a share of the non-idle samples:
+  self      — all threads, by the package of the innermost frame (sqlalchemy, anthropic, ...);
+  library   — the event loop's thread, by the innermost frame that belongs to a library or to a
+              Bruce package (so asyncio's and the standard library's work counts for its caller);
+  inclusive — the event loop's thread, by Bruce's part a stack passes through (brain, turn...).
 Idle samples (a thread waiting in select/poll/a lock) are counted apart.
 
     .venv/bin/python bench/profile_summary.py /tmp/burst.prof [--top 25]
@@ -63,6 +65,19 @@ def package_of(file: str) -> str:
     return parts[0].removesuffix(".py") if parts else "?"
 
 
+LIBRARIES = tuple(p for p in PACKAGES if p not in ("json", "asyncio", "logging"))
+
+
+def library_of(frames: list[tuple[str, str]]) -> str:
+    for _, file in reversed(frames):
+        package = package_of(file)
+        if package in ("bruce_bot/cli", "bruce_bot/__main__"):
+            break  # only the entry point: the event loop's own work (callbacks, selecting)
+        if package.startswith("bruce_bot") or package in LIBRARIES:
+            return package
+    return "asyncio and the standard library"
+
+
 def parse(line: str) -> tuple[str, list[tuple[str, str]], int] | None:
     stack, _, count = line.rstrip("\n").rpartition(" ")
     if not count.isdigit():
@@ -79,6 +94,7 @@ def parse(line: str) -> tuple[str, list[tuple[str, str]], int] | None:
 def summarise(path: Path, top: int) -> str:
     own: Counter[str] = Counter()
     areas: Counter[str] = Counter()
+    main: Counter[str] = Counter()
     threads: Counter[str] = Counter()
     idle = busy = 0
     for line in path.read_text(errors="replace").splitlines():
@@ -93,6 +109,10 @@ def summarise(path: Path, top: int) -> str:
         busy += count
         threads[thread] += count
         own[package_of(leaf[1])] += count
+        if thread == "MainThread":
+            main[library_of(frames)] += count
+        if thread != "MainThread":
+            continue
         files = [file for _, file in frames]
         for area, needles in AREAS:
             if any(needle in file for file in files for needle in needles):
@@ -102,14 +122,16 @@ def summarise(path: Path, top: int) -> str:
             areas["other"] += count
 
     def table(title: str, counter: Counter[str]) -> list[str]:
+        total = sum(counter.values()) or 1
         rows = [f"{title}:"]
         for name, count in counter.most_common(top):
-            rows.append(f"  {100 * count / busy:5.1f} %  {name}")
+            rows.append(f"  {100 * count / total:5.1f} %  {name}")
         return rows
 
     out = [f"{busy} busy samples, {idle} idle ({path})"]
     out += table("threads", threads)
     out += table("self, by package", own)
+    out += table("event loop thread, by innermost library", main)
     out += table("inclusive, by Bruce's part", areas)
     return "\n".join(out)
 
