@@ -143,11 +143,20 @@ def to_openai_messages(
     system: SystemPrompt, messages: Sequence[ChatMessage]
 ) -> list[dict[str, Any]]:
     """The system message, then each entry: tool results become `tool` messages (before any
-    user text, since they must directly follow the assistant's `tool_calls`)."""
+    user text, since they must directly follow the assistant's `tool_calls`).
+
+    The volatile layers (the temporal context, which changes every turn) go at the end of the
+    newest user message with text, not in the system message: servers reuse the computation of
+    an unchanged prompt prefix (OpenAI's prompt caching, llama.cpp's and vLLM's prefix caches),
+    and a time at the top would change the whole prompt on every turn. Every call of one turn's
+    tool loop sends it in the same place. Without such a message it stays in the system."""
+    volatile = "\n\n".join(part for part in system.volatile if part).strip()
+    anchor = _newest_user_text(messages) if volatile else None
+    stable = system.text if anchor is None else "\n\n".join(p for p in system.stable if p)
     out: list[dict[str, Any]] = []
-    if system.text.strip():
-        out.append({"role": "system", "content": system.text})
-    for message in messages:
+    if stable.strip():
+        out.append({"role": "system", "content": stable})
+    for index, message in enumerate(messages):
         if message.role == "assistant":
             entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
             if message.tool_calls:
@@ -160,8 +169,17 @@ def to_openai_messages(
             content = f"Error: {result.content}" if result.is_error else result.content
             out.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
         if message.text.strip():
-            out.append({"role": "user", "content": message.text})
+            text = f"{message.text}\n\n{volatile}" if index == anchor else message.text
+            out.append({"role": "user", "content": text})
     return out
+
+
+def _newest_user_text(messages: Sequence[ChatMessage]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role != "assistant" and message.text.strip():
+            return index
+    return None
 
 
 def _tool_call_param(call: ToolCall) -> dict[str, Any]:

@@ -515,9 +515,11 @@ async def test_openai_text_answer_carries_text_usage_and_model(
     sent = openai_server.requests[0]
     assert sent["model"] == "test-model"
     assert sent["max_tokens"] == 512  # a local server: the classic parameter
+    # The time changes every turn: it goes after the stable prefix, at the end of the user's
+    # message, so the server's prefix cache keeps the system message.
     assert sent["messages"] == [
-        {"role": "system", "content": SYSTEM.text},
-        {"role": "user", "content": "Hello"},
+        {"role": "system", "content": "You are Bruce.\n\nUse tools wisely."},
+        {"role": "user", "content": "Hello\n\nNow: Monday"},
     ]
     assert "tools" not in sent
 
@@ -582,7 +584,7 @@ async def test_openai_tool_calls_round_trip_sends_tool_messages_with_ids(
     }
     assert ok == {"role": "tool", "tool_call_id": search.id, "content": "a bat"}
     assert failed == {"role": "tool", "tool_call_id": fetch.id, "content": "Error: 403"}
-    assert user == {"role": "user", "content": "and be brief"}
+    assert user == {"role": "user", "content": "and be brief\n\nNow: Monday"}
 
 
 async def test_openai_malformed_arguments_keep_the_raw_text(
@@ -810,3 +812,34 @@ def test_the_anthropic_provider_leaves_the_sdks_aiohttp_transport_unloaded() -> 
     )
 
     assert result.stdout.strip() == "AnthropicLLM False"
+
+
+async def test_openai_prompt_prefix_stays_the_same_when_only_the_time_changes(
+    openai_server: FakeOpenAIServer, gpt: OpenAICompatibleLLM
+) -> None:
+    """Servers reuse an unchanged prompt prefix (OpenAI's prompt caching, llama.cpp's and
+    vLLM's prefix caches): a new time must not change the system message or the history."""
+    openai_server.script("first")
+    openai_server.script("second")
+    later = SystemPrompt(stable=SYSTEM.stable, volatile=("Now: Tuesday",))
+    call = ToolCall(id="call_1", name="web_search", arguments={"query": "bruce"})
+    history = [
+        *HELLO,
+        ChatMessage(role="assistant", tool_calls=(call,)),
+        ChatMessage(
+            role="user",
+            tool_results=(ToolResult(call_id="call_1", name="web_search", content="a bat"),),
+        ),
+    ]
+    await gpt.complete(SYSTEM, history, [WEB_SEARCH])
+    await gpt.complete(later, history, [WEB_SEARCH])
+    first, second = (request["messages"] for request in openai_server.requests)
+    assert (
+        first[0]
+        == second[0]
+        == {"role": "system", "content": "You are Bruce.\n\nUse tools wisely."}
+    )
+    # The time rides on the user's message the turn began with, after the tool round too.
+    assert first[1] == {"role": "user", "content": "Hello\n\nNow: Monday"}
+    assert second[1] == {"role": "user", "content": "Hello\n\nNow: Tuesday"}
+    assert first[2:] == second[2:]
