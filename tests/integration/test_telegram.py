@@ -424,6 +424,19 @@ async def test_polling_survives_a_bad_gateway_and_loses_nothing(
     assert telegram.token not in json.dumps(logs, default=str)
 
 
+class InboxWithoutCommands:
+    """The inbox side of the chat commands, for tests that only watch `submit`."""
+
+    async def new_conversation(self, channel: str, chat_id: str) -> str:
+        return "new"
+
+    async def describe_reminders(self, channel: str, chat_id: str) -> str:
+        return "none"
+
+    async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
+        return None
+
+
 async def test_update_is_confirmed_only_after_the_message_is_stored(
     telegram: FakeTelegramServer,
 ) -> None:
@@ -431,20 +444,11 @@ async def test_update_is_confirmed_only_after_the_message_is_stored(
     release = asyncio.Event()
     submitted: list[InboundMessage] = []
 
-    class SlowInbox:
+    class SlowInbox(InboxWithoutCommands):
         async def submit(self, message: InboundMessage) -> Submission:
             submitted.append(message)
             await release.wait()
             return Submission(True, message_id=1)
-
-        async def new_conversation(self, channel: str, chat_id: str) -> str:
-            return "new"
-
-        async def describe_reminders(self, channel: str, chat_id: str) -> str:
-            return "none"
-
-        async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
-            return None
 
     channel = TelegramChannel(
         TelegramConfig(
@@ -489,22 +493,13 @@ async def test_a_batch_is_stored_chat_by_chat_in_order_and_confirmed_once_all_is
     submitted: list[str] = []
     stored: list[str] = []
 
-    class SlowForAlice:
+    class SlowForAlice(InboxWithoutCommands):
         async def submit(self, message: InboundMessage) -> Submission:
             submitted.append(message.text)
             if message.text == "alice 1":
                 await release.wait()
             stored.append(message.text)
             return Submission(True, message_id=len(stored))
-
-        async def new_conversation(self, channel: str, chat_id: str) -> str:
-            return "new"
-
-        async def describe_reminders(self, channel: str, chat_id: str) -> str:
-            return "none"
-
-        async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
-            return None
 
     for user, text in [
         (ALICE, "alice 1"),
