@@ -50,9 +50,18 @@ import psutil
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from run import percentile  # noqa: E402
-from soak import FIRST_USER_ID, LABEL, Daemon, Ledger, SoakTelegram, Tally, answer  # noqa: E402
+from soak import (  # noqa: E402
+    FIRST_USER_ID,
+    LABEL,
+    Daemon,
+    Ledger,
+    SoakTelegram,
+    answer,
+    run_header,
+    start_fakes,
+)
 
-from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer  # noqa: E402
+from tests.fakes.anthropic_server import AnthropicReply  # noqa: E402
 from tests.fakes.telegram_server import FakeUser  # noqa: E402
 
 SCENARIOS = ("startup", "idle", "latency", "burst", "reminders")
@@ -428,29 +437,14 @@ class CountingTelegram(E2ETelegram):
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     skip = set(args.skip or ())
-    results: dict[str, Any] = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-            "python": sys.version.split()[0],
-        },
-        "settings": {
-            k: v for k, v in vars(args).items() if k not in ("json", "model", "profile", "keep")
-        },
-    }
+    results = run_header(args, left_out=("json", "model", "profile", "keep"))
     ledger = Ledger()
     model = Model()
     args.model = model
     with tempfile.TemporaryDirectory(prefix="bruce-e2e-") as tmp:
         workdir = Path(tmp)
         telegram = CountingTelegram(ledger)
-        anthropic = FakeAnthropicServer(responder=model)
-        anthropic.requests = Tally()
-        anthropic.request_headers = Tally()
-        await telegram.start()
-        await anthropic.start()
+        anthropic = await start_fakes(telegram, model)
         chats = max(args.burst_chats, args.latency_chats, args.reminders)
         daemon = E2EDaemon(workdir, telegram.base_url, anthropic.base_url, chats)
         bench = E2E(args, daemon, telegram)

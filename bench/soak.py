@@ -449,12 +449,9 @@ def summary_line(phase: dict[str, Any]) -> dict[str, Any]:
     return line
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    # A request the daemon closes mid-way is counted (see SoakTelegram), not logged at length.
-    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
-    hard_deadline = time.monotonic() + args.minutes * 60 + 600  # the bound of the whole run
-    ledger = Ledger()
-    results: dict[str, Any] = {
+def run_header(args: argparse.Namespace, left_out: tuple[str, ...] = ("json",)) -> dict[str, Any]:
+    """What a bench result starts with: the command, the date, the machine, the settings."""
+    return {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": {
@@ -462,16 +459,31 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "python": sys.version.split()[0],
         },
-        "settings": {k: v for k, v in vars(args).items() if k != "json"},
+        "settings": {k: v for k, v in vars(args).items() if k not in left_out},
     }
+
+
+async def start_fakes(telegram: SoakTelegram, responder: Any) -> FakeAnthropicServer:
+    """Start `telegram` and a fake Messages API answering with `responder`; both keep only
+    counts of the requests (Tally), so a long run does not grow the harness."""
+    anthropic = FakeAnthropicServer(responder=responder)
+    anthropic.requests = Tally()
+    anthropic.request_headers = Tally()
+    await telegram.start()
+    await anthropic.start()
+    return anthropic
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    # A request the daemon closes mid-way is counted (see SoakTelegram), not logged at length.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    hard_deadline = time.monotonic() + args.minutes * 60 + 600  # the bound of the whole run
+    ledger = Ledger()
+    results = run_header(args)
     with tempfile.TemporaryDirectory(prefix="bruce-soak-") as tmp:
         workdir = Path(tmp)
         telegram = SoakTelegram(ledger)
-        anthropic = FakeAnthropicServer(responder=answer)
-        anthropic.requests = Tally()
-        anthropic.request_headers = Tally()
-        await telegram.start()
-        await anthropic.start()
+        anthropic = await start_fakes(telegram, answer)
         daemon = Daemon(workdir, telegram.base_url, anthropic.base_url, args.chats)
         soak = Soak(args, daemon, telegram)
         soak.peers = {
