@@ -4,7 +4,8 @@ SQLite (the default) gets WAL mode, a busy timeout and foreign keys on every con
 concurrent sessions read while one writes. PostgreSQL (asyncpg) gets a pool of connections checked
 before use, so a restarted server costs a reconnect, not failed messages. Schema changes only ever
 happen through alembic (`upgrade_schema`), also at start-up, so a user's database follows the code
-across releases; a database already at the newest revision is recognised without loading alembic.
+across releases; a database already at the newest revision is recognised without loading alembic,
+and a new SQLite file gets the newest schema in one transaction without it (`fresh_schema.py`).
 """
 
 from __future__ import annotations
@@ -137,8 +138,15 @@ async def _postgres_revision(url: str) -> str | None:
 
 def _upgrade_blocking(url: str) -> bool:
     sqlite_file = _sqlite_file(url)
-    if sqlite_file is not None and _sqlite_revision(sqlite_file) == SCHEMA_HEAD:
-        return False  # fast path: current schema, no need to load alembic at all
+    if sqlite_file is not None:
+        revision = _sqlite_revision(sqlite_file)
+        if revision == SCHEMA_HEAD:
+            return False  # fast path: current schema, no need to load alembic at all
+        if revision is None:
+            from bruce_bot.storage.fresh_schema import create_if_empty
+
+            if create_if_empty(sqlite_file, SCHEMA_HEAD, SQLITE_BUSY_TIMEOUT_MS / 1000):
+                return True  # a new database: the newest schema in one step (see there)
     from alembic import command
 
     command.upgrade(_alembic_config(url), "head")

@@ -1,6 +1,8 @@
 """A process killed in the middle of a migration leaves the database as it was before it, so
 the next start migrates it normally: `bruce db upgrade` as a real subprocess, SIGKILLed at seeded
-random moments over and over on one SQLite file, then run to the end."""
+random moments over and over on one SQLite file, then run to the end. Both ways a schema is
+built are killed: a new file (created in one transaction, storage/fresh_schema.py) and a file
+at the first revision (alembic runs the other migrations)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from bruce_bot.storage.database import SCHEMA_HEAD
+from bruce_bot.storage.database import SCHEMA_HEAD, _alembic_config
 
 KILLS = 10
 
@@ -55,6 +58,17 @@ async def upgrade(config: Path, kill_after: float | None) -> int | None:
     return process.returncode
 
 
+async def prepare(db: Path, revision: str | None) -> None:
+    """The file the upgrades start from: none, or one migrated by alembic to `revision`."""
+    if revision is None:
+        return
+    from alembic import command
+
+    db.parent.mkdir(parents=True)
+    config = _alembic_config(f"sqlite+aiosqlite:///{db}")
+    await asyncio.to_thread(command.upgrade, config, revision)  # (env.py runs its own loop)
+
+
 def revision(db: Path) -> str | None:
     if not db.exists():
         return None
@@ -66,8 +80,9 @@ def revision(db: Path) -> str | None:
     return row[0] if row else None
 
 
+@pytest.mark.parametrize("starting_from", [None, "0001"], ids=["new-file", "from-0001"])
 async def test_a_migration_killed_at_any_moment_is_redone_cleanly_on_the_next_start(
-    tmp_path: Path,
+    tmp_path: Path, starting_from: str | None
 ) -> None:
     seed = int(os.environ.get("BRUCE_CHAOS_SEED", random.randrange(1_000_000)))
     print(f"migration kill seed: {seed}")
@@ -76,17 +91,21 @@ async def test_a_migration_killed_at_any_moment_is_redone_cleanly_on_the_next_st
     # migrations run (the first is mostly Python starting up).
     scratch = tmp_path / "scratch"
     scratch.mkdir()
+    await prepare(scratch / "data" / "bruce.db", starting_from)
     started = asyncio.get_running_loop().time()
     await upgrade(write_config(scratch), kill_after=None)
     whole = asyncio.get_running_loop().time() - started
     config = write_config(tmp_path)
     db = tmp_path / "data" / "bruce.db"
+    await prepare(db, starting_from)
     seen: set[str | None] = set()
     for _ in range(KILLS):
         await upgrade(config, kill_after=rng.uniform(0.4 * whole, 1.0 * whole))
         # Killed or not, the file holds a whole revision (or none): never half of one.
         current = revision(db)
         seen.add(current)
+        if starting_from is not None:
+            assert current is not None, seed  # never back to nothing
         if db.exists() and current is None:
             with sqlite3.connect(db) as connection:
                 tables = connection.execute(

@@ -1,12 +1,59 @@
-"""The schema is defined once: models, migrations and the start-up fast path agree."""
+"""The schema is defined once: models, migrations and the start-up fast paths agree.
+
+Two ways build a database: alembic running every migration (any existing file, PostgreSQL),
+and `fresh_schema.create_if_empty` for a new SQLite file. Both must give the same tables,
+columns, keys and indexes, or the next migration would meet two different databases."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import threading
 from pathlib import Path
 
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
 
-from bruce_bot.storage.database import SCHEMA_HEAD, _alembic_config
+from bruce_bot.storage.database import SCHEMA_HEAD, _alembic_config, upgrade_schema
+from bruce_bot.storage.fresh_schema import create_if_empty
+from bruce_bot.storage.models import Base
+
+
+def migrated_by_alembic(path: Path, revision: str = "head") -> Path:
+    command.upgrade(_alembic_config(f"sqlite+aiosqlite:///{path}"), revision)
+    return path
+
+
+def schema_of(path: Path) -> dict[str, object]:
+    """Everything SQLite knows about each table, in an order that does not depend on how the
+    CREATE statement listed its constraints."""
+    with sqlite3.connect(path) as connection:
+        tables = sorted(
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        )
+        schema: dict[str, object] = {}
+        for table in tables:
+            indexes = []
+            for _, name, unique, origin, partial in connection.execute(
+                f"PRAGMA index_list('{table}')"
+            ):
+                columns = [row[2] for row in connection.execute(f"PRAGMA index_info('{name}')")]
+                shown = name if origin == "c" else origin  # autoindexes are named by SQLite
+                indexes.append((shown, unique, partial, columns))
+            schema[table] = {
+                "columns": list(connection.execute(f"PRAGMA table_xinfo('{table}')")),
+                "foreign_keys": sorted(
+                    row[2:] for row in connection.execute(f"PRAGMA foreign_key_list('{table}')")
+                ),
+                "indexes": sorted(indexes, key=repr),
+            }
+    return schema
 
 
 def test_schema_head_constant_matches_the_newest_migration(tmp_path: Path) -> None:
@@ -15,17 +62,76 @@ def test_schema_head_constant_matches_the_newest_migration(tmp_path: Path) -> No
 
 
 def test_migrations_create_exactly_the_tables_of_the_models(tmp_path: Path) -> None:
-    import asyncio
-
-    from sqlalchemy import create_engine, inspect
-
-    from bruce_bot.storage.database import upgrade_schema
-    from bruce_bot.storage.models import Base
-
-    database = tmp_path / "bruce.db"
-    asyncio.run(upgrade_schema(f"sqlite+aiosqlite:///{database}"))
-    engine = create_engine(f"sqlite:///{database}")
-    tables = set(inspect(engine).get_table_names()) - {"alembic_version"}
-    engine.dispose()
+    database = migrated_by_alembic(tmp_path / "bruce.db")
+    tables = set(schema_of(database)) - {"alembic_version"}
     assert tables == set(Base.metadata.tables)
     assert {"sessions", "messages", "tool_executions", "session_summaries", "settings"} <= tables
+    engine = create_engine(f"sqlite:///{database}")
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        differences = compare_metadata(context, Base.metadata)
+    engine.dispose()
+    assert differences == []
+
+
+def test_a_new_database_gets_the_same_schema_as_the_migrations_give(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.db"
+    asyncio.run(upgrade_schema(f"sqlite+aiosqlite:///{fresh}"))
+    migrated = migrated_by_alembic(tmp_path / "migrated.db")
+    assert schema_of(fresh) == schema_of(migrated)
+    with sqlite3.connect(fresh) as connection:
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (SCHEMA_HEAD,)
+        ]
+    # alembic agrees the fresh database is current: upgrading it changes nothing
+    migrated_by_alembic(fresh)
+    assert schema_of(fresh) == schema_of(migrated)
+
+
+def test_an_older_database_is_upgraded_by_the_migrations_not_recreated(tmp_path: Path) -> None:
+    database = migrated_by_alembic(tmp_path / "bruce.db", "0001")
+    with sqlite3.connect(database) as connection:
+        connection.execute(
+            "INSERT INTO sessions (channel, chat_id, kind, active_skills, "
+            "context_start_message_id, created_at) VALUES ('web', 'c1', 'main', '[]', 0, "
+            "'2026-01-01 00:00:00')"
+        )
+    asyncio.run(upgrade_schema(f"sqlite+aiosqlite:///{database}"))
+    assert schema_of(database) == schema_of(migrated_by_alembic(tmp_path / "new.db"))
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("SELECT chat_id FROM sessions").fetchall() == [("c1",)]
+
+
+def test_a_file_with_tables_but_no_version_is_left_to_alembic(tmp_path: Path) -> None:
+    database = tmp_path / "bruce.db"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE something_else (x INTEGER)")
+    assert not create_if_empty(database, SCHEMA_HEAD, busy_timeout_s=1)
+    with sqlite3.connect(database) as connection:
+        names = [row[0] for row in connection.execute("SELECT name FROM sqlite_master")]
+    assert names == ["something_else"]
+
+
+def test_two_processes_creating_one_new_file_at_once_create_it_once(tmp_path: Path) -> None:
+    database = tmp_path / "bruce.db"
+    start = threading.Barrier(4)
+    results: list[bool] = []
+
+    def create() -> None:
+        start.wait()
+        results.append(create_if_empty(database, SCHEMA_HEAD, busy_timeout_s=10))
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [False, False, False, True]
+    assert schema_of(database) == schema_of(migrated_by_alembic(tmp_path / "migrated.db"))
+
+
+def test_a_file_that_is_not_sqlite_is_not_touched(tmp_path: Path) -> None:
+    database = tmp_path / "bruce.db"
+    database.write_bytes(b"this is not a database, it is a shopping list\n" * 100)
+    assert not create_if_empty(database, SCHEMA_HEAD, busy_timeout_s=1)
+    assert database.read_bytes().startswith(b"this is not a database")
