@@ -455,6 +455,9 @@ class WebFetchConfig(_Section):
 class ArtifactsConfig(_Section):
     enabled: bool = True
     max_bytes: int = Field(default=2_000_000, ge=1)
+    # An artifact saved in a Telegram or Discord chat up to this size is also sent there as a
+    # document, after the reply with its link; 0: links only.
+    send_file_max_bytes: int = Field(default=1_000_000, ge=0)
 
 
 class ProactiveConfig(_Section):

@@ -82,6 +82,17 @@ class Choice:
 
 
 @dataclass(frozen=True, slots=True)
+class OutboundFile:
+    """A file that goes with a reply: an artifact the turn saved (`artifact` is its uuid). The
+    outbox reads it (`data`) and sends it as a piece of its own, after the text."""
+
+    artifact: str
+    filename: str
+    content_type: str
+    data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class OutboundMessage:
     """A reply (or a reminder) on its way out through a channel adapter."""
 
@@ -92,6 +103,9 @@ class OutboundMessage:
     kind: MessageKind = "chat"
     metadata: dict[str, Any] = field(default_factory=dict)
     choices: tuple[Choice, ...] = ()  # buttons, shown under the message's last part
+    files: tuple[OutboundFile, ...] = ()  # sent after the text by channels that take files
+    # Set on the one piece the outbox hands a channel to send a file: its text is empty.
+    file: OutboundFile | None = None
 
 
 @dataclass(frozen=True, slots=True)

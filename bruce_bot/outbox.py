@@ -9,22 +9,25 @@ retry-after). Every attempt is recorded in `deliveries` as it happens — a part
 accepted is committed before the next one is tried, so a crash resends at most the part in
 flight — and the last one together with the message's final status: `sent`, `failed`
 (permanent) or `undelivered`; the latter are tried again by `redeliver` too, skipping the parts
-recorded sent.
+recorded sent. The artifacts a turn saved go after the text as parts of their own, on
+channels that take files, up to `tools.artifacts.send_file_max_bytes`; a file that cannot be
+sent leaves the reply delivered (its text links to the file).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Set
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from pathlib import Path
 
 import structlog
 
 from bruce_bot.channels.base import ChannelAdapter, DeliveryError
-from bruce_bot.domain import DeliveryStatus, OutboundMessage, utcnow
+from bruce_bot.domain import DeliveryStatus, OutboundFile, OutboundMessage, utcnow
 from bruce_bot.storage.deliveries import AttemptStatus, DeliveryAttempt, DeliveryStore
-from bruce_bot.storage.messages import MessageStore
+from bruce_bot.storage.messages import MessageStore, files_of
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.text import split_text
 
@@ -37,6 +40,24 @@ REDELIVERY_WINDOW = timedelta(hours=24)
 REDELIVERY_INTERVAL_SECONDS = 60.0
 
 
+@dataclass(frozen=True, slots=True)
+class FileSending:
+    """Where the files that go with replies are (`locate(artifact uuid, file name)`: a path
+    under `<data_dir>/artifacts`, None for names that lead elsewhere) and the largest one sent
+    as a file; bigger ones are reached through the link in the reply only."""
+
+    locate: Callable[[str, str], Path | None]
+    max_bytes: int
+
+    def read(self, file: OutboundFile) -> OutboundFile | None:
+        """The file with its bytes; None when it is missing, too large or not an artifact
+        (blocking: run in a thread)."""
+        path = self.locate(file.artifact, file.filename)
+        if path is None or not path.is_file() or path.stat().st_size > self.max_bytes:
+            return None
+        return replace(file, data=path.read_bytes())
+
+
 class Outbox:
     def __init__(
         self,
@@ -46,12 +67,14 @@ class Outbox:
         channels: Mapping[str, ChannelAdapter],
         *,
         shared: bool = False,
+        files: FileSending | None = None,
     ) -> None:
         self._messages = messages
         self._deliveries = deliveries
         self._sessions = sessions
         self._channels = channels
         self._shared = shared  # other processes deliver from the same database (PostgreSQL)
+        self._files = files  # None: replies go without their files
 
     async def deliver(
         self, message: OutboundMessage, skip_parts: Set[int] = frozenset()
@@ -82,17 +105,52 @@ class Outbox:
         status: DeliveryStatus = "sent"
         parts = split_text(message.text, channel.max_message_chars)
         last = len(parts) - 1
-        for index, part in enumerate(parts):
-            if index in skip_parts:
-                continue
-            piece = replace(
+        pieces = [
+            replace(
                 message,
                 text=part,
                 metadata={**message.metadata, "part": index},
                 choices=message.choices if index == last else (),
+                files=(),
             )
+            for index, part in enumerate(parts)
+        ]
+        # The files come after the text, as parts of their own: a redelivery skips the ones
+        # recorded sent like any part.
+        if self._files is not None and message.files and getattr(channel, "sends_files", False):
+            for file in message.files:
+                pieces.append(
+                    replace(
+                        message,
+                        text="",
+                        metadata={**message.metadata, "part": len(pieces)},
+                        choices=(),
+                        files=(),
+                        file=file,
+                    )
+                )
+        last = len(pieces) - 1
+        for index, piece in enumerate(pieces):
+            if index in skip_parts:
+                continue
+            if piece.file is not None:
+                assert self._files is not None
+                loaded = await asyncio.to_thread(self._files.read, piece.file)
+                if loaded is None:
+                    log.info(
+                        "delivery_file_skipped",
+                        message_id=message.message_id,
+                        artifact=piece.file.artifact,
+                        reason="missing or over tools.artifacts.send_file_max_bytes",
+                    )
+                    continue
+                piece = replace(piece, file=loaded)
             outcome = await self._send_with_retry(channel, piece, index, attempts)
-            if outcome != "sent":
+            if outcome != "sent" and piece.file is not None:
+                # The reply's link still leads to the file: a file the platform refuses does
+                # not make the reply undelivered.
+                log.warning("delivery_file_failed", message_id=message.message_id, part=index)
+            elif outcome != "sent":
                 status = outcome
                 break
             if index < last:  # the platform has it: on disk before the next part is tried
@@ -174,6 +232,7 @@ class Outbox:
                 row.content,
                 row.id,
                 row.kind,
+                files=files_of(row),
             )
             delivered += await self.deliver(message, skip_parts=skip) == "sent"
         return delivered

@@ -9,6 +9,7 @@ fires briefings into the inbox), so those links are late-bound closures here and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +34,7 @@ from bruce_bot.inbox import Inbox
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
-from bruce_bot.outbox import Outbox
+from bruce_bot.outbox import FileSending, Outbox
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
@@ -41,6 +42,7 @@ from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
 from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.artifacts import artifact_file
 from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
@@ -145,6 +147,15 @@ class _BriefingListener:
             await self._tasks.briefing_finished(run_id, error is None, error)
 
 
+def _file_sending(config: Config) -> FileSending | None:
+    """Replies carry the artifacts their turn saved as files, up to the configured size."""
+    artifacts = config.tools.artifacts
+    if not artifacts.enabled or artifacts.send_file_max_bytes == 0:
+        return None
+    locate = functools.partial(artifact_file, config.app.data_dir / "artifacts")
+    return FileSending(locate, artifacts.send_file_max_bytes)
+
+
 def _task_service(
     config: Config,
     database: Database,
@@ -214,7 +225,14 @@ def build_parts(
     platform = build_channels(config) if overrides.channels is None else list(overrides.channels)
     adapters = ([web_channel] if web_channel is not None else []) + platform
     channels = {adapter.name: adapter for adapter in adapters}
-    outbox = Outbox(stores.messages, stores.deliveries, stores.sessions, channels, shared=shared)
+    outbox = Outbox(
+        stores.messages,
+        stores.deliveries,
+        stores.sessions,
+        channels,
+        shared=shared,
+        files=_file_sending(config),
+    )
     brain = _brain(config, llm, stores, library)
     inbox = Inbox(
         stores,

@@ -42,6 +42,7 @@ from bruce_bot.domain import (
     DeliveryStatus,
     MessageKind,
     MessageStatus,
+    OutboundFile,
     OutboundMessage,
     SystemPrompt,
     utcnow,
@@ -55,6 +56,7 @@ from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.summaries import Summary
 from bruce_bot.storage.tasks import RUN_KEY
+from bruce_bot.tools.artifacts import ARTIFACT_TOOL, saved_artifact
 from bruce_bot.tools.proactive import SCHEDULING_TOOLS
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
 
@@ -141,6 +143,7 @@ class _Turn:
     recorder: AuditRecorder
     resumed: ResumedRounds
     context: ToolContext
+    files: tuple[OutboundFile, ...] = ()  # artifacts saved by the answer, sent with the reply
 
     @property
     def ids(self) -> list[int]:
@@ -149,6 +152,19 @@ class _Turn:
     @property
     def title(self) -> str:
         return next((str(i.metadata["title"]) for i in self.batch if i.metadata.get("title")), "")
+
+
+def saved_files(run: AgentRun) -> tuple[OutboundFile, ...]:
+    """The artifacts the run saved, in order, each once: the outbox sends them with the reply
+    where the channel takes files (`tools.artifacts.send_file_max_bytes`)."""
+    files: dict[str, OutboundFile] = {}
+    for execution in run.executions:
+        if execution.call.name != ARTIFACT_TOOL or execution.result.is_error:
+            continue
+        saved = saved_artifact(execution.result.content)
+        if saved is not None:
+            files.setdefault(saved.artifact, saved)
+    return tuple(files.values())
 
 
 class TurnRunner:
@@ -181,7 +197,13 @@ class TurnRunner:
         reply, status, shortened = await self._reply(turn)
         reply_kind: MessageKind = turn.kind.reply_kind if status == "done" else "notice"
         message_id, at = await self._stores.messages.finish_turn(
-            session.id, turn.ids, status, reply, reply_kind, turn.recorder.llm_calls
+            session.id,
+            turn.ids,
+            status,
+            reply,
+            reply_kind,
+            turn.recorder.llm_calls,
+            files=turn.files,
         )
         self._stores.sessions.touch(session.id, at)
         delivery: DeliveryStatus = "sent"
@@ -194,6 +216,7 @@ class TurnRunner:
                     message_id,
                     reply_kind,
                     batch[-1].metadata,
+                    files=turn.files,
                 )
             )
         answered = status == "done"
@@ -244,6 +267,7 @@ class TurnRunner:
             async with self._typing(session):
                 run, shortened = await self._answer(turn)
             self._outages.recovered(session.id)
+            turn.files = saved_files(run)
             return turn.kind.titled(turn.title, run.text.strip() or NO_ANSWER), "done", shortened
         except Exception as exc:
             notice = notice_for(exc, session.id)

@@ -81,6 +81,7 @@ MAX_RESTART_DELAY_SECONDS = 60.0
 class DiscordChannel:
     name = DISCORD_CHANNEL
     max_message_chars = MAX_MESSAGE_CHARS
+    sends_files = True  # the outbox sends a reply's artifacts as attachments (see outbox.py)
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ later, or never.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import aiohttp
@@ -49,7 +50,11 @@ class DiscordSender:
         view = choice_view(message.choices)
         try:
             channel = await self.channel(client, channel_id)
-            sent = await channel.send(message.text, view=view)
+            if message.file is not None:  # an artifact sent with its reply, as an attachment
+                upload = discord.File(io.BytesIO(message.file.data), filename=message.file.filename)
+                sent = await channel.send(file=upload)
+            else:
+                sent = await channel.send(message.text, view=view)
         except Exception as exc:
             if client.is_closed():  # closed under our feet (stop, restart): try again later
                 raise DeliveryError("the Discord client closed during the send") from exc

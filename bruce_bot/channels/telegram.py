@@ -91,6 +91,7 @@ RECONNECT_MAX_DELAY_SECONDS = 60.0
 class TelegramChannel:
     name = TELEGRAM_CHANNEL
     max_message_chars = MAX_MESSAGE_CHARS
+    sends_files = True  # the outbox sends a reply's artifacts as documents (see outbox.py)
 
     def __init__(
         self, config: TelegramConfig, *, clock: Callable[[], float] = time.monotonic

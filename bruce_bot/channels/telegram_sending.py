@@ -19,6 +19,7 @@ from telegram import (
     CallbackQuery,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    InputFile,
     Message,
     ReplyParameters,
 )
@@ -44,7 +45,7 @@ from bruce_bot.channels.telegram_markup import (
     render_pieces,
 )
 from bruce_bot.channels.telegram_messages import address_of
-from bruce_bot.domain import Choice, OutboundMessage
+from bruce_bot.domain import Choice, OutboundFile, OutboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +63,9 @@ class TelegramSender:
 
     async def send(self, message: OutboundMessage) -> None:
         address = _parse(message.chat_id)
+        if message.file is not None:
+            await self.send_file(address, message.file)
+            return
         part = int(message.metadata.get("part", 0))
         reply_to = message.metadata.get("reply_to") if part == 0 else None
         pieces = render_pieces(message.text)
@@ -75,6 +79,19 @@ class TelegramSender:
         buttons = _keyboard(message.choices)
         await self.send_pieces(address, pieces[done:], reply_to, delivered, buttons)
         self._delivered.forget(key)
+
+    async def send_file(self, address: ChatAddress, file: OutboundFile) -> None:
+        """A file as a document (an artifact sent with its reply); the bytes are in `file`."""
+        bot = self._bot()
+        try:
+            await bot.send_document(
+                chat_id=address.chat_id,
+                document=InputFile(file.data, filename=file.filename, attach=True),
+                message_thread_id=address.thread_id,
+                disable_content_type_detection=True,
+            )
+        except TelegramError as exc:
+            raise self._delivery_error(exc) from None
 
     async def typing(self, chat_id: str) -> None:
         bot = self._bot()

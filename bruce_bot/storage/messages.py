@@ -21,6 +21,7 @@ from bruce_bot.domain import (
     LLMCallRecord,
     MessageKind,
     MessageStatus,
+    OutboundFile,
     Role,
     utcnow,
 )
@@ -43,6 +44,23 @@ class StoredMessage:
 
 
 ANSWERS = "answers"  # key of a reply's `extra`: the ids of the user messages it answers
+FILES = "files"  # key of a reply's `extra`: the artifacts sent with it (`OutboundFile`s)
+
+
+def file_ref(file: OutboundFile) -> dict[str, str]:
+    return {"artifact": file.artifact, "filename": file.filename, "type": file.content_type}
+
+
+def files_of(message: StoredMessage) -> tuple[OutboundFile, ...]:
+    """The files a stored reply goes with (see `finish_turn`); malformed entries are skipped."""
+    refs = (message.extra or {}).get(FILES)
+    if not isinstance(refs, list):
+        return ()
+    return tuple(
+        OutboundFile(str(ref["artifact"]), str(ref["filename"]), str(ref["type"]))
+        for ref in refs
+        if isinstance(ref, dict) and {"artifact", "filename", "type"} <= ref.keys()
+    )
 
 
 def usage_row(session_id: int | None, record: LLMCallRecord, at: datetime) -> dict[str, Any]:
@@ -377,21 +395,29 @@ class MessageStore:
         reply: str | None,
         reply_kind: MessageKind,
         usage: Sequence[LLMCallRecord] = (),
+        *,
+        files: Sequence[OutboundFile] = (),
     ) -> tuple[int | None, datetime]:
         """Store the reply, settle the inbound messages and record usage, in one commit.
 
         The reply remembers the messages it answers (`extra["answers"]`): messages that arrived
-        during the turn have lower ids than the reply, yet come after it in the conversation.
+        during the turn have lower ids than the reply, yet come after it in the conversation,
+        and the files that go with it (`extra["files"]`), so a redelivery sends them too.
         Without a reply (a failure the chat was already told about) only the rest is stored.
         """
         now = utcnow()
+        extra: dict[str, Any] = {}
+        if inbound_ids:
+            extra[ANSWERS] = list(inbound_ids)
+        if files:
+            extra[FILES] = [file_ref(file) for file in files]
         reply_row = {
             "session_id": session_id,
             "role": "assistant",
             "kind": reply_kind,
             "content": reply,
             "status": "pending",
-            "extra": {ANSWERS: list(inbound_ids)} if inbound_ids else None,
+            "extra": extra or None,
             "created_at": now,
             **self._claimant.stamp(),
         }

@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from bruce_bot.domain import OutboundFile
 from bruce_bot.storage.artifacts import ArtifactStore
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
 
@@ -94,6 +95,23 @@ def artifact_file(root: Path, artifact_uuid: str, filename: str) -> Path | None:
     return path
 
 
+SAVED = "Artifact saved at {base}/artifacts/{uuid}/{filename}"
+_SAVED_LINK = re.compile(r"^Artifact saved at \S*/artifacts/([0-9a-f-]{36})/([^/\s]+)$")
+
+
+def saved_artifact(result: str) -> OutboundFile | None:
+    """The artifact a successful `artifact_save` result names (what `execute` returns), so a
+    turn can send the file along with its reply; None for any other text."""
+    match = _SAVED_LINK.match(result.strip())
+    if match is None or artifact_file(Path("/"), match[1], match[2]) is None:
+        return None
+    try:
+        content_type = content_type_of(match[2])
+    except KeyError:
+        return None
+    return OutboundFile(match[1], match[2], content_type)
+
+
 def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, mode=0o750)
     with open(path, "xb") as file:  # x: never overwrite
@@ -102,8 +120,11 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(file.fileno())
 
 
+ARTIFACT_TOOL = "artifact_save"
+
+
 class ArtifactSaveTool(Tool):
-    name = "artifact_save"
+    name = ARTIFACT_TOOL
     description = (
         "Save a file for the user (an HTML report or dashboard, Markdown, text, CSV, JSON or SVG) "
         "and get a link to it. Put the complete document in 'content'. Returns 'Artifact saved "
@@ -176,4 +197,4 @@ class ArtifactSaveTool(Tool):
             size_bytes=len(data),
             session_id=context.session_id,
         )
-        return f"Artifact saved at {self.public_url}/artifacts/{artifact_uuid}/{filename}"
+        return SAVED.format(base=self.public_url, uuid=artifact_uuid, filename=filename)

@@ -62,6 +62,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
+import aiohttp
 from aiohttp import WSMsgType, web
 
 API_PREFIX = "/api/v10"
@@ -106,6 +107,24 @@ def user_payload(
         "bot": bot,
         "public_flags": 0,
     }
+
+
+async def _message_body(request: web.Request) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
+    """A message create's JSON and its files: discord.py posts plain JSON, or, with files,
+    multipart/form-data with a `payload_json` part and one `files[n]` part per file."""
+    if not request.content_type.startswith("multipart/"):
+        return await request.json(), []
+    body: dict[str, Any] = {}
+    files: list[tuple[str, bytes]] = []
+    reader = await request.multipart()
+    async for part in reader:
+        if not isinstance(part, aiohttp.BodyPartReader):
+            continue
+        if part.name == "payload_json":
+            body = json.loads(await part.text())
+        elif part.name and part.name.startswith("files["):
+            files.append((part.filename or "file", bytes(await part.read())))
+    return body, files
 
 
 def _now_iso() -> str:
@@ -164,6 +183,8 @@ class FakeDiscordServer:
         self.bot = user_payload(self.BOT_ID, "Bruce", bot=True)
         # What happened, for assertions.
         self.sent: list[dict[str, Any]] = []  # messages the bot posted, in order
+        # files the bot attached to its messages: (channel id, file name, bytes), in order
+        self.uploads: list[tuple[int, str, bytes]] = []
         self.send_attempts = 0
         self.typing: dict[int, int] = {}
         self.rest_requests: list[tuple[str, str]] = []
@@ -584,10 +605,10 @@ class FakeDiscordServer:
             return _failure_response(failure)
         if channel_id not in self._channels:
             return _json({"message": "Unknown Channel", "code": 10003}, 404)
-        body = await request.json()
+        body, files = await _message_body(request)
         content = body.get("content") or ""
         components = body.get("components") or []
-        if not content.strip() and not body.get("embeds"):
+        if not content.strip() and not body.get("embeds") and not files:
             return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
         refusal = _components_refusal(components)
         if refusal is not None:
@@ -616,6 +637,18 @@ class FakeDiscordServer:
         )
         message.pop("member", None)
         message["components"] = components
+        message["attachments"] = [
+            {
+                "id": str(self._snowflake()),
+                "filename": name,
+                "size": len(data),
+                "url": f"https://cdn.discordapp.com/attachments/{channel_id}/{index}/{name}",
+                "proxy_url": f"https://media.discordapp.net/attachments/{channel_id}/{index}/{name}",
+            }
+            for index, (name, data) in enumerate(files)
+        ]
+        for name, data in files:
+            self.uploads.append((channel_id, name, data))
         self._messages[int(message["id"])] = message
         self.sent.append({**message, "allowed_mentions": body.get("allowed_mentions")})
         await self._changed_now()

@@ -109,6 +109,10 @@ BOT_ID = 999_000
 BOT_USERNAME = "bruce_test_bot"
 # The bot that made the request being served (its `base_url_for` name; None: the plain base_url).
 _CLIENT: ContextVar[str | None] = ContextVar("telegram_fake_client", default=None)
+# The files of the multipart request being handled: field name -> (file name, bytes).
+_FILES: ContextVar[dict[str, tuple[str, bytes]] | None] = ContextVar(
+    "telegram_fake_files", default=None
+)
 
 # Telegram's HTML subset: tag -> allowed attributes.
 _ALLOWED_TAGS: dict[str, set[str]] = {
@@ -229,6 +233,17 @@ class SentMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class SentDocument:
+    """A file the bot sent with sendDocument, as the fake received it (multipart upload)."""
+
+    chat_id: int
+    message_id: int
+    filename: str
+    data: bytes
+    thread_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class WebhookPost:
     """One try of the load balancer (`balance_webhook`) to deliver an update."""
 
@@ -259,6 +274,7 @@ class FakeTelegramServer:
             "supports_inline_queries": False,
         }
         self.sent: dict[int, list[SentMessage]] = {}
+        self.documents: dict[int, list[SentDocument]] = {}  # sendDocument uploads, per chat
         self.chat_actions: list[tuple[int, str]] = []
         self.my_commands: list[dict[str, str]] | None = None
         self.calls: list[tuple[str, dict[str, str]]] = []
@@ -847,6 +863,37 @@ class FakeTelegramServer:
         sent.answered_at = time.time()
         return self._pressed_message(sent)
 
+    async def _api_sendDocument(self, params: dict[str, str]) -> Any:
+        chat_id = self._known_chat(params)
+        document = params.get("document", "")
+        # An upload is sent as `attach://<name>` with the file in the part of that name (PTB's
+        # InputFile(attach=True)) or as the file part `document` itself.
+        name = document.removeprefix("attach://") if document.startswith("attach://") else ""
+        upload = (_FILES.get() or {}).get(name or "document")
+        if upload is None:
+            raise _APIError(400, "Bad Request: there is no document in the request")
+        filename, data = upload
+        if not data:
+            raise _APIError(400, "Bad Request: file must be non-empty")
+        thread = params.get("message_thread_id")
+        message_id = next(self._message_ids)
+        self.documents.setdefault(chat_id, []).append(
+            SentDocument(chat_id, message_id, filename, data, int(thread) if thread else None)
+        )
+        self._notify()
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": self._chats[chat_id],
+            "from": self.bot,
+            "document": {
+                "file_id": f"BQACAgIAAxkBAAI{message_id}",
+                "file_unique_id": f"AgAD{message_id}",
+                "file_name": filename,
+                "file_size": len(data),
+            },
+        }
+
     async def _api_answerCallbackQuery(self, params: dict[str, str]) -> Any:
         query_id = params.get("callback_query_id", "")
         if query_id not in self._queries:
@@ -1104,6 +1151,13 @@ async def _params(request: web.Request) -> dict[str, str]:
     elif request.can_read_body:
         form = await request.post()
         params.update({key: value for key, value in form.items() if isinstance(value, str)})
+        _FILES.set(
+            {
+                key: (value.filename, value.file.read())
+                for key, value in form.items()
+                if isinstance(value, web.FileField)
+            }
+        )
     return params
 
 
