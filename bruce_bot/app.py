@@ -271,6 +271,11 @@ class Bruce:
             await parts.llm.aclose()
         except Exception as exc:
             log.debug("llm_close_failed", error=repr(exc))
+        if parts.transcriber is not None:
+            try:
+                await parts.transcriber.aclose()
+            except Exception as exc:
+                log.debug("transcriber_close_failed", error=repr(exc))
         await parts.feed.stop()
         await parts.database.dispose()
 
