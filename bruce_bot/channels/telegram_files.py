@@ -24,14 +24,14 @@ def attachments_of(message: Message) -> tuple[Attachment, ...]:
     """The files Bruce can read in `message` (empty: none, or only kinds it cannot read)."""
     if message.photo:
         best = max(message.photo, key=lambda size: size.width * size.height)
-        return (Attachment("image", best.file_id, "photo.jpg", "image/jpeg", best.file_size),)
+        return (Attachment("image", best.file_id, "", "image/jpeg", best.file_size),)
     if message.voice is not None:
         voice = message.voice
         return (
             Attachment(
                 "audio",
                 voice.file_id,
-                "voice.ogg",
+                "",
                 voice.mime_type or "audio/ogg",
                 voice.file_size,
                 _seconds(voice.duration),

@@ -58,13 +58,13 @@ SWEEP_EVERY_SECONDS = 3600.0
 TRANSCRIPT_SHOWN_CHARS = 500
 NO_TRANSCRIPTION = (
     "I can't listen to voice messages yet: no transcription service is set up. To switch it "
-    "on, add a `transcription:` section to config.yml with the `base_url` (and `api_key`) of an "
+    "on, add a transcription: section to config.yml with the base_url (and api_key) of an "
     "OpenAI-compatible /v1/audio/transcriptions endpoint (OpenAI's Whisper API, or a local "
     "faster-whisper-server or whisper.cpp server), then restart me. Meanwhile, please write."
 )
 BLIND_MODEL = (
     "I can't see pictures with the current model ({model}). If it can see images, set "
-    "`llm.vision: on` in config.yml; or switch to a model that can (Claude, gpt-4o, llava, "
+    "llm.vision: on in config.yml; or switch to a model that can (Claude, gpt-4o, llava, "
     "qwen2.5-vl...). Meanwhile, please describe it in words."
 )
 
@@ -129,9 +129,9 @@ class MediaStep:
             images = self._settings.vision and current
             if images:
                 prepared.images[row.id] = await self._images_of(row)
+            if current:  # the user's own words, or a file the model can read
+                speaking = speaking or bool(row.content.strip()) or _any_read(row)
             text = model_text(row, data_dir, images_shown=images)
-            if current:
-                speaking = speaking or bool(text.strip()) or bool(prepared.images.get(row.id))
             prepared.stored.append(dataclasses.replace(row, content=text))
         has_plain = any(r.id in batch_ids and not attachments_of(r) for r in stored)
         prepared.answerable = speaking or has_plain or not prepared.notes
@@ -329,6 +329,10 @@ def sweep(root: Path, older_than: float) -> int:
         except OSError:  # gone meanwhile, or not ours to delete: the next sweep sees it
             continue
     return removed
+
+
+def _any_read(row: StoredMessage) -> bool:
+    return any(attachment.get("state") == READY for attachment in attachments_of(row))
 
 
 def _attachment(record: dict[str, Any]) -> Attachment:

@@ -293,6 +293,9 @@ class FakeTelegramServer:
         self._root_url = ""
         self._push_task: asyncio.Task[None] | None = None
         self._wakers: set[asyncio.Task[None]] = set()
+        # Files users sent, by file_id: (file_path, bytes, size Telegram reports)
+        self.files: dict[str, tuple[str, bytes, int]] = {}
+        self.downloads: list[str] = []  # file paths downloaded, in order
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -300,6 +303,7 @@ class FakeTelegramServer:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_route("*", "/client/{client}/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -403,6 +407,14 @@ class FakeTelegramServer:
             "title": old.get("title"),
             "type": "supergroup",
         }
+
+    def add_file(
+        self, file_id: str, data: bytes, file_path: str, *, reported_size: int | None = None
+    ) -> None:
+        """A file a user sent, served by getFile and the file URL (`reported_size`: what
+        getFile says, for files too big to hold in a test)."""
+        size = len(data) if reported_size is None else reported_size
+        self.files[file_id] = (file_path, data, size)
 
     # ---- building updates --------------------------------------------------------------------
 
@@ -914,6 +926,36 @@ class FakeTelegramServer:
         if reply_to is not None:
             return self._threads.get((chat_id, reply_to))
         return None
+
+    async def _api_getFile(self, params: dict[str, str]) -> Any:
+        """As the Bot API: a File with its file_path, valid for an hour; files over 20 MB are
+        refused ("file is too big"), unknown ids too."""
+        file_id = params.get("file_id", "")
+        known = self.files.get(file_id)
+        if known is None:
+            raise _APIError(
+                400, "Bad Request: wrong file_id or the file is temporarily unavailable"
+            )
+        path, _, size = known
+        if size > 20 * 1024 * 1024:
+            raise _APIError(400, "Bad Request: file is too big")
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u-{file_id[-8:]}",
+            "file_size": size,
+            "file_path": path,
+        }
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        path = request.match_info["path"]
+        self.downloads.append(path)
+        self._notify()
+        for known_path, data, _ in self.files.values():
+            if known_path == path:
+                return web.Response(body=data, content_type="application/octet-stream")
+        return _error(404, "Not Found")
 
     async def _api_sendChatAction(self, params: dict[str, str]) -> Any:
         chat_id = self._known_chat(params)

@@ -1,0 +1,372 @@
+"""Pictures, voice notes and documents end to end: recorded Telegram payloads
+(tests/fixtures/telegram/) replayed through the fake Bot API to the real python-telegram-bot in
+a running Bruce; the files fetched through getFile and the file URL as the real Bot API serves
+them; the fake Anthropic (or OpenAI) server as the model, checking image blocks as the real API
+does; the fake transcription server for voice notes. Each test checks what the user sees and
+what the model was shown. Waits are for conditions, with deadlines."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from bruce_bot.media.preparation import NO_TRANSCRIPTION
+from tests.conftest import make_config, running_bruce, wait_until
+from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
+from tests.fakes.openai_server import FakeOpenAIServer, FakeTranscriptionServer
+from tests.fakes.openai_server import images_of as openai_images_of
+from tests.fakes.telegram_server import FakeTelegramServer, load_fixture
+from tests.integration.support import messages_of, untrusted_body, user_texts
+from tests.integration.test_telegram import ALICE, WITHIN
+
+TELOXIDE_USER = 250918540  # the private chat of teloxide's captures (and of the PTB-built ones)
+PHOTO_LARGEST = "AgADAgAD36sxG-PX0UvQSXIn9rccdw-ACA4ABAEAAwIAA3kAAyTcBAABFgQ"  # 962×719
+VOICE_ID = "5a3128a4d2a04750b5b58397f3b5e812"
+PDF_ID = "BQACAgIAAxkBAAIDZmVpdf0001"
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+def jpeg(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 40)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(out, "JPEG")
+    return out.getvalue()
+
+
+def text_pdf(*lines: str) -> bytes:
+    """A one-page PDF whose page draws `lines` in Helvetica (what any PDF writer produces for
+    plain text), with a correct cross-reference table."""
+    stream = (
+        "BT /F1 12 Tf 72 720 Td 14 TL "
+        + " ".join(f"({line.replace('(', '[').replace(')', ']')}) '" for line in lines)
+        + " ET"
+    )
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        "/Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += "".join(f"{offset:010d} 00000 n \n" for offset in offsets).encode()
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    )
+    return bytes(out)
+
+
+def echo(body: dict[str, Any]) -> str:
+    return f"You said: {last_user_text(body)}"
+
+
+def config(tmp_path: Path, telegram: FakeTelegramServer, llm_url: str, **overrides: Any) -> Any:
+    channel = {
+        "enabled": True,
+        "token": telegram.token,
+        "base_url": telegram.base_url,
+        "allowed_user_ids": [ALICE.id],
+    }
+    return make_config(
+        tmp_path,
+        llm_url,
+        web={"enabled": False},
+        channels={"telegram": channel},
+        **overrides,
+    )
+
+
+def replay(telegram: FakeTelegramServer, fixture: str, **fields: Any) -> None:
+    telegram.replay(load_fixture(fixture), ids={TELOXIDE_USER: ALICE.id}, **fields)
+
+
+def attachment_records(tmp_path: Path) -> list[dict[str, Any]]:
+    rows = messages_of(tmp_path, "user")
+    return [
+        a for row in rows for a in (json.loads(row["extra"] or "null") or {}).get("attachments", [])
+    ]
+
+
+# ---- pictures --------------------------------------------------------------------------------
+
+
+async def test_a_telegram_photo_reaches_claude_as_an_image_block_with_its_caption(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    telegram.add_file(PHOTO_LARGEST, jpeg(3000, 2000), "photos/file_7.jpg")
+    async with FakeAnthropicServer(responder=echo) as llm:
+        async with running_bruce(config(tmp_path, telegram, llm.base_url)):
+            replay(telegram, "teloxide_photo_private", caption="is this a heron?")
+            [answer] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert answer.plain == "You said: is this a heron?"
+            [(media_type, data)] = images_of(llm.requests[0])
+            seen = Image.open(io.BytesIO(data))
+            # The largest PhotoSize was fetched, downscaled to Claude's advised 1568 px edge.
+            assert (media_type, seen.format, seen.size) == ("image/jpeg", "JPEG", (1568, 1045))
+            assert telegram.downloads == ["photos/file_7.jpg"]
+            first = llm.requests[0]["messages"][-1]["content"]
+            assert [block["type"] for block in first][:2] == ["image", "text"]
+            # The next turn shows an earlier picture as a note, and never fetches it again.
+            telegram.private_text(ALICE, "and what colour is it?")
+            await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
+            assert images_of(llm.requests[1]) == []
+            assert any(
+                "picture" in text and "earlier" in text for text in user_texts(llm.requests[1])
+            )
+            assert telegram.downloads == ["photos/file_7.jpg"]
+    [record] = attachment_records(tmp_path)
+    assert record["state"] == "ready"
+    assert (tmp_path / record["file"]).is_file()
+
+
+async def test_a_photo_for_a_model_that_cannot_see_gets_an_honest_reply(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    telegram.add_file(PHOTO_LARGEST, jpeg(962, 719), "photos/file_7.jpg")
+    async with FakeAnthropicServer(responder=echo) as llm:
+        settings = config(tmp_path, telegram, llm.base_url, llm={"vision": "off"})
+        async with running_bruce(settings):
+            replay(telegram, "teloxide_photo_private")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert "can't see pictures" in reply.plain and "llm.vision: on" in reply.plain
+            assert llm.requests == []  # nothing the model could use: it was not asked
+            assert telegram.downloads == []
+            # With a caption, the words are answered and the user still hears why.
+            replay(telegram, "teloxide_photo_private", caption="what bird is this?")
+            [_, answer] = await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
+            assert "can't see pictures" in answer.plain
+            assert "You said: what bird is this?" in answer.plain
+            assert images_of(llm.requests[0]) == []
+
+
+async def test_vision_auto_by_model_name_keeps_pictures_from_a_text_only_model(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    async with FakeAnthropicServer(responder=echo) as llm:
+        settings = config(tmp_path, telegram, llm.base_url, llm={"model": "text-davinci-003"})
+        async with running_bruce(settings):
+            replay(telegram, "teloxide_photo_private")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+    assert "text-davinci-003" in reply.plain and "can't see pictures" in reply.plain
+
+
+async def test_an_album_without_words_is_one_message_with_its_three_pictures(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    album = load_fixture("album_without_caption")
+    for size in album[0]["message"]["photo"]:
+        telegram.add_file(size["file_id"], jpeg(size["width"], size["height"]), "photos/a.jpg")
+    async with FakeAnthropicServer(responder=lambda body: "Three pictures.") as llm:
+        async with running_bruce(config(tmp_path, telegram, llm.base_url)):
+            telegram.replay(album, ids={521070000: ALICE.id})
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert reply.plain == "Three pictures."
+    [request] = llm.requests
+    assert len(images_of(request)) == 3
+    assert user_texts(request) == ["[album of 3 photos]"]
+
+
+async def test_a_picture_sent_as_a_file_is_read_as_a_picture(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    out = io.BytesIO()
+    Image.new("RGBA", (300, 300), (0, 0, 255, 128)).save(out, "PNG")
+    telegram.add_file(VOICE_ID, out.getvalue(), "documents/file_1.png")  # PTB's document id
+    async with FakeAnthropicServer(responder=echo) as llm:
+        async with running_bruce(config(tmp_path, telegram, llm.base_url)):
+            replay(telegram, "ptb_document_image_private")
+            await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+    [(media_type, _)] = images_of(llm.requests[0])
+    assert media_type == "image/png"  # transparency kept
+
+
+async def test_a_damaged_picture_gets_a_reply_saying_so(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    telegram.add_file(PHOTO_LARGEST, b"\xff\xd8\xff\xe0 not really a jpeg", "photos/file_7.jpg")
+    async with FakeAnthropicServer(responder=echo) as llm:
+        async with running_bruce(config(tmp_path, telegram, llm.base_url)):
+            replay(telegram, "teloxide_photo_private")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert reply.plain.startswith("⚠️ I couldn't read your picture")
+            assert llm.requests == []
+
+
+async def test_the_openai_provider_gets_the_photo_as_an_image_url(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    telegram.add_file(PHOTO_LARGEST, jpeg(962, 719), "photos/file_7.jpg")
+    async with FakeOpenAIServer(responder=lambda body: "A heron.") as llm:
+        settings = config(
+            tmp_path, telegram, llm.base_url, llm={"provider": "openai", "model": "gpt-4o"}
+        )
+        async with running_bruce(settings):
+            replay(telegram, "teloxide_photo_private", caption="what is it?")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+    assert reply.plain == "A heron."
+    [image] = openai_images_of(llm.requests[0])
+    assert Image.open(io.BytesIO(image)).size == (962, 719)
+    user = llm.requests[0]["messages"][-1]
+    assert user["content"][0]["type"] == "text" and user["content"][0]["text"].startswith(
+        "what is it?"
+    )
+
+
+# ---- documents -------------------------------------------------------------------------------
+
+
+async def test_a_pdfs_text_reaches_the_model_as_untrusted_content_with_its_name(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    pdf = text_pdf("ACME Ltd. Invoice 2019-09", "Total: 42.00 EUR")
+    telegram.add_file(PDF_ID, pdf, "documents/file_3.pdf")
+    async with FakeAnthropicServer(responder=lambda body: "The total is 42.00 EUR.") as llm:
+        async with running_bruce(config(tmp_path, telegram, llm.base_url)):
+            replay(telegram, "built_document_pdf_private")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+    assert reply.plain == "The total is 42.00 EUR."
+    [text] = user_texts(llm.requests[0])
+    caption, document = text.split("\n\n", 1)
+    assert caption == "What is the total on this invoice?"
+    body = untrusted_body(document, "document invoice-2019-09.pdf")
+    assert 'Document "invoice-2019-09.pdf"' in body and "Total: 42.00 EUR" in body
+
+
+async def test_a_long_text_file_is_cut_with_a_note(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    message = load_fixture("built_document_pdf_private")
+    message["document"] = {
+        "file_name": "notes.md",
+        "mime_type": "text/markdown",
+        "file_id": "BQACAgIAAxkBAAIDZmVmd0001",
+        "file_unique_id": "AgADmd0001",
+        "file_size": 5000,
+    }
+    message.pop("caption")
+    telegram.add_file("BQACAgIAAxkBAAIDZmVmd0001", ("# Notes\n" + "x" * 4992).encode(), "d/n.md")
+    async with FakeAnthropicServer(responder=lambda body: "Noted.") as llm:
+        settings = config(tmp_path, telegram, llm.base_url, documents={"max_chars": 1000})
+        async with running_bruce(settings):
+            telegram.replay(message, ids={TELOXIDE_USER: ALICE.id})
+            await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+    [document] = user_texts(llm.requests[0])
+    assert "# Notes" in document and "only the first 1000 are shown" in document
+
+
+async def test_an_unsupported_or_too_large_document_gets_a_reply_naming_the_type_or_limit(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    docx = load_fixture("built_document_pdf_private")
+    docx["document"] = {
+        "file_name": "letter.docx",
+        "mime_type": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "file_id": "BQACAgIAAxkBAAIDZmVkocx01",
+        "file_unique_id": "AgADdocx01",
+        "file_size": 20480,
+    }
+    docx.pop("caption")
+    huge = load_fixture("built_document_pdf_private")
+    huge["document"] = {**huge["document"], "file_size": 30_000_000}
+    huge.pop("caption")
+    async with FakeAnthropicServer(responder=echo) as llm:
+        async with running_bruce(config(tmp_path, telegram, llm.base_url)):
+            telegram.replay(docx, ids={TELOXIDE_USER: ALICE.id})
+            [unsupported] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            telegram.replay(huge, ids={TELOXIDE_USER: ALICE.id})
+            [_, too_large] = await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
+            assert llm.requests == []
+    assert ".docx" in unsupported.plain and "PDF, plain text, Markdown, CSV and JSON" in (
+        unsupported.plain
+    )
+    assert "30.0 MB" in too_large.plain and "up to 20.0 MB" in too_large.plain
+    assert telegram.downloads == []
+    assert [row["status"] for row in messages_of(tmp_path, "user")] == ["done", "done"]
+
+
+# ---- voice -----------------------------------------------------------------------------------
+
+
+def with_transcription(server: FakeTranscriptionServer) -> dict[str, Any]:
+    return {"transcription": {"base_url": server.base_url, "model": "whisper-1", "language": "en"}}
+
+
+async def test_a_voice_note_is_transcribed_and_answered_with_the_transcript_shown(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    telegram.add_file(VOICE_ID, b"OggS\x00\x02fake opus", "voice/file_9.oga")
+    async with (
+        FakeTranscriptionServer("What's the weather like tomorrow?") as whisper,
+        FakeAnthropicServer(responder=lambda body: "Sunny, 24 °C.") as llm,
+    ):
+        settings = config(tmp_path, telegram, llm.base_url, **with_transcription(whisper))
+        async with running_bruce(settings):
+            replay(telegram, "ptb_voice_private")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+    assert reply.plain == "🎤 “What's the weather like tomorrow?”\n\nSunny, 24 °C."
+    [upload] = whisper.requests
+    assert (upload.file_name, upload.content_type, upload.data) == (
+        "voice.ogg",
+        "audio/ogg",
+        b"OggS\x00\x02fake opus",
+    )
+    assert (upload.model, upload.language) == ("whisper-1", "en")
+    assert user_texts(llm.requests[0]) == [
+        "[Voice message, transcribed]\nWhat's the weather like tomorrow?"
+    ]
+    [row] = messages_of(tmp_path, "user")
+    assert row["content"] == "What's the weather like tomorrow?"  # what the user said, kept
+
+
+async def test_a_voice_note_without_transcription_set_up_says_how_to_set_it_up(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    async with FakeAnthropicServer(responder=echo) as llm:
+        async with running_bruce(config(tmp_path, telegram, llm.base_url)):
+            replay(telegram, "ptb_voice_private")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert llm.requests == []
+    assert reply.plain == NO_TRANSCRIPTION
+    assert "transcription:" in reply.plain and "base_url" in reply.plain
+
+
+async def test_a_voice_note_while_transcription_is_down_is_kept_and_heard_with_the_next_message(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    telegram.add_file(VOICE_ID, b"OggS\x00\x02fake opus", "voice/file_9.oga")
+    async with (
+        FakeTranscriptionServer("Buy oat milk on the way home") as whisper,
+        FakeAnthropicServer(responder=echo) as llm,
+    ):
+        whisper.down()
+        settings = config(tmp_path, telegram, llm.base_url, **with_transcription(whisper))
+        async with running_bruce(settings):
+            replay(telegram, "ptb_voice_private")
+            [sorry] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert "transcription service" in sorry.plain and "try again" in sorry.plain
+            assert llm.requests == []
+            whisper.down(False)
+            telegram.private_text(ALICE, "did you get my voice message?")
+            [_, answer] = await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
+    assert answer.plain.startswith("🎤 “Buy oat milk on the way home”")
+    assert user_texts(llm.requests[0])[0] == (
+        "[Voice message, transcribed]\nBuy oat milk on the way home"
+    )
+    await wait_until(lambda: all(r["status"] == "done" for r in messages_of(tmp_path, "user")))
