@@ -10,6 +10,8 @@ video notes, stickers and the rest are not read (the channel says so). Bytes are
 
 from __future__ import annotations
 
+import warnings
+
 from telegram import Bot, Message
 from telegram.error import BadRequest, NetworkError, TelegramError
 
@@ -22,6 +24,12 @@ BOT_API_DOWNLOAD_LIMIT = 20 * 1024 * 1024
 
 def attachments_of(message: Message) -> tuple[Attachment, ...]:
     """The files Bruce can read in `message` (empty: none, or only kinds it cannot read)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PTB's int-or-timedelta transition warnings (duration)
+        return _attachments_of(message)
+
+
+def _attachments_of(message: Message) -> tuple[Attachment, ...]:
     if message.photo:
         best = max(message.photo, key=lambda size: size.width * size.height)
         return (Attachment("image", best.file_id, "", "image/jpeg", best.file_size),)

@@ -157,8 +157,8 @@ class MediaStep:
         for index in todo[: self._settings.media.max_images_per_message * 2]:
             after, note = await self._process(channel, row, index, updated[index])
             updated[index] = after
-            if note and (current or after.get("state") == READY):
-                notes.append(note)
+            if note and note not in notes and (current or after.get("state") == READY):
+                notes.append(note)  # once: an album's three pictures fail for one reason
             if is_voice_note(after) and after.get("state") == READY:
                 transcripts.append(str(after.get("transcript", "")))
         content = "\n\n".join(part for part in (row.content, *transcripts) if part.strip())

@@ -82,6 +82,8 @@ every update ever queued, by update_id::
 
 from __future__ import annotations
 
+import io
+
 import asyncio
 import contextlib
 import html
@@ -98,6 +100,7 @@ from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
+from PIL import Image
 
 TEXT_LIMIT = 4096  # UTF-16 code units, after entity parsing
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "telegram"
@@ -416,6 +419,15 @@ class FakeTelegramServer:
         size = len(data) if reported_size is None else reported_size
         self.files[file_id] = (file_path, data, size)
 
+    def serve_photos(self, recorded: Any) -> None:
+        """Serve every photo size found in recorded payloads (as a plain JPEG of its size), the
+        way Telegram holds the files a user sent."""
+        for size in _photo_sizes(recorded):
+            width, height = int(size.get("width", 90)), int(size.get("height", 90))
+            out = io.BytesIO()
+            Image.new("RGB", (width, height), (90, 140, 200)).save(out, "JPEG")
+            self.add_file(size["file_id"], out.getvalue(), f"photos/{size['file_id'][-12:]}.jpg")
+
     # ---- building updates --------------------------------------------------------------------
 
     @staticmethod
@@ -499,6 +511,7 @@ class FakeTelegramServer:
         }
         if caption is not None:
             extra["caption"] = caption
+        self.serve_photos(extra)
         return self.queue_message(user.id if chat_id is None else chat_id, chat_type, user, **extra)
 
     def sticker(self, user: FakeUser) -> dict[str, Any]:
@@ -1080,6 +1093,18 @@ class FakeTelegramServer:
                     self._updates = [u for u in self._updates if u is not update]
                     return
             await asyncio.sleep(0.1)
+
+
+def _photo_sizes(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, list):
+        return [size for item in value for size in _photo_sizes(item)]
+    if not isinstance(value, dict):
+        return []
+    found = [size for size in value.get("photo", []) if isinstance(size, dict)]
+    for key, item in value.items():
+        if key != "photo" and isinstance(item, dict | list):
+            found += _photo_sizes(item)
+    return found
 
 
 def _chat_of(update: dict[str, Any]) -> Any:
