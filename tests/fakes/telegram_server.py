@@ -82,11 +82,10 @@ every update ever queued, by update_id::
 
 from __future__ import annotations
 
-import io
-
 import asyncio
 import contextlib
 import html
+import io
 import itertools
 import json
 import random
