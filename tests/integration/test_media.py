@@ -7,12 +7,14 @@ what the model was shown. Waits are for conditions, with deadlines."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from PIL import Image
 
@@ -370,3 +372,36 @@ async def test_a_voice_note_while_transcription_is_down_is_kept_and_heard_with_t
         "[Voice message, transcribed]\nBuy oat milk on the way home"
     )
     await wait_until(lambda: all(r["status"] == "done" for r in messages_of(tmp_path, "user")))
+
+
+# ---- the web chat ----------------------------------------------------------------------------
+
+
+async def test_files_uploaded_in_the_web_chat_reach_the_model(tmp_path: Path) -> None:
+    token = "lDuCtwUktuEDg5VYlefoZ_UGtU5m36jtRGdGLUf8Gbk"
+    auth = {"Authorization": f"Bearer {token}"}
+    files = [
+        {"name": "heron.jpg", "mime_type": "image/jpeg", "data": b64(jpeg(640, 480))},
+        {"name": "list.csv", "mime_type": "text/csv", "data": b64(b"item,qty\nmilk,2\n")},
+    ]
+    async with FakeAnthropicServer(responder=lambda body: "Got them.") as llm:
+        settings = make_config(tmp_path, llm.base_url, web={"auth_token": token})
+        async with (
+            running_bruce(settings) as bruce,
+            httpx.AsyncClient(base_url=str(bruce.web_url), headers=auth, timeout=20) as web,
+        ):
+            posted = await web.post("/api/chat/uploads", json={"text": "see", "files": files})
+            assert posted.status_code == 202, posted.text
+            await wait_until(lambda: llm.requests, WITHIN)
+            listing = (await web.get("/api/chat/messages", params={"wait": 5})).json()
+            bad = await web.post("/api/chat/uploads", json={"files": [{**files[0], "data": "%%"}]})
+    assert listing["messages"][0]["files"] == ["heron.jpg", "list.csv"]
+    [(media_type, _)] = images_of(llm.requests[0])
+    assert media_type == "image/jpeg"
+    [text] = user_texts(llm.requests[0])
+    assert text.startswith("see\n\n") and "milk,2" in text
+    assert bad.status_code == 400 and "base64" in bad.json()["error"]
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
