@@ -105,12 +105,14 @@ class MediaStep:
         transcriber: Transcriber | None,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,  # POSIX time, compared with the files' mtimes
     ) -> None:
         self._settings = settings
         self._messages = messages
         self._sources = sources  # the channels by name; those with files are AttachmentSources
         self._transcriber = transcriber
         self._monotonic = monotonic
+        self._wall = wall
         self._next_sweep = 0.0
 
     async def prepare(
@@ -310,7 +312,7 @@ class MediaStep:
             return
         self._next_sweep = now + SWEEP_EVERY_SECONDS
         removed = await asyncio.to_thread(
-            sweep, self._settings.data_dir / MEDIA_DIR, time.time() - days * 86_400
+            sweep, self._settings.data_dir / MEDIA_DIR, self._wall() - days * 86_400
         )
         if removed:
             log.info("media_expired", files=removed, retention_days=days)
