@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -276,6 +277,8 @@ class TurnRunner:
             log.exception("media_step_failed", session_id=turn.session.id)
             return None
         turn.media, turn.stored = media, media.stored
+        if media.untrusted and not turn.context.untrusted_input:
+            turn.context = dataclasses.replace(turn.context, untrusted_input=True)
         return media
 
     async def _resumed(self, session: SessionRecord, ids: Sequence[int]) -> ResumedRounds:

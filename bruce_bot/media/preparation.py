@@ -87,6 +87,9 @@ class PreparedMedia:
     images: dict[int, tuple[ImagePart, ...]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # shown above the reply
     answerable: bool = True  # False: nothing for the model; the notes are the reply
+    # The model reads outside content (a document, someone else's recording): what it
+    # schedules in this turn waits for the user's yes, as after reading a web page.
+    untrusted: bool = False
 
     def with_preface(self, reply: str) -> str:
         return "\n\n".join([*self.notes, reply]) if self.notes else reply
@@ -134,6 +137,7 @@ class MediaStep:
             if current:  # the user's own words, or a file the model can read
                 speaking = speaking or bool(row.content.strip()) or _any_read(row)
             text = model_text(row, data_dir, images_shown=images)
+            prepared.untrusted = prepared.untrusted or _outside_content(row)
             prepared.stored.append(dataclasses.replace(row, content=text))
         has_plain = any(r.id in batch_ids and not attachments_of(r) for r in stored)
         prepared.answerable = speaking or has_plain or not prepared.notes
@@ -331,6 +335,15 @@ def sweep(root: Path, older_than: float) -> int:
         except OSError:  # gone meanwhile, or not ours to delete: the next sweep sees it
             continue
     return removed
+
+
+def _outside_content(row: StoredMessage) -> bool:
+    return any(
+        a.get("state") == READY
+        and (a.get("kind") == "document" or not is_voice_note(a))
+        and a.get("kind") != "image"
+        for a in attachments_of(row)
+    )
 
 
 def _any_read(row: StoredMessage) -> bool:
