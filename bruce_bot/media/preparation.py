@@ -160,7 +160,7 @@ class MediaStep:
             return row
         updated = [dict(a) for a in attachments]
         transcripts: list[str] = []
-        for index in todo[: self._settings.media.max_images_per_message * 2]:
+        for index in todo:
             after, note = await self._process(channel, row, index, updated[index])
             updated[index] = after
             if note and note not in notes and (current or after.get("state") == READY):
