@@ -548,6 +548,19 @@ class TranscriptionConfig(_Section):
 
     _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
 
+    @field_validator("language")
+    @classmethod
+    def _language_code(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        code = value.strip().lower()
+        if not re.fullmatch(r"[a-z]{2,3}", code):
+            raise ValueError(
+                f"{value!r} is not a language code; use ISO-639-1, like en, pt or de (or leave "
+                "it empty to let the server detect the language)"
+            )
+        return code
+
     @property
     def is_configured(self) -> bool:
         return bool(self.base_url) or bool(self.api_key)

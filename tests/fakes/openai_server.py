@@ -476,6 +476,7 @@ class FakeTranscriptionServer:
         self.transcript = transcript
         self.requests: list[Transcription] = []
         self._down = False
+        self._refusal: tuple[int, str] | None = None
         self._runner: web.AppRunner | None = None
         self._root_url = ""
 
@@ -502,12 +503,21 @@ class FakeTranscriptionServer:
     def down(self, is_down: bool = True) -> None:
         self._down = is_down
 
+    def refuse(self, status: int, message: str) -> None:
+        """Answer every upload with this error, in OpenAI's error shape (e.g. 400 "Invalid file
+        format." for a file it cannot decode)."""
+        self._refusal = (status, message)
+
     async def _handle(self, request: web.Request) -> web.Response:
         if self._down:
             return web.json_response(
                 {"error": {"message": "Service Unavailable", "type": "server_error"}}, status=503
             )
         form = await request.post()
+        if self._refusal is not None:
+            status, message = self._refusal
+            error = {"message": message, "type": "invalid_request_error", "param": None}
+            return web.json_response({"error": error}, status=status)
         upload = form.get("file")
         model = form.get("model")
         if not isinstance(upload, web.FileField) or not isinstance(model, str) or not model:

@@ -446,3 +446,23 @@ async def test_what_the_model_schedules_after_reading_a_document_waits_for_the_u
             )
     [task] = db_rows(tmp_path, "SELECT status FROM proactive_tasks")
     assert task["status"] == "unconfirmed"
+
+
+async def test_a_voice_note_the_transcription_service_refuses_gets_its_reason(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    telegram.add_file(VOICE_ID, b"not audio at all", "voice/file_9.oga")
+    async with (
+        FakeTranscriptionServer("unused") as whisper,
+        FakeAnthropicServer(responder=echo) as llm,
+    ):
+        whisper.refuse(400, "Invalid file format. Supported formats: ['flac', 'mp3', 'ogg']")
+        settings = config(tmp_path, telegram, llm.base_url, **with_transcription(whisper))
+        async with running_bruce(settings):
+            replay(telegram, "ptb_voice_private")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert llm.requests == []
+    assert reply.plain.startswith("⚠️ The transcription service refused your voice note")
+    assert "Invalid file format" in reply.plain
+    [record] = attachment_records(tmp_path)
+    assert record["state"] == "failed"  # refused for good: not tried again
