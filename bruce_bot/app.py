@@ -66,7 +66,8 @@ class Bruce:
     ) -> None:
         self.config = config
         self._overrides = Overrides(llm=llm, tools=tools, channels=channels, clock=clock)
-        self.web_channel = WebChannel() if config.web.enabled else None
+        uploads = config.app.data_dir / "media" / "uploads"
+        self.web_channel = WebChannel(uploads) if config.web.enabled else None
         self.parts: Parts | None = None
         self.web_url: str | None = None
         self.ready_seconds: float | None = None
@@ -271,6 +272,11 @@ class Bruce:
             await parts.llm.aclose()
         except Exception as exc:
             log.debug("llm_close_failed", error=repr(exc))
+        if parts.transcriber is not None:
+            try:
+                await parts.transcriber.aclose()
+            except Exception as exc:
+                log.debug("transcriber_close_failed", error=repr(exc))
         await parts.feed.stop()
         await parts.database.dispose()
 

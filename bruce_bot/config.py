@@ -340,6 +340,8 @@ class LLMConfig(_Section):
     max_retries: int = Field(default=3, ge=0, le=10)
     context_window: int | None = Field(default=None, ge=1024)  # None: known per model
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
+    # Whether the model is shown pictures: auto decides by the model's name (media/vision.py).
+    vision: Literal["auto", "on", "off"] = "auto"
 
     _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
 
@@ -521,6 +523,52 @@ class BrainConfig(_Section):
         return self
 
 
+class MediaConfig(_Section):
+    """Pictures, voice notes and documents people send (bruce_bot/media/)."""
+
+    max_file_bytes: int = Field(default=20_000_000, ge=1000)  # larger files are refused
+    retention_days: int = Field(default=30, ge=0)  # 0: stored pictures are kept for ever
+    image_max_edge: int = Field(default=1568, ge=64, le=8000)  # px, Anthropic's advice
+    image_max_bytes: int = Field(default=3_750_000, ge=50_000)  # as sent (Anthropic: 5 MB base64)
+    max_images_per_message: int = Field(default=10, ge=1, le=100)
+
+
+class DocumentsConfig(_Section):
+    max_chars: int = Field(default=30_000, ge=500)  # text given to the model per document
+    max_pdf_pages: int = Field(default=200, ge=1)
+
+
+class TranscriptionConfig(_Section):
+    """An OpenAI-compatible /v1/audio/transcriptions endpoint; off while base_url and api_key
+    are both empty."""
+
+    base_url: str | None = None  # e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1
+    model: str = "whisper-1"
+    api_key: str = ""
+    language: str | None = None  # ISO-639-1 ("en"); None: the server detects it
+    max_duration_seconds: int = Field(default=600, ge=1)
+    timeout_seconds: float = Field(default=120, gt=0)
+
+    _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @field_validator("language")
+    @classmethod
+    def _language_code(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        code = value.strip().lower()
+        if not re.fullmatch(r"[a-z]{2,3}", code):
+            raise ValueError(
+                f"{value!r} is not a language code; use ISO-639-1, like en, pt or de (or leave "
+                "it empty to let the server detect the language)"
+            )
+        return code
+
+    @property
+    def is_configured(self) -> bool:
+        return bool(self.base_url) or bool(self.api_key)
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_output: bool = Field(default=False, alias="json")
@@ -539,6 +587,9 @@ class Config(_Section):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     brain: BrainConfig = Field(default_factory=BrainConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
+    documents: DocumentsConfig = Field(default_factory=DocumentsConfig)
+    transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property
@@ -555,6 +606,7 @@ class Config(_Section):
             self.web.auth_token,
             self.tools.web_search.brave_api_key,
             self.tools.web_search.tavily_api_key,
+            self.transcription.api_key,
         ]
         password = urlparse(self.database_url.replace("+asyncpg", "")).password
         if password:

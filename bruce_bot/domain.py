@@ -42,6 +42,44 @@ class SessionKey:
     chat_id: str
 
 
+AttachmentKind = Literal["image", "audio", "document"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file that came with a message, as the platform names it: fetched and read later, by
+    the turn (bruce_bot/media/), through the channel that received it. `ref` is the
+    platform's handle (a Telegram file_id, a Discord attachment URL, a web upload's id)."""
+
+    kind: AttachmentKind
+    ref: str
+    name: str = ""
+    mime_type: str = ""
+    size: int | None = None  # bytes, when the platform says
+    duration: float | None = None  # seconds, for audio
+    voice: bool = False  # a voice note (recorded in the chat) rather than an audio file
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "ref": self.ref,
+            "name": self.name,
+            "mime_type": self.mime_type,
+            "size": self.size,
+            "duration": self.duration,
+            "voice": self.voice,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image shown to the model: already downscaled to the provider's limits."""
+
+    media_type: str  # image/jpeg, image/png
+    data: bytes
+    name: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
     """A message from a person (or a scheduled task) on its way into the inbox."""
@@ -56,6 +94,8 @@ class InboundMessage:
     kind: MessageKind = "chat"
     # Free-form facts an adapter wants back when it replies (e.g. the message to reply to).
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Photos, voice notes and documents sent with the message (stored in its `extra`).
+    attachments: tuple[Attachment, ...] = ()
 
     @property
     def session_key(self) -> SessionKey:
@@ -148,6 +188,8 @@ class ChatMessage:
     # blocks): when set, the provider sends these blocks instead of rebuilding them from `text`
     # and `tool_calls`. Never shown to the user, never stored, never summarised.
     replay_blocks: tuple[dict[str, Any], ...] = ()
+    # Images a user entry shows the model (before its text), when the model can see them.
+    images: tuple[ImagePart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,6 +103,8 @@ class Inbox:
         if not self._accepting:
             return Submission(False, reason="stopping")
         text = prepare_text(message.text, self._max_message_chars)
+        if text is None and message.attachments:
+            text = ""  # a photo or a voice note without words: the attachment is the message
         if text is None:
             return Submission(False, reason="empty")
         session = await self._stores.sessions.get_or_create(message.session_key)

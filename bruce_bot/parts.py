@@ -34,6 +34,9 @@ from bruce_bot.inbox import Inbox
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
+from bruce_bot.llm.transcription import Transcriber
+from bruce_bot.media.preparation import MediaSettings, MediaStep
+from bruce_bot.media.vision import sees_images
 from bruce_bot.outbox import FileSending, Outbox
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership
@@ -59,6 +62,7 @@ class Overrides:
     tools: ToolRegistry | None = None
     channels: Sequence[ChannelAdapter] | None = None
     clock: Callable[[], datetime] = utcnow
+    transcriber: Transcriber | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +83,7 @@ class Parts:
     shared: bool  # other processes may use the same database (PostgreSQL)
     web_channel: WebChannel | None = None
     adapters: list[ChannelAdapter] = field(default_factory=list)
+    transcriber: Transcriber | None = None
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -93,6 +98,33 @@ def build_channels(config: Config) -> list[ChannelAdapter]:
 
         channels.append(DiscordChannel(config.channels.discord))
     return channels
+
+
+def build_transcriber(config: Config) -> Transcriber | None:
+    """The speech-to-text client when `transcription:` is set up (the openai SDK is imported
+    only then)."""
+    if not config.transcription.is_configured:
+        return None
+    from bruce_bot.llm.openai_transcription import OpenAITranscriber
+
+    return OpenAITranscriber(config.transcription)
+
+
+def build_media(
+    config: Config,
+    stores: Stores,
+    channels: dict[str, ChannelAdapter],
+    transcriber: Transcriber | None,
+) -> MediaStep:
+    settings = MediaSettings(
+        data_dir=config.app.data_dir,
+        media=config.media,
+        documents=config.documents,
+        vision=sees_images(config.llm),
+        model=config.llm.model,
+        max_duration_seconds=config.transcription.max_duration_seconds,
+    )
+    return MediaStep(settings, stores.messages, channels, transcriber)
 
 
 def assemble_tools(
@@ -255,7 +287,9 @@ def build_parts(
     if brain:
         listeners.append(_BrainListener(brain))
     settings = TurnSettings(config.agent, config.llm, config.app.zone, overrides.clock, library)
-    turns = TurnRunner(settings, stores, llm, tools, outbox, listeners)
+    transcriber = overrides.transcriber or build_transcriber(config)
+    media = build_media(config, stores, channels, transcriber)
+    turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media)
     gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)
     _connect_feed(feed, inbox, web_channel, shared)
     return Parts(
@@ -275,4 +309,5 @@ def build_parts(
         shared=shared,
         web_channel=web_channel,
         adapters=adapters,
+        transcriber=transcriber,
     )

@@ -31,6 +31,11 @@ CUT_NOTE = (
 )
 
 
+# What a picture costs in the budget: Anthropic counts about width × height / 750 tokens, some
+# 1,600 for a picture fitted to its advised size (bruce_bot/media/images.py).
+IMAGE_CHARS = 1_600 * CHARS_PER_TOKEN
+
+
 def estimated_tokens(chars: int) -> int:
     return chars // CHARS_PER_TOKEN + 1
 
@@ -40,6 +45,7 @@ def message_chars(message: ChatMessage) -> int:
         len(message.text)
         + sum(len(result.content) for result in message.tool_results)
         + sum(len(call.raw_arguments) or 2 for call in message.tool_calls)
+        + IMAGE_CHARS * len(message.images)
     )
 
 

@@ -13,13 +13,13 @@ after everything it caches.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo
 
 from bruce_bot.agent.brain.library import Document
-from bruce_bot.domain import ChatMessage, SystemPrompt
+from bruce_bot.domain import ChatMessage, ImagePart, SystemPrompt
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.messages import ANSWERS, StoredMessage
 from bruce_bot.tools.proactive import SCHEDULING_TOOLS
@@ -219,8 +219,11 @@ def in_conversation_order(stored: Sequence[StoredMessage]) -> list[StoredMessage
     return ordered[start:]
 
 
-def to_chat_messages(stored: Sequence[StoredMessage]) -> list[ChatMessage]:
-    """Stored rows as the model sees them: group speakers named, scheduled tasks marked."""
+def to_chat_messages(
+    stored: Sequence[StoredMessage], images: Mapping[int, tuple[ImagePart, ...]] | None = None
+) -> list[ChatMessage]:
+    """Stored rows as the model sees them: group speakers named, scheduled tasks marked, and
+    the pictures of the messages being answered (`images`, by message id: bruce_bot/media/)."""
     messages: list[ChatMessage] = []
     for row in stored:
         if row.role == "assistant":
@@ -236,5 +239,5 @@ def to_chat_messages(stored: Sequence[StoredMessage]) -> list[ChatMessage]:
             )
         elif row.extra and row.extra.get("group") and row.author:
             text = f"{row.author}: {text}"
-        messages.append(ChatMessage("user", text))
+        messages.append(ChatMessage("user", text, images=(images or {}).get(row.id, ())))
     return messages

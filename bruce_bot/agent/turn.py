@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,6 +50,7 @@ from bruce_bot.domain import (
 )
 from bruce_bot.inbox import QueuedMessage
 from bruce_bot.llm.base import LLMContextOverflowError, LLMService
+from bruce_bot.media.preparation import MediaStep, PreparedMedia
 from bruce_bot.outbox import Outbox
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.messages import StoredMessage
@@ -144,6 +146,7 @@ class _Turn:
     resumed: ResumedRounds
     context: ToolContext
     files: tuple[OutboundFile, ...] = ()  # artifacts saved by the answer, sent with the reply
+    media: PreparedMedia | None = None  # the batch's files, read (bruce_bot/media/)
 
     @property
     def ids(self) -> list[int]:
@@ -176,8 +179,10 @@ class TurnRunner:
         tools: ToolRegistry,
         outbox: Outbox,
         listeners: Sequence[TurnListener] = (),
+        media: MediaStep | None = None,
     ) -> None:
         self._settings = settings
+        self._media = media
         self._stores = stores
         self._llm = llm
         self._tools = tools
@@ -265,10 +270,15 @@ class TurnRunner:
         session = turn.session
         try:
             async with self._typing(session):
+                media = await self._read_media(turn)
+                if media is not None and not media.answerable:
+                    # Only files that could not be read: what went wrong is the whole answer.
+                    return media.notice, "done", False
                 run, shortened = await self._answer(turn)
             self._outages.recovered(session.id)
             turn.files = saved_files(run)
-            return turn.kind.titled(turn.title, run.text.strip() or NO_ANSWER), "done", shortened
+            reply = turn.kind.titled(turn.title, run.text.strip() or NO_ANSWER)
+            return (media.with_preface(reply) if media else reply), "done", shortened
         except Exception as exc:
             notice = notice_for(exc, session.id)
             status: MessageStatus = "failed"
@@ -279,6 +289,21 @@ class TurnRunner:
                 status, shortened = TOO_LONG, True
             tell = turn.kind.always_tell_failure or self._outages.should_tell(session.id, notice)
             return (turn.kind.failure(turn.title, notice.text) if tell else None), status, shortened
+
+    async def _read_media(self, turn: _Turn) -> PreparedMedia | None:
+        """The batch's pictures, voice notes and documents read (once: what was read is kept),
+        and the history as the model sees it (bruce_bot/media/)."""
+        if self._media is None:
+            return None
+        try:
+            media = await self._media.prepare(turn.session.channel, turn.stored, turn.ids)
+        except Exception:  # a bug, or the database away: answer the words, files unread
+            log.exception("media_step_failed", session_id=turn.session.id)
+            return None
+        turn.media, turn.stored = media, media.stored
+        if media.untrusted and not turn.context.untrusted_input:
+            turn.context = dataclasses.replace(turn.context, untrusted_input=True)
+        return media
 
     async def _resumed(self, session: SessionRecord, ids: Sequence[int]) -> ResumedRounds:
         """The rounds a crash cut short, for a batch answered before (see agent/resume.py)."""
@@ -334,7 +359,8 @@ class TurnRunner:
         earlier = [m for m in stored if m.id not in answering]
         room_left = room - sum(len(m.content) for m in now_asked)
         kept = [*newest_within(earlier, room_left), *now_asked] if room_left > 0 else now_asked
-        history = to_chat_messages(in_conversation_order(sorted(kept, key=lambda m: m.id)))
+        images = turn.media.images if turn.media else None
+        history = to_chat_messages(in_conversation_order(sorted(kept, key=lambda m: m.id)), images)
         fitted = shrink_to(history, room)
         shortened = len(kept) < len(stored) or fitted != history
         run = await self._loop(turn, system_prompt, [*fitted, *turn.resumed.messages])

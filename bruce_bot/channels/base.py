@@ -7,9 +7,9 @@ LLM or a database. The platform SDK is imported only inside the adapter's own mo
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from bruce_bot.domain import InboundMessage, OutboundMessage, Submission
+from bruce_bot.domain import Attachment, InboundMessage, OutboundMessage, Submission
 
 
 class InboxPort(Protocol):
@@ -69,4 +69,26 @@ class ChannelAdapter(Protocol):
 
     async def typing(self, chat_id: str) -> None:
         """Show a typing indicator in the chat once (the worker refreshes it)."""
+        ...
+
+
+class AttachmentUnavailableError(Exception):
+    """A file could not be fetched. `permanent`: it is gone (expired on the platform, deleted);
+    otherwise the platform was away and a later try may work."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+@runtime_checkable
+class AttachmentSource(Protocol):
+    """A channel whose messages carry files: the media step fetches them through it (only the
+    adapter knows its platform's SDK)."""
+
+    name: str
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """The file's bytes; raise `AttachmentUnavailableError` (also when it is larger than
+        `max_bytes`, permanent)."""
         ...

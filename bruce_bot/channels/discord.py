@@ -38,8 +38,9 @@ import aiohttp
 import discord
 import structlog
 
-from bruce_bot.channels.base import InboxPort
+from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
 from bruce_bot.channels.discord_buttons import answer_privately, take_buttons_off
+from bruce_bot.channels.discord_files import attachments_of, fetch
 from bruce_bot.channels.discord_gateway import FATAL_CLOSE_CODES, new_client, point_library_at
 from bruce_bot.channels.discord_messages import (
     ANSWERED_TYPES,
@@ -67,7 +68,7 @@ from bruce_bot.channels.policy import (
 )
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config import DiscordConfig
-from bruce_bot.domain import InboundMessage, OutboundMessage
+from bruce_bot.domain import Attachment, InboundMessage, OutboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -306,7 +307,8 @@ class DiscordChannel:
             call = CommandCall(command, chat_id, author.id, author.display_name, in_guild)
             await self._out.say(channel, await self._policy.commands.handle(call, inbox))
             return
-        if not text:
+        attachments = attachments_of(message)
+        if not text and not attachments:
             # In a DM there is no mention to write after: anything without text is non-text.
             bare_mention = in_guild and not carries_something(message)
             log.info("discord_message_without_text", message_id=message.id, chat_id=chat_id)
@@ -320,6 +322,7 @@ class DiscordChannel:
             user_name=author.display_name,
             platform_message_id=str(message.id),
             metadata={"group": True} if in_guild else {},
+            attachments=attachments,
         )
         try:
             submission = await inbox.submit(inbound)
@@ -364,3 +367,10 @@ class DiscordChannel:
 
     async def typing(self, chat_id: str) -> None:
         await self._out.typing(chat_id)
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """An attachment's bytes from Discord's CDN (discord_files.py)."""
+        client = self._out.client
+        if client is None:
+            raise AttachmentUnavailableError("Discord is not connected right now")
+        return await fetch(client, attachment, max_bytes)

@@ -39,7 +39,10 @@ STRANGER_REPLY = (
     "user id is {user_id}; if you know my owner, ask them to add it to "
     "channels.discord.allowed_user_ids in config.yml."
 )
-ONLY_TEXT_REPLY = "I can only read text for now; please type your message."
+ONLY_TEXT_REPLY = (
+    "I can't read this kind of message (stickers, polls...). I read text, pictures, voice "
+    "messages and files (PDF, text, Markdown, CSV, JSON): please send one of those."
+)
 EMPTY_MENTION_REPLY = "Yes? Write your message after the mention and I'll answer."
 NOT_STORED_REPLY = "I couldn't take your message just now; please send it again in a minute."
 FORWARDED_MARK = "[forwarded]"

@@ -41,7 +41,7 @@ from telegram import BotCommand, CallbackQuery, Message, Update
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes, TypeHandler
 
-from bruce_bot.channels.base import InboxPort
+from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
 from bruce_bot.channels.policy import ChannelPolicy, Press
 from bruce_bot.channels.telegram_albums import AlbumBook
 from bruce_bot.channels.telegram_app import (
@@ -53,6 +53,7 @@ from bruce_bot.channels.telegram_app import (
     tls_options,
 )
 from bruce_bot.channels.telegram_chats import ChatAddress
+from bruce_bot.channels.telegram_files import attachments_of, fetch
 from bruce_bot.channels.telegram_intake import DurableUpdateQueue
 from bruce_bot.channels.telegram_messages import (
     SUPPORTED_CHATS,
@@ -75,7 +76,7 @@ from bruce_bot.channels.telegram_texts import (
     UNREADABLE,
 )
 from bruce_bot.config import TelegramConfig
-from bruce_bot.domain import OutboundMessage
+from bruce_bot.domain import Attachment, OutboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -278,12 +279,13 @@ class TelegramChannel:
             if turn.action == "notice":
                 await self._out.reply(message, ONLY_TEXT)
             elif turn.action == "submit":
-                await self._submit(heard, turn.text)
+                await self._submit(heard, turn.text, turn.attachments)
             return
         text = heard.text(self._bot_username, self._bot_id)
-        if text is not None:
-            await self._submit(heard, text)
-        elif has_content(message):  # a sticker, a voice note, a location, a bare photo...
+        attachments = attachments_of(message)
+        if text is not None or attachments:
+            await self._submit(heard, text or "", attachments)
+        elif has_content(message):  # a sticker, a video, a location...
             await self._out.reply(message, ONLY_TEXT)
 
     def _saw_raw(self, item: Any, parsed: Update | None) -> None:
@@ -301,13 +303,15 @@ class TelegramChannel:
         if message is not None and message.media_group_id:
             self._albums.expect(album_part(message, self._bot_username, self._bot_id))
 
-    async def _submit(self, heard: Heard, text: str) -> None:
+    async def _submit(
+        self, heard: Heard, text: str, attachments: tuple[Attachment, ...] = ()
+    ) -> None:
         message, chat_id = heard.message, str(heard.address)
         inbox = self._inbox
         if inbox is None:
             await self._out.reply(message, RESTARTING)
             return
-        inbound = heard.inbound(TELEGRAM_CHANNEL, text)
+        inbound = heard.inbound(TELEGRAM_CHANNEL, text, attachments)
         try:
             submission = await inbox.submit(inbound)
         except Exception:
@@ -394,3 +398,10 @@ class TelegramChannel:
 
     async def typing(self, chat_id: str) -> None:
         await self._out.typing(chat_id)
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """A photo's, voice note's or document's bytes (telegram_files.py)."""
+        bot = self._out.bot
+        if bot is None:
+            raise AttachmentUnavailableError("Telegram is not connected right now")
+        return await fetch(bot, attachment, max_bytes)

@@ -15,17 +15,17 @@ So there is no waiting and no timer. The book learns of parts as early as the ch
 them: the whole raw getUpdates batch (before any of it is handled) and every update put into
 the queue (webhook posts that arrived meanwhile). When a part is handled:
 
-- a part with a caption is answered at once: its caption, with the captions of the other known
-  parts of the album that were not read yet, plus a note of the parts known so far
-  ("[album of 3 photos]") becomes ONE message for the inbox, stored before the part is
-  confirmed; the album's other parts are then passed over in silence;
-- a part without a caption is passed over when the album was answered, or when a part with a
-  caption is already known (it comes later in the same batch); otherwise the album gets ONE
-  "I can only read text" notice, and its later caption-less parts get nothing.
+- a part without a caption is passed over when a part with a caption that was not read yet is
+  known (it comes later in the same batch, and carries this one);
+- otherwise the part, with every known part of the album not read yet, becomes ONE message for
+  the inbox, stored before the part is confirmed: their captions, a note of the parts known so
+  far ("[album of 3 photos]") and their pictures and files (`attachments`); the parts it took
+  are then passed over in silence;
+- parts with nothing Bruce can read (videos without a caption) get ONE notice per album.
 
-When the parts arrive split, the count covers the parts that had arrived with or before the
-caption, and a caption on a part that arrives after the album was answered (or noticed) is
-answered on its own: the user's words are never dropped. The book keeps the last albums only
+When the parts arrive split, a part that arrives after the album was answered becomes a
+message of its own ("[another part of the same album]"): the user's words and pictures are
+never dropped. The book keeps the last albums only
 (`capacity`); it lives in memory, and after a restart a redelivered part is answered again only
 if the inbox has not stored it (the inbox drops duplicates by message id).
 """
@@ -35,6 +35,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
+
+from bruce_bot.domain import Attachment
 
 DEFAULT_CAPACITY = 256
 _PLURALS = {"photo": "photos", "video": "videos", "file": "files", "audio file": "audio files"}
@@ -49,6 +51,7 @@ class AlbumPart:
     message_id: int
     kind: str  # "photo", "video", "file", "audio file"
     caption: str | None = None  # the words to read, None when the part has none
+    attachment: Attachment | None = None  # its file, when Bruce can read that kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +60,13 @@ class AlbumTurn:
 
     action: Literal["submit", "notice", "skip"]
     text: str = ""
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(slots=True)
 class _Album:
     parts: dict[int, AlbumPart] = field(default_factory=dict)
-    read: set[int] = field(default_factory=set)  # parts whose caption was submitted
+    read: set[int] = field(default_factory=set)  # parts submitted
     answered: bool = False
     noticed: bool = False
 
@@ -80,24 +84,24 @@ class AlbumBook:
         """The part is being handled now (it was addressed to the bot by an allowed sender)."""
         album = self._album(part)
         album.parts.setdefault(part.message_id, part)
-        if part.caption:
-            if part.message_id in album.read:
-                return AlbumTurn("skip")
-            unread = [
-                known
-                for _, known in sorted(album.parts.items())
-                if known.caption and known.message_id not in album.read
-            ]
-            album.read.update(known.message_id for known in unread)
-            captions = "\n\n".join(known.caption for known in unread if known.caption)
-            answered_before, album.answered = album.answered, True
-            return AlbumTurn("submit", f"{captions}\n\n{_describe(album, answered_before)}")
-        if album.answered or album.noticed:
+        if part.message_id in album.read:
             return AlbumTurn("skip")
-        if any(known.caption for known in album.parts.values()):
-            return AlbumTurn("skip")  # the caption is in a part handled later
-        album.noticed = True
-        return AlbumTurn("notice")
+        unread = [
+            known for _, known in sorted(album.parts.items()) if known.message_id not in album.read
+        ]
+        if not part.caption and any(known.caption for known in unread):
+            return AlbumTurn("skip")  # the caption is in a part handled later: it takes this one
+        album.read.update(known.message_id for known in unread)
+        captions = "\n\n".join(known.caption for known in unread if known.caption)
+        attachments = tuple(known.attachment for known in unread if known.attachment)
+        if not captions and not attachments:
+            if album.noticed or album.answered:
+                return AlbumTurn("skip")
+            album.noticed = True
+            return AlbumTurn("notice")
+        answered_before, album.answered = album.answered, True
+        text = f"{captions}\n\n{_describe(album, answered_before)}".strip()
+        return AlbumTurn("submit", text, attachments)
 
     def _album(self, part: AlbumPart) -> _Album:
         key = (part.conversation, part.album)

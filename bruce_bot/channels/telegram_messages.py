@@ -21,7 +21,8 @@ from bruce_bot.channels.policy import CommandCall
 from bruce_bot.channels.telegram_albums import AlbumPart
 from bruce_bot.channels.telegram_chats import ChatAddress
 from bruce_bot.channels.telegram_entities import command_of, mentions_of_bot, without_bot_mentions
-from bruce_bot.domain import InboundMessage
+from bruce_bot.channels.telegram_files import attachments_of
+from bruce_bot.domain import Attachment, InboundMessage
 
 SUPPORTED_CHATS = (ChatType.PRIVATE, ChatType.GROUP, ChatType.SUPERGROUP)
 _ALBUM_KINDS = (
@@ -59,7 +60,9 @@ class Heard:
             self.command, str(self.address), user.id, display_name(user), self.in_group, username
         )
 
-    def inbound(self, channel: str, text: str) -> InboundMessage:
+    def inbound(
+        self, channel: str, text: str, attachments: tuple[Attachment, ...] = ()
+    ) -> InboundMessage:
         """The message for the inbox; in a group the answer replies to it."""
         message_id = self.message.message_id
         return InboundMessage(
@@ -70,6 +73,7 @@ class Heard:
             user_name=display_name(self.user),
             platform_message_id=str(message_id),
             metadata={"group": True, "reply_to": message_id} if self.in_group else {},
+            attachments=attachments,
         )
 
 
@@ -118,7 +122,15 @@ def album_part(message: Message, username: str, bot_id: int) -> AlbumPart:
         caption = without_bot_mentions(caption, message.caption_entities, username, bot_id)
     kind = next((name for field, name in _ALBUM_KINDS if message[field]), "part")
     address = address_of(message)
-    return AlbumPart(str(address), str(message.media_group_id), message.message_id, kind, caption)
+    found = attachments_of(message)
+    return AlbumPart(
+        str(address),
+        str(message.media_group_id),
+        message.message_id,
+        kind,
+        caption,
+        found[0] if found else None,
+    )
 
 
 def replies_to(message: Message, bot_id: int) -> bool:

@@ -39,7 +39,10 @@ ANONYMOUS_REPLY = (
     "I can't tell who is writing when a message is sent on behalf of a group or a channel, so "
     'I can\'t answer it. Please write as yourself (admins: turn off "Remain anonymous").'
 )
-ONLY_TEXT = "I can only read text for now. Please write your message (a caption works too)."
+ONLY_TEXT = (
+    "I can't read this kind of message (videos, stickers, locations...). I read text, photos, "
+    "voice messages and documents (PDF, text, Markdown, CSV, JSON): please send one of those."
+)
 UNREADABLE = (
     "I couldn't read that message: Telegram sent it in a form I don't understand. Please send "
     "it again, as text if you can."

@@ -10,19 +10,38 @@ gives the channel a way to tell the others, and `changed_elsewhere` is how they 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-from bruce_bot.channels.base import InboxPort, Submission
-from bruce_bot.domain import InboundMessage, OutboundMessage
+from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort, Submission
+from bruce_bot.domain import Attachment, AttachmentKind, InboundMessage, OutboundMessage
 
 WEB_CHANNEL = "web"
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file posted with a chat message."""
+
+    name: str
+    mime_type: str
+    data: bytes
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
 
 
 class WebChannel:
     name = WEB_CHANNEL
     max_message_chars = 1_000_000  # a browser needs no splitting
 
-    def __init__(self) -> None:
+    def __init__(self, uploads_dir: Path | None = None) -> None:
+        # Files uploaded in the chat page wait here until the turn reads them (media step).
+        self._uploads = uploads_dir
         self._inbox: InboxPort | None = None
         self._changed: dict[str, asyncio.Event] = {}
         self._versions: dict[str, int] = {}
@@ -49,15 +68,53 @@ class WebChannel:
     async def close(self) -> None:
         return None
 
-    async def submit(self, chat_id: str, text: str, user_name: str = "web") -> Submission:
+    async def submit(
+        self,
+        chat_id: str,
+        text: str,
+        user_name: str = "web",
+        files: Sequence[Upload] = (),
+    ) -> Submission:
         if self._inbox is None:
             return Submission(False, reason="stopping")
-        message = InboundMessage(WEB_CHANNEL, chat_id, text, user_id="web", user_name=user_name)
+        attachments = tuple([await self._keep(upload) for upload in files])
+        message = InboundMessage(
+            WEB_CHANNEL, chat_id, text, user_id="web", user_name=user_name, attachments=attachments
+        )
         submission = await self._inbox.submit(message)
         if submission.accepted:
             self._typing.add(chat_id)
             self._notify(chat_id)
         return submission
+
+    async def _keep(self, upload: Upload) -> Attachment:
+        """The upload written to disk (before the message is stored: nothing sent is lost)."""
+        if self._uploads is None:
+            raise RuntimeError("the web channel has no uploads folder")
+        ref = f"{uuid.uuid4().hex}{Path(upload.name).suffix.lower()[:10]}"
+        await asyncio.to_thread(_write, self._uploads / ref, upload.data)
+        mime = upload.mime_type.split(";")[0].strip().lower()
+        kind: AttachmentKind = "document"
+        if mime.startswith("image/"):
+            kind = "image"
+        elif mime.startswith("audio/"):
+            kind = "audio"
+        return Attachment(kind, ref, upload.name, mime, len(upload.data))
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """An uploaded file's bytes."""
+        if self._uploads is None or "/" in attachment.ref or attachment.ref.startswith("."):
+            raise AttachmentUnavailableError("no such upload", permanent=True)
+        path = self._uploads / attachment.ref
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            raise AttachmentUnavailableError("the upload was deleted", permanent=True) from None
+        if len(data) > max_bytes:
+            raise AttachmentUnavailableError(
+                f"it is over the {max_bytes / 1_000_000:.0f} MB I can read", permanent=True
+            )
+        return data
 
     async def choose(self, chat_id: str, data: str) -> str | None:
         """A button pressed in the chat page; the reply to show (None: unknown button)."""

@@ -53,6 +53,7 @@ Answers are read as real servers send them:
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import functools
@@ -68,6 +69,7 @@ import structlog
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import (
     ChatMessage,
+    ImagePart,
     LLMResponse,
     StopReason,
     SystemPrompt,
@@ -307,6 +309,8 @@ def _blocks_of(message: ChatMessage) -> list[dict[str, Any]]:
         if result.is_error:
             block["is_error"] = True
         blocks.append(block)
+    # Pictures before the words about them, as Anthropic advises.
+    blocks += [_image_block(image) for image in message.images]
     if message.text.strip():
         blocks.append({"type": "text", "text": message.text})
     for call in message.tool_calls:
@@ -319,6 +323,14 @@ def _blocks_of(message: ChatMessage) -> list[dict[str, Any]]:
             }
         )
     return blocks
+
+
+def _image_block(image: ImagePart) -> dict[str, Any]:
+    data = base64.b64encode(image.data).decode("ascii")
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": image.media_type, "data": data},
+    }
 
 
 def _mark_cache_breakpoints(turns: list[dict[str, Any]]) -> None:

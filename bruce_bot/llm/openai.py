@@ -28,6 +28,7 @@ and the raw text kept, so the agent loop can tell the model.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import json
@@ -42,6 +43,7 @@ import structlog
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import (
     ChatMessage,
+    ImagePart,
     LLMResponse,
     StopReason,
     SystemPrompt,
@@ -168,16 +170,29 @@ def to_openai_messages(
         for result in message.tool_results:
             content = f"Error: {result.content}" if result.is_error else result.content
             out.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
-        if message.text.strip():
+        if message.text.strip() or message.images:
             text = f"{message.text}\n\n{volatile}" if index == anchor else message.text
-            out.append({"role": "user", "content": text})
+            out.append({"role": "user", "content": _user_content(text, message.images)})
     return out
+
+
+def _user_content(text: str, images: Sequence[ImagePart]) -> str | list[dict[str, Any]]:
+    """A plain string, or, with pictures, content parts: the text, then each picture as an
+    `image_url` data URL (what vision models behind OpenAI-compatible servers accept)."""
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+    for image in images:
+        data = base64.b64encode(image.data).decode("ascii")
+        url = f"data:{image.media_type};base64,{data}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 def _newest_user_text(messages: Sequence[ChatMessage]) -> int | None:
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.role != "assistant" and message.text.strip():
+        if message.role != "assistant" and (message.text.strip() or message.images):
             return index
     return None
 

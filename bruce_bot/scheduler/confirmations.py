@@ -122,7 +122,9 @@ class TaskConfirmations:
 
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
         """A turn: a bare yes/no answers what awaits confirmation; the rest goes to the agent."""
-        answer = reading_of(batch[-1].text) if len(batch) == 1 else None
+        # A photo captioned "yes" is a photo to look at, not an answer.
+        bare = len(batch) == 1 and not batch[0].metadata.get("attachments")
+        answer = reading_of(batch[-1].text) if bare else None
         waiting = await self._planner.unconfirmed(session.id) if answer is not None else []
         if not waiting:
             await self._turns(session, batch)

@@ -63,6 +63,16 @@ def files_of(message: StoredMessage) -> tuple[OutboundFile, ...]:
     )
 
 
+ATTACHMENTS = "attachments"  # key of a user message's `extra`: its files (bruce_bot/media/)
+
+
+def _extra_of(message: InboundMessage) -> dict[str, Any] | None:
+    extra = dict(message.metadata)
+    if message.attachments:
+        extra[ATTACHMENTS] = [attachment.as_dict() for attachment in message.attachments]
+    return extra or None
+
+
 def usage_row(session_id: int | None, record: LLMCallRecord, at: datetime) -> dict[str, Any]:
     return {
         "session_id": session_id,
@@ -264,7 +274,7 @@ class MessageStore:
             "author": message.user_name or None,
             "platform_message_id": message.platform_message_id,
             "status": "pending",
-            "extra": message.metadata or None,
+            "extra": _extra_of(message),
             "created_at": message.received_at,
         }
 
@@ -273,6 +283,17 @@ class MessageStore:
             return (await connection.execute(self._insert_new_inbound, values)).scalar()
 
         return await self._group.run(insert)
+
+    async def set_media(self, message_id: int, extra: dict[str, Any], content: str) -> None:
+        """Record what was made of a message's attachments (bruce_bot/media/): its `extra`, and
+        its text (a voice note's transcript becomes what the user said)."""
+        statement = (
+            _messages.update()
+            .where(_messages.c.id == message_id)
+            .values(extra=extra, content=content)
+        )
+        async with self._engine.begin() as connection:
+            await connection.execute(statement)
 
     async def set_status(self, message_ids: Sequence[int], status: MessageStatus) -> None:
         if not message_ids:

@@ -67,12 +67,12 @@ async def capped_body(request: Request, limit: int) -> bytes | None:
     return body
 
 
-async def json_body(request: Request, example: str) -> dict[str, Any]:
-    """The request's JSON object, at most `MAX_BODY_BYTES`; `example` shows a valid body in the
+async def json_body(request: Request, example: str, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """The request's JSON object, at most `limit` bytes; `example` shows a valid body in the
     error messages."""
-    body = await capped_body(request, MAX_BODY_BYTES)
+    body = await capped_body(request, limit)
     if body is None:
-        raise ApiError(f"request body too large; the limit is {MAX_BODY_BYTES} bytes", 413)
+        raise ApiError(f"request body too large; the limit is {limit} bytes", 413)
     try:
         data = json.loads(body or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError):

@@ -62,6 +62,7 @@ Extended thinking, as the real API does it (error wordings are the API's, as cap
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import itertools
@@ -734,9 +735,60 @@ def _blocks_problem(where: str, content: list[Any]) -> str | None:
         elif kind == "tool_result":
             if not block.get("tool_use_id"):
                 return f"{where}.content.{index}.tool_result.tool_use_id: Field required"
+        elif kind == "image":
+            problem = _image_problem(f"{where}.content.{index}.image", block.get("source"))
+            if problem:
+                return problem
         elif kind not in _OTHER_BLOCK_TYPES:
             return f"{where}.content.{index}: unknown content block type {kind!r}"
     return None
+
+
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # of the base64 text, as the API counts
+MAX_IMAGE_EDGE = 8000
+
+
+def _image_problem(where: str, source: Any) -> str | None:
+    """An image block's source as the Messages API checks it: base64 of a JPEG/PNG/GIF/WebP,
+    of the type it claims, at most 5 MB and 8000 px per edge."""
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return f"{where}.source: Input tag does not match any of the expected tags"
+    media_type, data = source.get("media_type"), source.get("data")
+    if media_type not in IMAGE_MEDIA_TYPES:
+        return f"{where}.source.base64.media_type: Input should be {', '.join(IMAGE_MEDIA_TYPES)}"
+    if not isinstance(data, str) or not data:
+        return f"{where}.source.base64.data: Field required"
+    if len(data) > MAX_IMAGE_BYTES:
+        return (
+            f"{where}.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > 5242880 bytes"
+        )
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        return f"{where}.source.base64.data: invalid base64 data"
+    signatures = {
+        "image/jpeg": (b"\xff\xd8\xff",),
+        "image/png": (b"\x89PNG\r\n\x1a\n",),
+        "image/gif": (b"GIF87a", b"GIF89a"),
+        "image/webp": (b"RIFF",),
+    }
+    if not raw.startswith(signatures[media_type]):
+        return (
+            f"{where}.source.base64.data: Image does not match the provided media type {media_type}"
+        )
+    return None
+
+
+def images_of(body: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """(media type, decoded bytes) of every image block of the request's user turns."""
+    return [
+        (block["source"]["media_type"], base64.b64decode(block["source"]["data"]))
+        for message in body.get("messages", [])
+        if message.get("role") == "user" and isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "image"
+    ]
 
 
 def _cache_layout(body: dict[str, Any]) -> _CacheLayout:

@@ -50,6 +50,7 @@ on); a second one gets 400 code 40060, an unknown id or token, or `fail_interact
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import json
 import re
@@ -64,6 +65,7 @@ from typing import Any, Self
 
 import aiohttp
 from aiohttp import WSMsgType, web
+from PIL import Image
 
 API_PREFIX = "/api/v10"
 DISCORD_EPOCH_MS = 1_420_070_400_000
@@ -209,6 +211,8 @@ class FakeDiscordServer:
         self._before_session: list[tuple[str, dict[str, Any]]] = []
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
+        self.cdn: dict[str, bytes] = {}  # attachment path -> bytes
+        self.cdn_downloads: list[str] = []
         self._add_guild_channels()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -218,6 +222,7 @@ class FakeDiscordServer:
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/gateway-resume", self._gateway)
         app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._rest)
+        app.router.add_get("/attachments/{tail:.*}", self._cdn)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port)
@@ -299,6 +304,61 @@ class FakeDiscordServer:
                 "recipients": [user_payload(user_id, f"user{user_id}")],
             }
         return self._dm_by_user[user_id]
+
+    def attachment(
+        self,
+        filename: str,
+        data: bytes,
+        content_type: str | None,
+        *,
+        voice_seconds: float | None = None,
+        size: int | None = None,
+    ) -> dict[str, Any]:
+        """An attachment as a MESSAGE_CREATE carries it, its bytes served at its CDN URL (signed
+        and expiring, as Discord's are since 2024: ex/is/hm parameters). `voice_seconds` makes it
+        a voice message (duration and waveform); `size` overrides the size Discord reports."""
+        attachment_id = str(self._snowflake())
+        path = f"attachments/{self.GUILD_ID}/{attachment_id}/{filename}"
+        self.cdn[path] = data
+        url = f"http://{self._root}/{path}?ex=6a1b2c3d&is=6a19dabd&hm=0f1e2d3c4b5a"
+        payload: dict[str, Any] = {
+            "id": attachment_id,
+            "filename": filename,
+            "size": len(data) if size is None else size,
+            "url": url,
+            "proxy_url": url,
+        }
+        if content_type is not None:
+            payload["content_type"] = content_type
+        if voice_seconds is not None:
+            payload.update(duration_secs=voice_seconds, waveform="AAAAAAAAAAAA")
+        return payload
+
+    def _serve_attachments(self, message: dict[str, Any]) -> None:
+        """A recorded message's attachments point at this fake's CDN instead of Discord's (a
+        test never reaches the Internet); a picture with its recorded width and height is
+        served as a plain image of that size, other files only once a test gives their bytes
+        (`self.cdn`), else 404 as an expired link."""
+        for attachment in message.get("attachments") or []:
+            if not isinstance(attachment, dict) or "url" not in attachment:
+                continue
+            path = (
+                f"attachments/{self.GUILD_ID}/{attachment.get('id')}/{attachment.get('filename')}"
+            )
+            attachment["url"] = attachment["proxy_url"] = f"http://{self._root}/{path}"
+            kind = str(attachment.get("content_type") or "")
+            if kind.startswith("image/") and path not in self.cdn:
+                out = io.BytesIO()
+                size = (int(attachment.get("width") or 64), int(attachment.get("height") or 64))
+                Image.new("RGB", size, (30, 160, 90)).save(out, "PNG" if "png" in kind else "JPEG")
+                self.cdn[path] = out.getvalue()
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        data = self.cdn.get(request.path.lstrip("/"))
+        self.cdn_downloads.append(request.path)
+        if data is None:
+            return web.Response(status=404, text="This content is no longer available.")
+        return web.Response(body=data, content_type="application/octet-stream")
 
     def message_payload(
         self,
@@ -470,6 +530,7 @@ class FakeDiscordServer:
         frame = load_fixture(fixture) if isinstance(fixture, str) else fixture
         event, data = frame["t"], adapt_ids(frame["d"], ids or {})
         if isinstance(data, dict):
+            self._serve_attachments(data)
             captured_id = frame["d"].get("id") if isinstance(frame["d"], dict) else None
             if event == "MESSAGE_CREATE" and captured_id is not None:
                 if not any(str(key) == str(captured_id) for key in ids or {}):

@@ -37,6 +37,7 @@ request and its reply is sent as it returns it) and by replayed bodies (sent as 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import inspect
 import itertools
@@ -46,6 +47,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from aiohttp import web
 
 from tests.fakes.scripted_server import (
     HTTPAnswer,
@@ -394,6 +397,10 @@ def _problem_with(body: dict[str, Any]) -> str | None:
             unanswered = [call["id"] for call in calls]
         elif message.get("content") is None:
             return f"Invalid value for 'messages[{index}].content': expected a string, got null."
+        elif isinstance(message.get("content"), list):
+            problem = _content_parts_problem(index, message["content"])
+            if problem:
+                return problem
     if unanswered:
         return (
             "An assistant message with 'tool_calls' must be followed by tool messages responding "
@@ -401,6 +408,138 @@ def _problem_with(body: dict[str, Any]) -> str | None:
             f"{', '.join(unanswered)}"
         )
     return None
+
+
+def _content_parts_problem(index: int, parts: list[Any]) -> str | None:
+    """User content parts as OpenAI checks them: text parts and `image_url` parts whose URL is
+    an http(s) address or a base64 data URL of a JPEG, PNG, GIF or WebP image."""
+    for number, part in enumerate(parts):
+        where = f"messages[{index}].content[{number}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                return f"Missing required parameter: '{where}.text'."
+        elif kind == "image_url":
+            url = (part.get("image_url") or {}).get("url")
+            if not isinstance(url, str):
+                return f"Missing required parameter: '{where}.image_url.url'."
+            if url.startswith("data:"):
+                header, _, data = url.partition(",")
+                media_type = header[len("data:") :].removesuffix(";base64")
+                if media_type not in ("image/jpeg", "image/png", "image/gif", "image/webp"):
+                    return f"Invalid MIME type. Only image types are supported. ({where})"
+                try:
+                    base64.b64decode(data, validate=True)
+                except ValueError:
+                    return f"Invalid base64 image_url. ({where})"
+            elif not url.startswith(("http://", "https://")):
+                return f"Invalid image URL: '{where}.image_url.url'."
+        else:
+            return f"Invalid value: '{kind}'. Supported values are: 'text', 'image_url'..."
+    return None
+
+
+def images_of(body: dict[str, Any]) -> list[bytes]:
+    """The decoded images (data URLs) of every user message of a request, in order."""
+    found: list[bytes] = []
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if message.get("role") != "user" or not isinstance(content, list):
+            continue
+        for part in content:
+            url = (part.get("image_url") or {}).get("url", "") if isinstance(part, dict) else ""
+            if url.startswith("data:"):
+                found.append(base64.b64decode(url.partition(",")[2]))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Transcription:
+    """One request to the fake transcription endpoint, as received."""
+
+    file_name: str
+    content_type: str
+    data: bytes
+    model: str
+    language: str | None
+    response_format: str | None
+
+
+class FakeTranscriptionServer:
+    """`POST /v1/audio/transcriptions` as OpenAI's Whisper API (and faster-whisper-server,
+    whisper.cpp's server) serve it: multipart form with `file`, `model` and optional
+    `language`/`response_format`; answers `{"text": ...}` (or the bare text for
+    `response_format=text`). `transcript` is what it "hears"; `down()` makes it answer 503 as
+    a server that is starting or overloaded; `requests` keeps every upload."""
+
+    def __init__(self, transcript: str = "") -> None:
+        self.transcript = transcript
+        self.requests: list[Transcription] = []
+        self._down = False
+        self._refusal: tuple[int, str] | None = None
+        self._runner: web.AppRunner | None = None
+        self._root_url = ""
+
+    async def __aenter__(self) -> FakeTranscriptionServer:
+        app = web.Application(client_max_size=32 * 1024 * 1024)
+        app.router.add_post("/v1/audio/transcriptions", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._root_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def base_url(self) -> str:
+        """What `transcription.base_url` should be."""
+        return self._root_url + "/v1"
+
+    def down(self, is_down: bool = True) -> None:
+        self._down = is_down
+
+    def refuse(self, status: int, message: str) -> None:
+        """Answer every upload with this error, in OpenAI's error shape (e.g. 400 "Invalid file
+        format." for a file it cannot decode)."""
+        self._refusal = (status, message)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if self._down:
+            return web.json_response(
+                {"error": {"message": "Service Unavailable", "type": "server_error"}}, status=503
+            )
+        form = await request.post()
+        if self._refusal is not None:
+            status, message = self._refusal
+            error = {"message": message, "type": "invalid_request_error", "param": None}
+            return web.json_response({"error": error}, status=status)
+        upload = form.get("file")
+        model = form.get("model")
+        if not isinstance(upload, web.FileField) or not isinstance(model, str) or not model:
+            return web.json_response(
+                {"error": {"message": "file and model are required", "type": "invalid_request"}},
+                status=400,
+            )
+        language = form.get("language")
+        response_format = form.get("response_format")
+        self.requests.append(
+            Transcription(
+                upload.filename,
+                upload.content_type,
+                upload.file.read(),
+                model,
+                language if isinstance(language, str) else None,
+                response_format if isinstance(response_format, str) else None,
+            )
+        )
+        if response_format == "text":
+            return web.Response(text=self.transcript)
+        return web.json_response({"text": self.transcript})
 
 
 def _seconds(value: float) -> str:

@@ -85,6 +85,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
+import io
 import itertools
 import json
 import random
@@ -98,6 +99,7 @@ from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
+from PIL import Image
 
 TEXT_LIMIT = 4096  # UTF-16 code units, after entity parsing
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "telegram"
@@ -309,6 +311,9 @@ class FakeTelegramServer:
         self._root_url = ""
         self._push_task: asyncio.Task[None] | None = None
         self._wakers: set[asyncio.Task[None]] = set()
+        # Files users sent, by file_id: (file_path, bytes, size Telegram reports)
+        self.files: dict[str, tuple[str, bytes, int]] = {}
+        self.downloads: list[str] = []  # file paths downloaded, in order
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -316,6 +321,7 @@ class FakeTelegramServer:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_route("*", "/client/{client}/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -420,6 +426,23 @@ class FakeTelegramServer:
             "type": "supergroup",
         }
 
+    def add_file(
+        self, file_id: str, data: bytes, file_path: str, *, reported_size: int | None = None
+    ) -> None:
+        """A file a user sent, served by getFile and the file URL (`reported_size`: what
+        getFile says, for files too big to hold in a test)."""
+        size = len(data) if reported_size is None else reported_size
+        self.files[file_id] = (file_path, data, size)
+
+    def serve_photos(self, recorded: Any) -> None:
+        """Serve every photo size found in recorded payloads (as a plain JPEG of its size), the
+        way Telegram holds the files a user sent."""
+        for size in _photo_sizes(recorded):
+            width, height = int(size.get("width", 90)), int(size.get("height", 90))
+            out = io.BytesIO()
+            Image.new("RGB", (width, height), (90, 140, 200)).save(out, "JPEG")
+            self.add_file(size["file_id"], out.getvalue(), f"photos/{size['file_id'][-12:]}.jpg")
+
     # ---- building updates --------------------------------------------------------------------
 
     @staticmethod
@@ -503,6 +526,7 @@ class FakeTelegramServer:
         }
         if caption is not None:
             extra["caption"] = caption
+        self.serve_photos(extra)
         return self.queue_message(user.id if chat_id is None else chat_id, chat_type, user, **extra)
 
     def sticker(self, user: FakeUser) -> dict[str, Any]:
@@ -962,6 +986,36 @@ class FakeTelegramServer:
             return self._threads.get((chat_id, reply_to))
         return None
 
+    async def _api_getFile(self, params: dict[str, str]) -> Any:
+        """As the Bot API: a File with its file_path, valid for an hour; files over 20 MB are
+        refused ("file is too big"), unknown ids too."""
+        file_id = params.get("file_id", "")
+        known = self.files.get(file_id)
+        if known is None:
+            raise _APIError(
+                400, "Bad Request: wrong file_id or the file is temporarily unavailable"
+            )
+        path, _, size = known
+        if size > 20 * 1024 * 1024:
+            raise _APIError(400, "Bad Request: file is too big")
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u-{file_id[-8:]}",
+            "file_size": size,
+            "file_path": path,
+        }
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        path = request.match_info["path"]
+        self.downloads.append(path)
+        self._notify()
+        for known_path, data, _ in self.files.values():
+            if known_path == path:
+                return web.Response(body=data, content_type="application/octet-stream")
+        return _error(404, "Not Found")
+
     async def _api_sendChatAction(self, params: dict[str, str]) -> Any:
         chat_id = self._known_chat(params)
         self.chat_actions.append((chat_id, params.get("action", "")))
@@ -1085,6 +1139,18 @@ class FakeTelegramServer:
                     self._updates = [u for u in self._updates if u is not update]
                     return
             await asyncio.sleep(0.1)
+
+
+def _photo_sizes(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, list):
+        return [size for item in value for size in _photo_sizes(item)]
+    if not isinstance(value, dict):
+        return []
+    found = [size for size in value.get("photo", []) if isinstance(size, dict)]
+    for key, item in value.items():
+        if key != "photo" and isinstance(item, dict | list):
+            found += _photo_sizes(item)
+    return found
 
 
 def _chat_of(update: dict[str, Any]) -> Any:

@@ -136,6 +136,39 @@ def system_text(body: dict[str, Any]) -> str:
     return "\n\n".join([*(block.get("text", "") for block in system_blocks(body)), *temporal])
 
 
+# ---- sample files --------------------------------------------------------------------------
+
+
+def text_pdf(*lines: str) -> bytes:
+    """A one-page PDF whose page draws `lines` in Helvetica (what any PDF writer produces for
+    plain text), with a correct cross-reference table."""
+    stream = (
+        "BT /F1 12 Tf 72 720 Td 14 TL "
+        + " ".join(f"({line.replace('(', '[').replace(')', ']')}) '" for line in lines)
+        + " ET"
+    )
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        "/Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += "".join(f"{offset:010d} 00000 n \n" for offset in offsets).encode()
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    )
+    return bytes(out)
+
+
 # ---- test tools ----------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from PIL import Image
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
@@ -29,7 +31,7 @@ from bruce_bot.channels.policy import RESTARTING
 from bruce_bot.domain import OutboundMessage
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
-from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
+from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
 from tests.fakes.discord_server import FakeDiscordServer, user_payload
 from tests.integration.support import all_text, db_rows, messages_of
 
@@ -390,34 +392,41 @@ async def test_commands_are_answered_without_the_model(
     assert user_rows(tmp_path) == []
 
 
-async def test_non_text_messages_get_a_short_answer_and_captions_are_read(
+async def test_pictures_and_files_are_read_and_other_non_text_gets_a_short_answer(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, discord_fake: FakeDiscordServer
 ) -> None:
-    def attachment(n: int) -> dict[str, Any]:
-        return {
-            "id": str(555_000_000_000_000_000 + n),
-            "filename": f"photo{n}.png",
-            "size": 1024,
-            "url": f"https://cdn.example/photo{n}.png",
-            "proxy_url": f"https://media.example/photo{n}.png",
-            "content_type": "image/png",
-        }
+    def picture(n: int) -> dict[str, Any]:
+        out = io.BytesIO()
+        Image.new("RGB", (2400, 1200), (n * 40, 90, 90)).save(out, "PNG")
+        return discord_fake.attachment(f"photo{n}.png", out.getvalue(), "image/png")
 
+    anthropic_fake.responder = lambda body: (
+        f"{len(images_of(body))} picture(s). You said: {last_user_text(body)}"
+    )
     sticker = {"id": "666000000000000001", "name": "wave", "format_type": 1}
+    notes = discord_fake.attachment("notes.txt", b"milk, eggs, coffee", "text/plain; charset=utf-8")
     dm = discord_fake.dm_channel_id(OWNER_ID)
     async with bruce_on_discord(tmp_path, anthropic_fake, discord_fake):
-        await discord_fake.send_dm(OWNER, "", attachments=[attachment(1)])
+        await discord_fake.send_dm(OWNER, "", attachments=[picture(1)])
         await discord_fake.wait_for_sent(dm)
         await discord_fake.send_dm(OWNER, "", sticker_items=[sticker])
         await discord_fake.wait_for_sent(dm, 2)
-        await discord_fake.send_dm(OWNER, "look at this", attachments=[attachment(2)])
+        await discord_fake.send_dm(OWNER, "look at this", attachments=[picture(2)])
         await discord_fake.wait_for_sent(dm, 3)
+        await discord_fake.send_dm(OWNER, "", attachments=[notes])
+        await discord_fake.wait_for_sent(dm, 4)
         await discord_fake.send_guild_message(OWNER, "", mention_bot=True)  # a bare mention
         await discord_fake.wait_for_sent(TEXT)
 
-    assert discord_fake.texts(dm) == [ONLY_TEXT_REPLY, ONLY_TEXT_REPLY, "You said: look at this"]
+    first, sticker_reply, captioned, listed = discord_fake.texts(dm)
+    assert first == "1 picture(s). You said:"  # the reply is stripped
+    assert sticker_reply == ONLY_TEXT_REPLY
+    assert captioned == "1 picture(s). You said: look at this"
+    assert listed.startswith("0 picture(s). You said: <untrusted_content")
+    assert "milk, eggs, coffee" in listed and 'Document "notes.txt"' in listed
     assert discord_fake.texts(TEXT) == [EMPTY_MENTION_REPLY]
-    assert [row["content"] for row in user_rows(tmp_path)] == ["look at this"]
+    assert [row["content"] for row in user_rows(tmp_path)] == ["", "look at this", ""]
+    assert len(discord_fake.cdn_downloads) == 3  # each file fetched once from the CDN
 
 
 async def test_malformed_gateway_events_do_not_break_the_session(

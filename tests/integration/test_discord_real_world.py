@@ -6,11 +6,13 @@ message is still answered. Nothing sleeps for a fixed time."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 from structlog.testing import capture_logs
 
 from bruce_bot.channels.discord_texts import (
@@ -19,8 +21,9 @@ from bruce_bot.channels.discord_texts import (
     ONLY_TEXT_REPLY,
     SERVER_HELP_TEXT,
 )
+from bruce_bot.media.preparation import NO_TRANSCRIPTION
 from tests.conftest import wait_until
-from tests.fakes.anthropic_server import FakeAnthropicServer
+from tests.fakes.anthropic_server import FakeAnthropicServer, images_of
 from tests.fakes.discord_server import FakeDiscordServer, adapt_ids, load_fixture, user_payload
 from tests.integration.support import db_rows
 from tests.integration.test_discord import (
@@ -110,15 +113,31 @@ async def test_dm_as_in_discords_docs_without_member_flags_or_components_is_answ
     assert [row["content"] for row in user_rows(tmp_path)][:2] == ["Supa Hot", "Supa Hot"]
 
 
+async def test_a_recorded_voice_message_and_picture_are_read(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, discord_fake: FakeDiscordServer
+) -> None:
+    dm = discord_fake.dm_channel_id(OWNER_ID)
+    async with bruce_on_discord(tmp_path, anthropic_fake, discord_fake):
+        # No transcription service in this config: the reply says how to set one up.
+        await discord_fake.replay("dm_voice_message.json", in_dm(discord_fake))
+        await discord_fake.wait_for_sent(dm, 1)
+        await discord_fake.replay("dm_attachment_without_text.json", in_dm(discord_fake))
+        await discord_fake.wait_for_sent(dm, 2)
+    voice, picture = discord_fake.texts(dm)
+    assert voice == NO_TRANSCRIPTION
+    assert picture.startswith("You said:")
+    [(media_type, data)] = images_of(anthropic_fake.requests[-1])
+    # hikari's 1844×2638 picture, scaled to a 1568 px long edge (an opaque PNG becomes JPEG)
+    assert media_type == "image/jpeg" and Image.open(io.BytesIO(data)).size == (1096, 1568)
+
+
 async def test_non_text_dms_get_one_notice_each_and_never_a_mention_hint(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, discord_fake: FakeDiscordServer
 ) -> None:
     dm = discord_fake.dm_channel_id(OWNER_ID)
     fixtures = [
-        "dm_voice_message.json",  # flags IS_VOICE_MESSAGE, an audio/ogg attachment
         "dm_poll.json",  # a poll whose third answer has no text (discord.py needs one)
         "dm_sticker.json",
-        "dm_attachment_without_text.json",
     ]
     async with bruce_on_discord(tmp_path, anthropic_fake, discord_fake):
         for count, fixture in enumerate(fixtures, 1):
@@ -126,20 +145,21 @@ async def test_non_text_dms_get_one_notice_each_and_never_a_mention_hint(
             await discord_fake.wait_for_sent(dm, count)
         # An empty DM carries nothing at all: still no "write after the mention" in a DM.
         await discord_fake.replay("dm_docs_example_message.json", in_dm(discord_fake), content="")
-        await discord_fake.wait_for_sent(dm, 5)
+        await discord_fake.wait_for_sent(dm, 3)
         # Discord delivering the same message twice (the same id): one notice only.
-        voice_again = {**in_dm(discord_fake), 1096508390375165992: discord_fake.new_id()}
-        await discord_fake.replay("dm_voice_message.json", voice_again)
-        await discord_fake.replay("dm_voice_message.json", voice_again)
-        await discord_fake.wait_for_sent(dm, 6)
+        sticker = load_fixture("dm_sticker.json")
+        again = {**in_dm(discord_fake), int(sticker["d"]["id"]): discord_fake.new_id()}
+        await discord_fake.replay(sticker, again)
+        await discord_fake.replay(sticker, again)
+        await discord_fake.wait_for_sent(dm, 4)
         await discord_fake.send_dm(OWNER, "/help")
-        await discord_fake.wait_for_sent(dm, 7)
+        await discord_fake.wait_for_sent(dm, 5)
         await still_answered_in_dm(discord_fake)
         await discord_fake.send_guild_message(OWNER, "/help", mention_bot=True)
         (server_help,) = await discord_fake.wait_for_sent(TEXT)
 
     texts = discord_fake.texts(dm)
-    assert texts == [ONLY_TEXT_REPLY] * 6 + [HELP_TEXT, "You said: still there?"]
+    assert texts == [ONLY_TEXT_REPLY] * 4 + [HELP_TEXT, "You said: still there?"]
     assert not [text for text in texts if "mention" in text.lower()]
     assert server_help == SERVER_HELP_TEXT and "mention me" in server_help
     assert [row["content"] for row in user_rows(tmp_path)] == ["still there?"]

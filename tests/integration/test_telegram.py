@@ -24,7 +24,7 @@ from bruce_bot.channels.telegram import COMMANDS, ONLY_TEXT, TelegramChannel
 from bruce_bot.config import TelegramConfig
 from bruce_bot.domain import InboundMessage, OutboundMessage
 from tests.conftest import make_config, running_bruce, wait_until
-from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
+from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
 from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer, utf16_len
 from tests.integration.support import db_rows, messages_of, user_texts
 
@@ -310,27 +310,28 @@ async def test_new_sets_the_earlier_conversation_aside(
 # ---- unusual input ---------------------------------------------------------------------------
 
 
-async def test_photo_without_caption_gets_only_text_reply_and_caption_is_read(
+async def test_photos_are_read_and_a_sticker_gets_the_notice(
     tmp_path: Path, telegram: FakeTelegramServer, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    anthropic_fake.responder = echo
+    anthropic_fake.responder = lambda body: "A heron." if images_of(body) else echo(body)
     async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
         telegram.photo(ALICE)
-        [only_text] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
-        assert only_text.plain == ONLY_TEXT
+        [seen] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+        assert seen.plain == "A heron."
         telegram.photo(ALICE, caption="is this a heron?")
         [_, answer] = await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
-        assert answer.plain == "You said: is this a heron?"
+        assert answer.plain == "A heron."
+        assert user_texts(anthropic_fake.requests[-1])[-1] == "is this a heron?"
         telegram.sticker(ALICE)
-        telegram.voice(ALICE)
-        replies = await telegram.wait_for_messages(ALICE.id, 4, WITHIN)
-        assert [r.plain for r in replies[2:]] == [ONLY_TEXT, ONLY_TEXT]
+        replies = await telegram.wait_for_messages(ALICE.id, 3, WITHIN)
+        assert replies[2].plain == ONLY_TEXT
         # Someone else's photo in a group, not addressed to the bot: no reply at all.
         telegram.photo(BOB, chat_id=GROUP, chat_type="group")
         telegram.group_text(GROUP, BOB, "ping", mention=True)
         [group_reply] = await telegram.wait_for_messages(GROUP, 1, WITHIN)
         assert group_reply.plain == "You said: Bob: ping"
     assert [row["content"] for row in messages_of(tmp_path, "user")] == [
+        "",  # a photo without words: its picture is the message
         "is this a heron?",
         "ping",
     ]

@@ -21,7 +21,7 @@ from bruce_bot.channels.telegram_texts import ANONYMOUS_REPLY, UNREADABLE
 from bruce_bot.config import TelegramConfig
 from bruce_bot.domain import InboundMessage, SessionKey, Submission
 from tests.conftest import wait_until
-from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
+from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
 from tests.fakes.telegram_server import BOT_ID, FakeTelegramServer, load_fixture
 from tests.integration.support import db_rows, messages_of, user_texts
 from tests.integration.test_telegram import (
@@ -91,6 +91,7 @@ async def test_album_is_one_message_answered_once(
     anthropic_fake: FakeAnthropicServer,
 ) -> None:
     anthropic_fake.responder = echo
+    telegram.serve_photos(load_fixture(fixture))
     async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
         telegram.replay(load_fixture(fixture), ids={TELEGRAPH_USER: ALICE.id})
         await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
@@ -105,6 +106,7 @@ async def test_album_is_one_message_answered_once(
         "still there?",
     ]
     assert len(anthropic_fake.requests) == 2
+    assert len(images_of(anthropic_fake.requests[0])) == 3  # the album's pictures, in one turn
 
 
 async def test_album_of_photos_and_a_video_counts_each_kind(
@@ -113,6 +115,7 @@ async def test_album_of_photos_and_a_video_counts_each_kind(
     anthropic_fake.responder = echo
     photos = load_fixture("album_caption_on_first")[:2]
     video = load_fixture("teloxide_media_group_part_video")
+    telegram.serve_photos(photos)
     async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
         telegram.replay(
             [*photos, {"update_id": 0, "message": video}],
@@ -127,15 +130,36 @@ async def test_album_of_photos_and_a_video_counts_each_kind(
     ]
 
 
-async def test_album_without_caption_gets_one_notice(
+async def test_album_without_caption_is_one_message_of_its_pictures(
     tmp_path: Path, telegram: FakeTelegramServer, anthropic_fake: FakeAnthropicServer
 ) -> None:
     anthropic_fake.responder = echo
+    telegram.serve_photos(load_fixture("album_without_caption"))
     async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
         telegram.replay(load_fixture("album_without_caption"), ids={TELEGRAPH_USER: ALICE.id})
+        await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+        await still_answered(telegram)
+    assert telegram.texts_to(ALICE.id) == [
+        "You said: [album of 3 photos]",
+        "You said: still there?",
+    ]
+    assert [row["content"] for row in messages_of(tmp_path, "user")] == [
+        "[album of 3 photos]",
+        "still there?",
+    ]
+    assert len(images_of(anthropic_fake.requests[0])) == 3
+
+
+async def test_an_album_of_videos_gets_one_notice(
+    tmp_path: Path, telegram: FakeTelegramServer, anthropic_fake: FakeAnthropicServer
+) -> None:
+    anthropic_fake.responder = echo
+    video = load_fixture("teloxide_media_group_part_video")
+    second = {**video, "message_id": video["message_id"] + 1}
+    async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
+        telegram.replay([video, second], ids={TELOXIDE_USER: ALICE.id}, chat=private_chat(ALICE))
         await still_answered(telegram)
     assert telegram.texts_to(ALICE.id) == [ONLY_TEXT, "You said: still there?"]
-    assert [row["content"] for row in messages_of(tmp_path, "user")] == ["still there?"]
 
 
 async def test_album_split_across_batches_is_still_answered_once(
@@ -145,22 +169,28 @@ async def test_album_split_across_batches_is_still_answered_once(
     ids = {TELEGRAPH_USER: ALICE.id}
     captioned = load_fixture("album_caption_on_first")
     bare = load_fixture("album_without_caption")
+    telegram.serve_photos(captioned)
     async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
         # The captioned part comes alone; the rest of its album in a later getUpdates answer.
         telegram.replay(captioned[:1], ids=ids)
-        await telegram.wait_for(lambda: telegram.pending_updates == 0, WITHIN)
-        telegram.replay(captioned[1:], ids=ids)
         await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+        telegram.replay(captioned[1:], ids=ids)
+        await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
         # A caption-less album whose parts are split the same way.
         telegram.replay(bare[:1], ids=ids, media_group_id="another-album")
-        await telegram.wait_for(lambda: telegram.pending_updates == 0, WITHIN)
+        await telegram.wait_for_messages(ALICE.id, 3, WITHIN)
         telegram.replay(bare[1:], ids=ids, media_group_id="another-album")
+        await telegram.wait_for_messages(ALICE.id, 4, WITHIN)
         await still_answered(telegram)
+    # The parts that came late are a message of their own: no picture is dropped.
     assert telegram.texts_to(ALICE.id) == [
         f"You said: {CAPTION}\n\n[a photo from an album]",
-        ONLY_TEXT,
+        "You said: [another part of the same album]",
+        "You said: [a photo from an album]",
+        "You said: [another part of the same album]",
         "You said: still there?",
     ]
+    assert [len(images_of(body)) for body in anthropic_fake.requests] == [1, 2, 1, 2, 0]
 
 
 async def test_album_caption_is_stored_before_its_update_is_confirmed(
@@ -224,17 +254,23 @@ async def test_album_over_a_webhook_is_answered_once(
     anthropic_fake.responder = echo
     port = free_port()
     webhook = {"url": f"http://127.0.0.1:{port}/hook", "listen": "127.0.0.1", "port": port}
+    telegram.serve_photos(load_fixture("album_caption_on_first"))
     async with bruce_on_telegram(
         tmp_path, telegram, anthropic_fake, mode="webhook", webhook=webhook
     ):
         telegram.replay(load_fixture("album_caption_on_first"), ids={TELEGRAPH_USER: ALICE.id})
         await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
         await still_answered(telegram)
-    # Telegram posts one update at a time here: the count is what had arrived with the caption.
-    assert telegram.texts_to(ALICE.id) == [
-        f"You said: {CAPTION}\n\n[a photo from an album]",
-        "You said: still there?",
-    ]
+    # Telegram posts one update at a time here: the count is what had arrived with the caption;
+    # the parts posted after it came as messages of their own (answered together or apart, as
+    # they arrived during the first turn or after it).
+    texts = telegram.texts_to(ALICE.id)
+    assert texts[0] == f"You said: {CAPTION}\n\n[a photo from an album]"
+    assert texts[-1] == "You said: still there?"
+    assert texts[1:-1] and all(
+        text.startswith("You said: [another part of the same album]") for text in texts[1:-1]
+    )
+    assert sum(len(images_of(body)) for body in anthropic_fake.requests) == 3
 
 
 # ---- service messages and other content --------------------------------------------------------
@@ -254,16 +290,15 @@ async def test_service_messages_in_a_private_chat_are_ignored_and_content_gets_t
         telegram.replay(load_fixture("built_auto_delete_timer_private"), ids=ids)
         telegram.replay(load_fixture("teloxide_chat_shared_private"), ids=ids, **{"from": alice})
         telegram.replay(load_fixture("teloxide_empty_message_private"), ids={1234567890: ALICE.id})
-        # Real content Bruce cannot read yet.
+        # Real content Bruce cannot read.
         telegram.replay(load_fixture("teloxide_sticker_private"), ids=ids)
         telegram.replay(
             load_fixture("teloxide_location_venue_private"),
             chat=private_chat(ALICE),
             **{"from": alice},
         )
-        telegram.replay(load_fixture("teloxide_photo_private"), ids=ids)
         await still_answered(telegram)
-    assert telegram.texts_to(ALICE.id) == [ONLY_TEXT] * 3 + ["You said: still there?"]
+    assert telegram.texts_to(ALICE.id) == [ONLY_TEXT] * 2 + ["You said: still there?"]
     assert [row["content"] for row in messages_of(tmp_path, "user")] == ["still there?"]
 
 
@@ -594,6 +629,7 @@ async def test_entities_edits_channel_posts_forwards_and_anonymous_senders(
             ids=ids,
             renumber=table,  # the same message, edited
         )
+        telegram.serve_photos(load_fixture("teloxide_photo_caption_entities"))
         telegram.replay(load_fixture("teloxide_photo_caption_entities"), ids={27433968: ALICE.id})
         await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
         telegram.replay(load_fixture("tdlib46_channel_album_and_automatic_forward"))

@@ -811,3 +811,24 @@ def test_a_domain_list_entry_that_is_not_a_bare_domain_is_named_with_its_index(
 
     assert message.startswith(f"tools.web_fetch.allowed_domains[1]: {entry!r} is not a ")
     assert "bare domain like example.com" in message
+
+
+def test_media_settings_are_checked_with_errors_that_name_the_key(tmp_path: Path) -> None:
+    problems = error_of(
+        tmp_path,
+        "llm: {vision: maybe}\n"
+        "transcription: {language: English, base_url: 'ftp://x'}\n"
+        "documents: {max_chars: 10}\n",
+    )
+    assert "llm.vision" in problems and "'auto', 'on' or 'off'" in problems
+    assert "transcription.language" in problems and "ISO-639-1" in problems
+    assert "transcription.base_url" in problems
+    assert "documents.max_chars" in problems
+
+
+def test_transcription_is_off_until_an_endpoint_or_key_is_set(tmp_path: Path) -> None:
+    assert not load_text(tmp_path, "{}").transcription.is_configured
+    config = load_text(
+        tmp_path, "transcription: {base_url: 'http://127.0.0.1:8000/v1', language: PT}"
+    )
+    assert config.transcription.is_configured and config.transcription.language == "pt"

@@ -4,18 +4,22 @@ under a message (a reminder's confirm/cancel) through `/api/chat/choices`."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from bruce_bot.channels.web import WEB_CHANNEL
-from bruce_bot.domain import SessionKey
+from bruce_bot.channels.web import WEB_CHANNEL, Upload
+from bruce_bot.domain import SessionKey, Submission
 from bruce_bot.web.api.endpoint import Call, Endpoint
 from bruce_bot.web.api.params import MAX_ID
 from bruce_bot.web.wire import ApiError, Time
 
 MAX_WAIT_SECONDS = 30.0
+MAX_FILES = 10
+# Base64 makes a file a third larger: room for a 20 MB file and the rest of the body.
+UPLOAD_BODY_BYTES = 28_000_000
 DEFAULT_CHAT_ID = "dashboard"
 ChatId = Annotated[StrictStr, Field(min_length=1, max_length=64)]
 CHAT_ID = "which chat of the dashboard"
@@ -51,6 +55,7 @@ class ChatMessage(BaseModel):
     status: str
     created_at: Time
     choices: list[Choice] = Field(description="buttons shown under the message")
+    files: list[str] = Field(default_factory=list, description="names of the files it carried")
 
 
 class ChatMessages(BaseModel):
@@ -59,11 +64,35 @@ class ChatMessages(BaseModel):
     messages: list[ChatMessage]
 
 
+class NewFile(BaseModel):
+    name: Annotated[StrictStr, Field(min_length=1, max_length=255)]
+    mime_type: StrictStr = Field("application/octet-stream", description="e.g. image/jpeg")
+    data: StrictStr = Field(description="the file's bytes, base64")
+
+
 class NewMessage(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{"text": "hello"}]})
 
     text: StrictStr
     chat_id: ChatId | None = Field(None, description=CHAT_ID + "; else the query's chat_id")
+
+
+class NewUpload(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"text": "what is this?", "files": [{"name": "a.png", "data": "iVBORw0KGgo="}]}
+            ]
+        }
+    )
+
+    text: StrictStr = Field("", description="the words sent with the files (may be empty)")
+    chat_id: ChatId | None = Field(None, description=CHAT_ID + "; else the query's chat_id")
+    files: list[NewFile] = Field(
+        min_length=1,
+        max_length=MAX_FILES,
+        description="pictures, voice recordings or documents (PDF, text, Markdown, CSV, JSON)",
+    )
 
 
 class Accepted(BaseModel):
@@ -88,6 +117,24 @@ class PressReply(BaseModel):
 async def post_message(call: Call[ChatTarget, NewMessage]) -> Accepted:
     chat_id = call.body.chat_id or call.params.chat_id
     submission = await call.context.web_channel.submit(chat_id, call.body.text)
+    return _accepted(submission, chat_id)
+
+
+async def post_upload(call: Call[ChatTarget, NewUpload]) -> Accepted:
+    """Files (and words) for Bruce: read in the turn like a Telegram photo or document."""
+    chat_id = call.body.chat_id or call.params.chat_id
+    files: list[Upload] = []
+    for file in call.body.files:
+        try:
+            data = base64.b64decode(file.data, validate=True)
+        except ValueError:
+            raise ApiError(f"file {file.name!r}: data must be base64", 400) from None
+        files.append(Upload(file.name, file.mime_type, data))
+    submission = await call.context.web_channel.submit(chat_id, call.body.text, files=files)
+    return _accepted(submission, chat_id)
+
+
+def _accepted(submission: Submission, chat_id: str) -> Accepted:
     if not submission.accepted:
         status, message = REFUSALS.get(submission.reason, (409, submission.reason))
         raise ApiError(message, status)
@@ -104,11 +151,23 @@ async def get_messages(call: Call[ChatQuery, None]) -> ChatMessages:
         await channel.wait_for_change(chat_id, wait, since=version)
         rows = await stores.messages.recent(session.id, params.after)
     messages: list[dict[str, Any]] = [
-        {**dataclasses.asdict(r), "choices": (r.extra or {}).get("choices", [])} for r in rows
+        {
+            **dataclasses.asdict(r),
+            "choices": (r.extra or {}).get("choices", []),
+            "files": _file_names(r.extra),
+        }
+        for r in rows
     ]
     return ChatMessages.model_validate(
         {"chat_id": chat_id, "typing": channel.is_typing(chat_id), "messages": messages}
     )
+
+
+def _file_names(extra: dict[str, Any] | None) -> list[str]:
+    found = (extra or {}).get("attachments")
+    if not isinstance(found, list):
+        return []
+    return [str(a.get("name") or a.get("kind") or "file") for a in found if isinstance(a, dict)]
 
 
 async def press(call: Call[ChatTarget, Press]) -> PressReply:
@@ -131,6 +190,18 @@ ENDPOINTS = (
         body=NewMessage,
         status=202,
         errors=(409, 503),
+    ),
+    Endpoint(
+        "POST",
+        "/api/chat/uploads",
+        post_upload,
+        Accepted,
+        "Send files (pictures, voice recordings, documents) to Bruce, with optional words",
+        params=ChatTarget,
+        body=NewUpload,
+        status=202,
+        errors=(409, 413, 503),
+        max_body_bytes=UPLOAD_BODY_BYTES,
     ),
     Endpoint(
         "GET",

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from bruce_bot.web.api.params import parse
 from bruce_bot.web.auth import WebAuth
 from bruce_bot.web.context import WebContext
-from bruce_bot.web.wire import json_body
+from bruce_bot.web.wire import MAX_BODY_BYTES, json_body
 
 P = TypeVar("P", bound=BaseModel)
 B = TypeVar("B", bound=BaseModel | None)
@@ -54,6 +54,7 @@ class Endpoint:
     body: type[BaseModel] | None = None
     status: int = 200
     errors: tuple[int, ...] = ()  # the refusals it may answer besides 400/401/413/415
+    max_body_bytes: int = MAX_BODY_BYTES  # more for a route that takes files
 
     @property
     def path_params(self) -> list[str]:
@@ -70,7 +71,7 @@ class Endpoint:
             params = parse(self.params, {**request.query_params, **request.path_params})
             body = None
             if self.body is not None:
-                data = await json_body(request, example)
+                data = await json_body(request, example, self.max_body_bytes)
                 body = parse(self.body, data, field="field ")
             result = await self.run(Call(context, auth, request, params, body))
             assert isinstance(result, self.answer), f"{self.path} answered {type(result)}"
