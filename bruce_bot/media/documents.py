@@ -12,9 +12,6 @@ import json
 import logging
 from pathlib import PurePath
 
-from pypdf import PdfReader
-from pypdf.errors import PdfReadError
-
 # By file name first (clients often send text files as application/octet-stream).
 _SUFFIXES = {
     ".pdf": "pdf",
@@ -95,6 +92,10 @@ def _decoded(data: bytes) -> str:
 
 
 def _pdf_text(data: bytes, max_pages: int) -> str:
+    # pypdf is imported on the first PDF (in the worker thread this runs in), not at start-up.
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
     # pypdf logs each oddity of a sloppy PDF as a warning: not Bruce's logs' business.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:

@@ -13,8 +13,6 @@ import io
 import warnings
 from dataclasses import dataclass
 
-from PIL import Image, ImageOps, UnidentifiedImageError
-
 # Decoded pixels above this are refused rather than decoded (a "decompression bomb": a small
 # file that expands to gigabytes).
 MAX_PIXELS = 60_000_000
@@ -34,6 +32,10 @@ class FittedImage:
 
 def fit_image(data: bytes, max_edge: int, max_bytes: int) -> FittedImage:
     """`data` as JPEG/PNG with its long edge at most `max_edge` px and at most `max_bytes`."""
+    # Pillow is imported on the first picture (in the worker thread this runs in), not at
+    # start-up: most processes never see one.
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -85,6 +85,8 @@ async def test_a_ready_daemon_has_not_loaded_what_only_later_requests_need(
     later = {"bruce_bot.web.api", "bruce_bot.web.api.openapi", "jsonschema"}
     # The tools' page and search libraries load when the model first uses them.
     later |= {"trafilatura", "ddgs"}
+    # Pictures and PDFs: their libraries load with the first one a user sends.
+    later |= {"PIL", "pypdf"}
     assert not later & loaded, sorted(later & loaded)
 
 
