@@ -18,17 +18,23 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.storage.database import MIGRATION_LOCK_KEY
+from bruce_bot.storage.fulltext import POSTGRES_INDEX, SQLITE_FTS_TABLES
 from bruce_bot.storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata
-EXCLUDED_TABLES = {"apscheduler_jobs"}
+# APScheduler's own table, and SQLite's full-text table of memories with its shadow tables
+# (made by migration 0010 from storage/fulltext.py, not described by the models).
+EXCLUDED_TABLES = {"apscheduler_jobs", *SQLITE_FTS_TABLES}
 
 
 def include_object(
     obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:
-    return not (type_ == "table" and name in EXCLUDED_TABLES)
+    if type_ == "table" and name in EXCLUDED_TABLES:
+        return False
+    # PostgreSQL's full-text index of memories is an expression index no model describes.
+    return not (type_ == "index" and name == POSTGRES_INDEX)
 
 
 def _database_url() -> str:
