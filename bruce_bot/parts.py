@@ -236,7 +236,14 @@ def build_parts(
     listeners: list[TurnListener] = [_BriefingListener(tasks)]
     if brain:
         listeners.append(_BrainListener(brain))
-    settings = TurnSettings(config.agent, config.llm, config.app.zone, overrides.clock, library)
+    settings = TurnSettings(
+        config.agent,
+        config.llm,
+        config.app.zone,
+        overrides.clock,
+        library,
+        config.memory if config.memory.enabled else None,
+    )
     turns = TurnRunner(settings, stores, llm, tools, outbox, listeners)
     gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)
     _connect_feed(feed, inbox, web_channel, shared)

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 from sqlalchemy import bindparam, delete, func, select, text, update
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bruce_bot.domain import utcnow
@@ -88,7 +89,7 @@ _messages = table_of(MessageRow)
 _sessions = table_of(SessionRow)
 _COLUMNS = columns_for(_memories, Memory)
 _SELECTED = ", ".join(f"memories.{column.name}" for column in _COLUMNS)
-_owners = bindparam("owners", expanding=True)
+_owners: BindParameter[list[str]] = bindparam("owners", expanding=True)
 SQLITE_SEARCH = (
     text(
         f"SELECT {_SELECTED} FROM memories JOIN {FTS_TABLE} ON {FTS_TABLE}.rowid = memories.id "
