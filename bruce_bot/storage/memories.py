@@ -19,8 +19,8 @@ from typing import Any
 import structlog
 from sqlalchemy import bindparam, delete, func, select, text, update
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import BindParameter
 
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.fulltext import FTS_TABLE, POSTGRES_DOCUMENT, fts5_any, search_terms
