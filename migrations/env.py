@@ -18,14 +18,12 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.storage.database import MIGRATION_LOCK_KEY
-from bruce_bot.storage.fulltext import POSTGRES_INDEX, SQLITE_FTS_TABLES
+from bruce_bot.storage.fulltext import described_by_models
 from bruce_bot.storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata
-# APScheduler's own table, and SQLite's full-text table of memories with its shadow tables
-# (made by migration 0010 from storage/fulltext.py, not described by the models).
-EXCLUDED_TABLES = {"apscheduler_jobs", *SQLITE_FTS_TABLES}
+EXCLUDED_TABLES = {"apscheduler_jobs"}
 
 
 def include_object(
@@ -33,8 +31,9 @@ def include_object(
 ) -> bool:
     if type_ == "table" and name in EXCLUDED_TABLES:
         return False
-    # PostgreSQL's full-text index of memories is an expression index no model describes.
-    return not (type_ == "index" and name == POSTGRES_INDEX)
+    # The memories' full-text index (SQLite's FTS5 tables, PostgreSQL's expression index) is
+    # made by migration 0010 from storage/fulltext.py, not described by the models.
+    return described_by_models(obj, name, type_, reflected, compare_to)
 
 
 def _database_url() -> str:

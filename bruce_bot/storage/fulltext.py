@@ -12,7 +12,7 @@ filters, quotes), and a user's "what's my wife's name?" must not be read as one.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 FTS_TABLE: Final = "memories_fts"
 # FTS5's virtual table and the shadow tables it keeps its index in: not models, so alembic's
@@ -49,6 +49,17 @@ POSTGRES_DDL: Final = (
     "((to_tsvector('simple', content || ' ' || tags::text)))",
 )
 POSTGRES_DROP: Final = (f"DROP INDEX IF EXISTS {POSTGRES_INDEX}",)
+
+
+def described_by_models(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """alembic's `include_object`: False for the full-text index, which no model describes (so
+    autogenerate and schema comparisons leave it alone)."""
+    if type_ == "table" and name in SQLITE_FTS_TABLES:
+        return False
+    return not (type_ == "index" and name == POSTGRES_INDEX)
+
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Words too common to say what a message is about (English; other languages pass whole, and

@@ -9,6 +9,7 @@ metadata.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -95,6 +96,22 @@ class CleanText(BoundedString):
 
     impl = Text
     cache_ok = True
+
+
+class WordList(TypeDecorator[list[str]]):
+    """A list of words stored as JSON text with its letters as they are ("saúde", not
+    "sa\\u00fade", which is what the JSON type writes): full-text search reads this text."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: list[str] | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        return json.dumps(list(value), ensure_ascii=False)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> list[str] | None:
+        return [str(word) for word in json.loads(value)] if value else []
 
 
 class Base(DeclarativeBase):
@@ -386,7 +403,7 @@ class MemoryRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     owner: Mapped[str] = mapped_column(BoundedString(160))
     content: Mapped[str] = mapped_column(CleanText)
-    tags: Mapped[list[str]] = mapped_column(default=list)
+    tags: Mapped[list[str]] = mapped_column(WordList, default=list)
     source_session_id: Mapped[int | None] = mapped_column(
         ForeignKey("sessions.id", ondelete="SET NULL")
     )

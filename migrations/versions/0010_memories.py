@@ -26,7 +26,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("owner", sa.String(length=160), nullable=False),
         sa.Column("content", sa.Text(), nullable=False),
-        sa.Column("tags", sa.JSON(), nullable=False),
+        sa.Column("tags", bruce_bot.storage.models.WordList(), nullable=False),
         sa.Column("source_session_id", sa.Integer(), nullable=True),
         sa.Column("created_at", bruce_bot.storage.models.UTCDateTime(), nullable=False),
         sa.Column("updated_at", bruce_bot.storage.models.UTCDateTime(), nullable=False),

@@ -20,7 +20,7 @@ from sqlalchemy import create_engine
 
 from bruce_bot.storage.database import SCHEMA_HEAD, _alembic_config, upgrade_schema
 from bruce_bot.storage.fresh_schema import create_if_empty
-from bruce_bot.storage.fulltext import FTS_TABLE, SQLITE_FTS_TABLES
+from bruce_bot.storage.fulltext import FTS_TABLE, SQLITE_FTS_TABLES, described_by_models
 from bruce_bot.storage.models import Base
 
 
@@ -74,11 +74,6 @@ def schema_of(path: Path) -> dict[str, object]:
     return schema
 
 
-def _models_only(obj: object, name: str | None, type_: str, reflected: bool, other: object) -> bool:
-    """What the models describe (the full-text tables are made by the migration on its own)."""
-    return not (type_ == "table" and name in SQLITE_FTS_TABLES)
-
-
 def test_schema_head_constant_matches_the_newest_migration(tmp_path: Path) -> None:
     config = _alembic_config(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
     assert ScriptDirectory.from_config(config).get_current_head() == SCHEMA_HEAD
@@ -99,7 +94,7 @@ def test_migrations_create_exactly_the_tables_of_the_models(tmp_path: Path) -> N
     engine = create_engine(f"sqlite:///{database}")
     with engine.connect() as connection:
         context = MigrationContext.configure(
-            connection, opts={"compare_type": True, "include_object": _models_only}
+            connection, opts={"compare_type": True, "include_object": described_by_models}
         )
         differences = compare_metadata(context, Base.metadata)
     engine.dispose()
