@@ -183,7 +183,10 @@ def _brain(
 ) -> AnalyticalBrain | None:
     if not config.brain.enabled or library is None:
         return None
-    runner = BrainRunner(llm, config.llm.effective_background_model, stores, library, config.brain)
+    memories = stores.memories if config.memory.enabled else None
+    runner = BrainRunner(
+        llm, config.llm.effective_background_model, stores, library, config.brain, memories
+    )
     return AnalyticalBrain(runner, max_concurrent=config.agent.max_concurrent_sessions)
 
 

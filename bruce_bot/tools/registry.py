@@ -51,6 +51,9 @@ class ToolContext:
     # The person speaking in the turn, "<channel>:<user id>" (a briefing: the person who set it
     # up); "" when there is none. Memories are this person's only (tools/memory.py).
     person: str = ""
+    # The analytical brain's run: the people speaking in the conversation it reads, in the
+    # order its message numbers them (person 1 first).
+    people: tuple[str, ...] = ()
 
 
 class Tool:
