@@ -366,6 +366,20 @@ class MemoryStore:
 
     # ---- the dashboard's view ----------------------------------------------------------------
 
+    async def everyone(self, limit: int) -> list[Memory]:
+        """Every person's memories, the most recently saved or changed first (the dashboard)."""
+        query = (
+            select(*_COLUMNS)
+            .order_by(_memories.c.updated_at.desc(), _memories.c.id.desc())
+            .limit(limit)
+        )
+        async with self._engine.connect() as connection:
+            return [from_row(Memory, row) for row in await connection.execute(query)]
+
+    async def count_all(self) -> int:
+        async with self._engine.connect() as connection:
+            return int((await connection.execute(select(func.count(_memories.c.id)))).scalar() or 0)
+
     async def owners(self) -> list[Owner]:
         """Every owner with memories or a link, with the person it belongs to and the name it
         last wrote under."""
