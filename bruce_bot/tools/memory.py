@@ -40,7 +40,8 @@ _TOKEN = re.compile(
 )
 _PASSWORD = re.compile(
     r"\b(password|passwd|passcode|passphrase|pin|senha|contrase[ñn]a|passwort|mot de passe|"
-    r"api[ _-]?key|secret|token|cvv|cvc)\b\s*(?:is|=|:|é|es|ist|est)\s*\S+",
+    r"api[ _-]?key|secret|token|cvv|cvc|(?:door|gate|alarm|access|security|safe|lock) code)\b"
+    r"\s*(?:is|=|:|é|es|ist|est)\s*\S+",
     re.IGNORECASE,
 )
 _CARD = re.compile(r"\b(?:\d[ -]?){13,19}\b")
