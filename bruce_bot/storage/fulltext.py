@@ -73,11 +73,13 @@ STOP_WORDS: Final = frozenset(
 MAX_TERMS: Final = 24
 
 
-def search_terms(text: str, *, keep_common: bool = False) -> list[str]:
+def search_terms(text: str) -> list[str]:
     """The distinct words of `text`, lower case, in order: the terms a search looks for."""
     seen: dict[str, None] = {}
     for word in _WORD.findall(text.lower()):
-        if word.strip("_") and (keep_common or word not in STOP_WORDS):
+        if len(word) == 1 and word.isascii():
+            continue  # the "s" of "wife's", a lone digit: matches too much to mean anything
+        if word.strip("_") and word not in STOP_WORDS:
             seen.setdefault(word, None)
     return list(seen)[:MAX_TERMS]
 
