@@ -287,3 +287,35 @@ async def test_with_an_openai_compatible_model_memories_end_the_newest_user_mess
     assert newest["role"] == "user" and newest["content"].startswith("any dinner ideas?")
     assert newest["content"].rstrip().endswith("</user_memories>")
     assert f"[#1] {FACT}" in newest["content"]
+
+
+async def test_corrections_replace_a_memory_and_unknown_ids_are_error_results(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    anthropic_fake.script(tool_calls=[("memory_save", {"text": "Lives in Lisbon"})])
+    anthropic_fake.script("Noted.")
+    anthropic_fake.script(
+        tool_calls=[
+            ("memory_save", {"text": "Lives in Porto", "replaces": 1}),
+            ("memory_save", {"text": "Has a cat", "replaces": 99}),
+            ("memory_forget", {"memory_id": 42}),
+            ("memory_search", {"query": "dog"}),
+        ]
+    )
+    anthropic_fake.script("Updated.")
+    console = ConsoleChannel()
+    config = config_for(tmp_path, anthropic_fake.base_url, brain={"enabled": False})
+    async with running_bruce(config, channels=[console]):
+        assert await console.say("remember that I live in Lisbon")
+        assert await next_reply(console.replies) == "Noted."
+        assert await console.say("I moved to Porto")
+        assert await next_reply(console.replies) == "Updated."
+    replaced, unknown, forget, search = last_tool_results(anthropic_fake.requests[-1])
+    assert block_text(replaced) == "Memory #1 updated: Lives in Porto"
+    assert unknown["is_error"] and block_text(unknown).startswith("Error: no memory 99 of yours")
+    assert forget["is_error"] and block_text(forget).startswith("Error: no memory 42 of yours")
+    assert block_text(search).startswith("No memory matches 'dog'. All 1 memories of this user")
+    assert "[#1] Lives in Porto" in block_text(search)
+    assert [tuple(r) for r in db_rows(tmp_path, "SELECT id, owner, content FROM memories")] == [
+        (1, "console:console", "Lives in Porto")
+    ]
