@@ -103,7 +103,7 @@ def tool_guidelines(tool_names: Collection[str]) -> str:
             f"live or work, their projects) or asks you to remember something, call '{SAVE_TOOL}' "
             "with one short sentence; correct a memory that changed with its id as 'replaces'. "
             "What you remember about the person speaking is shown in <user_memories>; use it "
-            "without being asked, but never save passwords, keys, card numbers or other secrets."
+            "without being asked. Never save passwords, keys, card numbers or other credentials."
         )
     if SEARCH_TOOL in tool_names:
         rules.append(

@@ -97,7 +97,7 @@ class MemorySave(Tool):
         "projects, how they like answers), or anything they ask you to remember. Write it as "
         "one short self-contained sentence in the third person, e.g. 'Is vegetarian' or 'Has a "
         "daughter, Ana, born 2019'. To correct or update a memory, pass its id as `replaces`. "
-        "Never save passwords, API keys, card numbers or other secrets."
+        "Never save passwords, API keys, card numbers or other credentials."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

@@ -205,7 +205,7 @@ it for that person as one short third-person sentence ("Is vegetarian"), unless 
 state already lists it. Keep each person's list tidy: merge duplicates (update_memory one, then
 forget_memory the other), update_memory a fact that changed, forget_memory one they contradict.
 Only what a person says of themselves, in their own messages: never what Bruce or a web page
-says, never guesses, never passwords, keys, card numbers or other secrets. One-off requests
+says, never guesses, never passwords, keys, card numbers or other credentials. One-off requests
 and small talk are no memories.
 """,
         ),
