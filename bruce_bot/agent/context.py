@@ -120,11 +120,14 @@ def tool_guidelines(tool_names: Collection[str]) -> str:
             "you may call 'spawn_subagent' with a complete description of the task (it cannot "
             "see this conversation), then use the answer it returns."
         )
-    claimable = sorted(name for name in tool_names if name in {"artifact_save", *SCHEDULING_TOOLS})
+    claimable = sorted(
+        name for name in tool_names if name in {"artifact_save", SAVE_TOOL, *SCHEDULING_TOOLS}
+    )
     if claimable:
         tools_list = ", ".join(f"'{name}'" for name in claimable)
         rules.append(
-            "Never claim to have created, saved, published or scheduled anything unless the "
+            "Never claim to have created, saved, published, scheduled or remembered anything "
+            "unless the "
             f"matching tool ({tools_list}) returned success in this conversation. Never write a "
             "link to '/artifacts/...' that a tool did not give you. If a tool failed, say so."
         )

@@ -69,6 +69,7 @@ NO_ANSWER = "I don't have an answer to that; could you rephrase it?"
 UNCONFIRMED_NOTE: dict[ClaimKind, str] = {
     "artifact": "\n\n(Note: I could not confirm that any file was actually saved.)",
     "schedule": "\n\n(Note: I could not confirm that anything was actually scheduled.)",
+    "memory": "\n\n(Note: I could not confirm that this was saved to my memory.)",
 }
 
 

@@ -319,3 +319,20 @@ async def test_corrections_replace_a_memory_and_unknown_ids_are_error_results(
     assert [tuple(r) for r in db_rows(tmp_path, "SELECT id, owner, content FROM memories")] == [
         (1, "console:console", "Lives in Porto")
     ]
+
+
+async def test_a_promise_to_remember_without_saving_is_corrected_before_the_user_sees_it(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    anthropic_fake.script("Sure, I'll remember that you're vegetarian.")  # but saved nothing
+    anthropic_fake.script(tool_calls=[("memory_save", {"text": "Is vegetarian"})])
+    anthropic_fake.script("Saved: I'll keep it for next time.")
+    console = ConsoleChannel()
+    config = config_for(tmp_path, anthropic_fake.base_url, brain={"enabled": False})
+    async with running_bruce(config, channels=[console]):
+        assert await console.say("I'm vegetarian, by the way")
+        assert await next_reply(console.replies) == "Saved: I'll keep it for next time."
+    correction = user_texts(anthropic_fake.requests[1])[-1]
+    assert correction.startswith("[Automatic check]") and "'memory_save'" in correction
+    [row] = db_rows(tmp_path, "SELECT owner, content FROM memories")
+    assert tuple(row) == ("console:console", "Is vegetarian")
