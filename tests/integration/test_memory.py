@@ -336,3 +336,28 @@ async def test_a_promise_to_remember_without_saving_is_corrected_before_the_user
     assert correction.startswith("[Automatic check]") and "'memory_save'" in correction
     [row] = db_rows(tmp_path, "SELECT owner, content FROM memories")
     assert tuple(row) == ("console:console", "Is vegetarian")
+
+
+async def test_with_memory_switched_off_nothing_is_offered_or_shown(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    anthropic_fake.script("Hello!")
+    console = ConsoleChannel()
+    config = config_for(
+        tmp_path, anthropic_fake.base_url, memory={"enabled": False}, brain={"enabled": True}
+    )
+    async with running_bruce(config, channels=[console]) as bruce:
+        assert bruce.stores is not None
+        await bruce.stores.memories.save("console:console", FACT)  # kept from before
+        assert await console.say("hi, any dinner ideas?")
+        assert await next_reply(console.replies) == "Hello!"
+        assert bruce.brain is not None
+        await bruce.brain.idle()
+    [request, *brain] = anthropic_fake.requests
+    names = {tool["name"] for tool in request["tools"]}
+    assert not names & {"memory_save", "memory_search", "memory_forget"}
+    assert FACT not in json.dumps(request) and shown_memory_ids(request) == []
+    assert brain  # the brain ran (for the unnamed session), without memory curation
+    for body in brain:
+        assert "MEMORY CURATION" not in system_text(body)
+        assert not {tool["name"] for tool in body["tools"]} & {"remember", "forget_memory"}
