@@ -58,6 +58,7 @@ async def test_the_memory_page_reads_edits_and_deletes_a_persons_memories(
     await expect(people).to_have_count(2)
     await expect(page.locator("#memories tbody tr")).to_have_count(3)  # everyone's at first
 
+    await expect(page.locator("#link-form")).to_be_visible()  # two owners: they may be linked
     await page.get_by_role("button", name="Show the memories of chat:alice").click()
     await expect(page.locator("#memories-title")).to_contain_text("Memories of alice (chat:alice)")
     rows = page.locator("#memories tbody tr")
