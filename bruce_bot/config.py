@@ -569,6 +569,18 @@ class TranscriptionConfig(_Section):
         return bool(self.base_url) or bool(self.api_key)
 
 
+class MemoryConfig(_Section):
+    """Memory across conversations: the memory tools, the memories shown each turn, and the
+    brain's upkeep of them (tools/memory.py, storage/memories.py)."""
+
+    enabled: bool = True
+    # Memories matching what the person just said shown to the model each turn, then up to
+    # `recent_in_prompt` of their newest others; at most `prompt_chars` characters in all.
+    max_in_prompt: int = Field(default=6, ge=0, le=50)
+    recent_in_prompt: int = Field(default=3, ge=0, le=50)
+    prompt_chars: int = Field(default=2_000, ge=100, le=50_000)
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_output: bool = Field(default=False, alias="json")
@@ -590,6 +602,7 @@ class Config(_Section):
     media: MediaConfig = Field(default_factory=MediaConfig)
     documents: DocumentsConfig = Field(default_factory=DocumentsConfig)
     transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property

@@ -43,10 +43,11 @@ class QueuedMessage:
     kind: MessageKind = "chat"
     metadata: dict[str, Any] = field(default_factory=dict)
     text: str = ""
+    user_id: str = ""  # the platform's id of the person who wrote it ("" when unknown)
 
     @classmethod
     def of(cls, row: StoredMessage) -> QueuedMessage:
-        return cls(row.id, row.kind, row.extra or {}, row.content)
+        return cls(row.id, row.kind, row.extra or {}, row.content, row.user_id or "")
 
 
 TurnProcessor = Callable[[SessionRecord, list[QueuedMessage]], Awaitable[None]]

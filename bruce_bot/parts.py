@@ -226,7 +226,10 @@ def _brain(
 ) -> AnalyticalBrain | None:
     if not config.brain.enabled or library is None:
         return None
-    runner = BrainRunner(llm, config.llm.effective_background_model, stores, library, config.brain)
+    memories = stores.memories if config.memory.enabled else None
+    runner = BrainRunner(
+        llm, config.llm.effective_background_model, stores, library, config.brain, memories
+    )
     return AnalyticalBrain(runner, max_concurrent=config.agent.max_concurrent_sessions)
 
 
@@ -286,7 +289,14 @@ def build_parts(
     listeners: list[TurnListener] = [_BriefingListener(tasks)]
     if brain:
         listeners.append(_BrainListener(brain))
-    settings = TurnSettings(config.agent, config.llm, config.app.zone, overrides.clock, library)
+    settings = TurnSettings(
+        config.agent,
+        config.llm,
+        config.app.zone,
+        overrides.clock,
+        library,
+        config.memory if config.memory.enabled else None,
+    )
     transcriber = overrides.transcriber or build_transcriber(config)
     media = build_media(config, stores, channels, transcriber)
     turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.storage.database import MIGRATION_LOCK_KEY
+from bruce_bot.storage.fulltext import described_by_models
 from bruce_bot.storage.models import Base
 
 config = context.config
@@ -28,7 +29,11 @@ EXCLUDED_TABLES = {"apscheduler_jobs"}
 def include_object(
     obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:
-    return not (type_ == "table" and name in EXCLUDED_TABLES)
+    if type_ == "table" and name in EXCLUDED_TABLES:
+        return False
+    # The memories' full-text index (SQLite's FTS5 tables, PostgreSQL's expression index) is
+    # made by migration 0010 from storage/fulltext.py, not described by the models.
+    return described_by_models(obj, name, type_, reflected, compare_to)
 
 
 def _database_url() -> str:

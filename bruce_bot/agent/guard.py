@@ -1,7 +1,8 @@
 """The anti-hallucination guard: catch a final answer that claims an action no tool performed.
 
 After the loop, the final text is checked for claims of having saved, created, published or
-scheduled something, and for `/artifacts/` links. A claim counts as backed only when the matching
+scheduled something, of remembering something for later conversations, and for `/artifacts/`
+links. A claim counts as backed only when the matching
 tool succeeded in this turn (and a link only when that tool returned it). An unbacked claim is
 logged and the model is asked once more to either call the tool or correct its answer.
 Detection is deliberately narrow (a past-tense action verb together with a thing that a tool
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bruce_bot.domain import ToolExecution
+from bruce_bot.tools.memory import SAVE_TOOL
 from bruce_bot.tools.proactive import CREATE_TOOL
 
 ARTIFACT_TOOLS = ("artifact_save",)
@@ -51,9 +53,19 @@ _PROMISE = re.compile(
     re.IGNORECASE,
 )
 
+# "I'll remember that": a promise that outlives the conversation, which only memory_save keeps.
+_REMEMBERED = re.compile(
+    r"(\bI(?:'ll| will| shall)\s+(?:always\s+)?remember\b"
+    r"|\bI(?:'ve| have)\s+(?:now\s+)?(?:remembered|memori[sz]ed)\b"
+    r"|\b(?:saved|stored|noted|added)\s+(?:that\s+|this\s+|it\s+)?(?:to|in)\s+(?:my\s+)?memory\b"
+    r"|\bvou\s+(?:me\s+)?lembrar\s+(?:disso|de\s+que)\b|\b(?:guardei|salvei)\s+na\s+(?:minha\s+)?mem[oó]ria\b"
+    r"|\b(?:lo|eso)\s+recordar[eé]\b|\brecordar[eé]\s+que\b|\bguard[eé]\s+en\s+(?:mi\s+)?memoria\b)",
+    re.IGNORECASE,
+)
 
-# What an answer claims was done: a file saved, or something scheduled.
-ClaimKind = Literal["artifact", "schedule"]
+
+# What an answer claims was done: a file saved, something scheduled, something remembered.
+ClaimKind = Literal["artifact", "schedule", "memory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,7 @@ def find_unbacked_claim(text: str, executions: Sequence[ToolExecution]) -> Unbac
         if not any(path in output for output in artifact_outputs):
             return UnbackedClaim("artifact", ARTIFACT_TOOLS, link)
     scheduled = bool(_succeeded(executions, (CREATE_TOOL,)))
+    remembered = bool(_succeeded(executions, (SAVE_TOOL,)))
     for sentence in _SENTENCE.findall(text):
         if not artifact_outputs and _CREATED.search(sentence) and _ARTIFACT_THING.search(sentence):
             return UnbackedClaim("artifact", ARTIFACT_TOOLS, sentence.strip())
@@ -82,13 +95,19 @@ def find_unbacked_claim(text: str, executions: Sequence[ToolExecution]) -> Unbac
             or _PROMISE.search(sentence)
         ):
             return UnbackedClaim("schedule", (CREATE_TOOL,), sentence.strip())
+        if not remembered and _REMEMBERED.search(sentence):
+            return UnbackedClaim("memory", (SAVE_TOOL,), sentence.strip())
     return None
 
 
 def correction_request(claim: UnbackedClaim, available_tools: Iterable[str]) -> str:
     """The message that asks the model, once, to act or to correct itself."""
     tool = claim.tools[0]
-    what = "a link to a saved file" if claim.kind == "artifact" else "a scheduled reminder or task"
+    what = {
+        "artifact": "a link to a saved file",
+        "schedule": "a scheduled reminder or task",
+        "memory": "remembering something for later conversations",
+    }[claim.kind]
     if tool in set(available_tools):
         action = f"If the user wants it, call '{tool}' now and then answer with its real result."
     else:

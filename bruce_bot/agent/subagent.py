@@ -26,6 +26,7 @@ from bruce_bot.config import Config
 from bruce_bot.domain import ChatMessage, SessionKey, utcnow
 from bruce_bot.llm.base import LLMError, LLMService
 from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.memory import MEMORY_TOOLS
 from bruce_bot.tools.proactive import SCHEDULING_TOOLS
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
@@ -90,7 +91,8 @@ class SpawnSubagentTool(Tool):
             context.session_id, SessionKey(CHANNEL, uuid.uuid4().hex)
         )
         task_id, _ = await stores.messages.add_settled(child.id, "user", task, "done")
-        tools = self._tools.without({NAME, *SCHEDULING_TOOLS})
+        # No memory tools either: a sub-agent talks to nobody whose memories they could be.
+        tools = self._tools.without({NAME, *SCHEDULING_TOOLS, *MEMORY_TOOLS})
         agent = self._config.agent
         base_prompt = await stores.settings.system_prompt(agent.system_prompt)
         system_prompt = build_system_prompt(

@@ -6,8 +6,9 @@ it happens), stores the reply together with the batch's final status and the tok
 commit, delivers it through the outbox, tells its listeners how the turn ended (the analytical
 brain, the scheduler for a briefing's run), and folds the history into the summary when it grew
 past its budget. A chat turn and a scheduled briefing's turn differ only by a `TurnKind` value.
-The session's active skills, workflow and goals, which the brain keeps, go into the prompt.
-Whatever fails, the user gets a short plain reply and nothing they sent is lost.
+The session's active skills, workflow and goals, which the brain keeps, go into the prompt, and
+so do the memories of the person speaking (a briefing: of the person who set it up) that bear on
+what they said. Whatever fails, the user gets a short plain reply and nothing they sent is lost.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from bruce_bot.agent.context import (
     TOO_LONG,
     build_system_prompt,
     in_conversation_order,
+    memories_layer,
     to_chat_messages,
 )
 from bruce_bot.agent.failures import OutageMemory, notice_for
@@ -37,7 +39,7 @@ from bruce_bot.agent.loop import AgentRun, run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.agent.resume import ResumedRounds, resumed_rounds
 from bruce_bot.agent.summarizer import Summarizer, over_budget
-from bruce_bot.config import AgentConfig, LLMConfig
+from bruce_bot.config import AgentConfig, LLMConfig, MemoryConfig
 from bruce_bot.domain import (
     ChatMessage,
     DeliveryStatus,
@@ -53,11 +55,12 @@ from bruce_bot.llm.base import LLMContextOverflowError, LLMService
 from bruce_bot.media.preparation import MediaStep, PreparedMedia
 from bruce_bot.outbox import Outbox
 from bruce_bot.storage.goals import Goal
+from bruce_bot.storage.memories import owner_key
 from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.summaries import Summary
-from bruce_bot.storage.tasks import RUN_KEY
+from bruce_bot.storage.tasks import PERSON_KEY, RUN_KEY
 from bruce_bot.tools.artifacts import ARTIFACT_TOOL, saved_artifact
 from bruce_bot.tools.proactive import SCHEDULING_TOOLS
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
@@ -70,6 +73,7 @@ NO_ANSWER = "I don't have an answer to that; could you rephrase it?"
 UNCONFIRMED_NOTE: dict[ClaimKind, str] = {
     "artifact": "\n\n(Note: I could not confirm that any file was actually saved.)",
     "schedule": "\n\n(Note: I could not confirm that anything was actually scheduled.)",
+    "memory": "\n\n(Note: I could not confirm that this was saved to my memory.)",
 }
 
 
@@ -96,6 +100,18 @@ def kind_of(batch: Sequence[QueuedMessage]) -> TurnKind:
     return BRIEFING_TURN if any(item.kind == "task" for item in batch) else CHAT_TURN
 
 
+def person_of(session: SessionRecord, batch: Sequence[QueuedMessage]) -> str:
+    """Whose memories the turn uses: a briefing's, the person who set it up (as the firing
+    recorded); a chat's, the person who wrote the newest of its messages ("" when none did,
+    so that nobody's memories are shown)."""
+    for item in reversed(batch):
+        if item.kind == "task":
+            return str(item.metadata.get(PERSON_KEY) or "")
+        if item.user_id:
+            return owner_key(session.channel, item.user_id)
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class TurnSettings:
     """What turns are run with, besides their collaborators."""
@@ -105,6 +121,7 @@ class TurnSettings:
     zone: ZoneInfo
     clock: Callable[[], datetime] = utcnow
     library: Library | None = None  # None: the brain is off, its layers are not shown
+    memory: MemoryConfig | None = None  # None: memory is off, no memories are shown
 
     @property
     def budget(self) -> ContextBudget:
@@ -147,6 +164,7 @@ class _Turn:
     context: ToolContext
     files: tuple[OutboundFile, ...] = ()  # artifacts saved by the answer, sent with the reply
     media: PreparedMedia | None = None  # the batch's files, read (bruce_bot/media/)
+    memories: str = ""  # the person's memories layer, read once per turn
 
     @property
     def ids(self) -> list[int]:
@@ -256,13 +274,38 @@ class TurnRunner:
             # The batch's first message: a turn cut by a crash is taken up again from it, with
             # what arrived since appended, so its tools' idempotency keys stay the same.
             turn_key=f"m{batch[0].id}",
+            person=person_of(session, batch),
         )
         recorder = AuditRecorder(
             self._stores.audit, session.id, answers_message_id=ids[-1], hold_usage=True
         )
         tools = self._tools.without(kind.withheld_tools) if kind.withheld_tools else self._tools
         resumed = await self._resumed(session, ids)
-        return _Turn(session, batch, kind, stored, summary, tools, recorder, resumed, context)
+        memories = await self._memories(context.person, batch)
+        return _Turn(
+            session,
+            batch,
+            kind,
+            stored,
+            summary,
+            tools,
+            recorder,
+            resumed,
+            context,
+            memories=memories,
+        )
+
+    async def _memories(self, person: str, batch: Sequence[QueuedMessage]) -> str:
+        """The memories layer: the person's memories matching what the batch says, then their
+        newest, within the configured budget."""
+        memory = self._settings.memory
+        if memory is None or not person:
+            return ""
+        said = "\n".join(item.text for item in batch)
+        found = await self._stores.memories.relevant(
+            person, said, memory.max_in_prompt, memory.recent_in_prompt
+        )
+        return memories_layer(found, memory.prompt_chars)
 
     async def _reply(self, turn: _Turn) -> tuple[str | None, MessageStatus, bool]:
         """The reply (None: nothing to tell), the batch's status, and whether the history was
@@ -348,7 +391,7 @@ class TurnRunner:
         room_share: float,
     ) -> tuple[AgentRun, bool]:
         agent, tools = self._settings.agent, turn.tools
-        system_prompt = await self._system_prompt(turn.session, summary, tools)
+        system_prompt = await self._system_prompt(turn.session, summary, tools, turn.memories)
         budget = self._settings.budget
         room = min(agent.history_max_chars, budget.history_chars(system_prompt, tools.specs()))
         room = int(room * room_share)
@@ -383,7 +426,7 @@ class TurnRunner:
         )
 
     async def _system_prompt(
-        self, session: SessionRecord, summary: Summary | None, tools: ToolRegistry
+        self, session: SessionRecord, summary: Summary | None, tools: ToolRegistry, memories: str
     ) -> SystemPrompt:
         base_prompt = await self._stores.settings.system_prompt(self._settings.agent.system_prompt)
         skills, workflow, goals = await self._kept_by_brain(session)
@@ -397,6 +440,7 @@ class TurnRunner:
             skills=skills,
             workflow=workflow,
             goals=goals,
+            memories=memories,
         )
 
     async def _kept_by_brain(

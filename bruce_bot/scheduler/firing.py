@@ -25,7 +25,7 @@ from bruce_bot.outbox import Outbox
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.timing import describe_lateness, next_cron_time, zone_of
 from bruce_bot.storage.sessions import SessionRecord
-from bruce_bot.storage.tasks import RUN_KEY, Firing, TaskRecord
+from bruce_bot.storage.tasks import PERSON_KEY, RUN_KEY, Firing, TaskRecord
 
 log = structlog.get_logger(__name__)
 
@@ -185,7 +185,9 @@ class TaskFiring:
             return _Composed(text, _outbound_row(task.session_id, text))
         sessions = self._context.stores.sessions
         session = await sessions.get_or_create(SessionKey(task.channel, task.chat_id))
-        metadata = {"title": task.title + late_note}
+        metadata: dict[str, Any] = {"title": task.title + late_note}
+        if task.created_by:
+            metadata[PERSON_KEY] = task.created_by  # the briefing's turn uses their memories
         row = _task_message_row(session.id, task, due, metadata)
         return _Composed(task.content, row, session, metadata)
 

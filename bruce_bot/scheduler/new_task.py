@@ -27,3 +27,5 @@ class NewTask:
     confirmed: bool = True
     # The tool call that asks: the same call again (a turn resumed) gets the same task.
     origin: str | None = None
+    # The person who asks ("<channel>:<user id>"): a briefing runs with their memories.
+    created_by: str | None = None

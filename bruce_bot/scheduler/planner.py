@@ -72,6 +72,7 @@ class TaskPlanner:
                 next_run_at=first,
                 status="active" if new.confirmed else UNCONFIRMED,
                 origin=new.origin,
+                created_by=new.created_by or None,
             )
         if new.confirmed:
             await self._context.jobs.schedule(task, first)

@@ -147,6 +147,7 @@ class TaskService:
         timezone: str | None = None,
         confirmed: bool = True,
         origin: str | None = None,
+        created_by: str | None = None,
     ) -> TaskRecord:
         """A new task from its fields by name (set-ups, scripts): `TaskPlanner.create`."""
         new = NewTask(
@@ -161,6 +162,7 @@ class TaskService:
             timezone=timezone,
             confirmed=confirmed,
             origin=origin,
+            created_by=created_by,
         )
         return await self.planner.create(new)
 

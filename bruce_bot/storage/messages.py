@@ -41,6 +41,7 @@ class StoredMessage:
     status: MessageStatus
     created_at: datetime
     extra: dict[str, Any] | None = None
+    user_id: str | None = None  # the platform's id of the person who wrote it (user messages)
 
 
 ANSWERS = "answers"  # key of a reply's `extra`: the ids of the user messages it answers
@@ -102,6 +103,7 @@ _COLUMNS = (
     _messages.c.status,
     _messages.c.created_at,
     _messages.c.extra,
+    _messages.c.user_id,
 )
 INSERT_MESSAGE = _messages.insert()
 INSERT_LLM_CALLS = table_of(LLMCallRow).insert()

@@ -9,6 +9,7 @@ metadata.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -95,6 +96,22 @@ class CleanText(BoundedString):
 
     impl = Text
     cache_ok = True
+
+
+class WordList(TypeDecorator[list[str]]):
+    """A list of words stored as JSON text with its letters as they are ("saúde", not
+    "sa\\u00fade", which is what the JSON type writes): full-text search reads this text."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: list[str] | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        return json.dumps(list(value), ensure_ascii=False)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> list[str] | None:
+        return [str(word) for word in json.loads(value)] if value else []
 
 
 class Base(DeclarativeBase):
@@ -324,6 +341,8 @@ class ProactiveTaskRow(Base):
     # The turn and arguments of the tool call that created it: the same call made again (a turn
     # resumed after a crash that hit before the call was recorded) finds it instead.
     origin: Mapped[str | None] = mapped_column(BoundedString(64))
+    # The person who asked for it ("<channel>:<user id>"): a briefing runs with their memories.
+    created_by: Mapped[str | None] = mapped_column(BoundedString(160))
 
 
 class TaskRunRow(Base):
@@ -368,6 +387,40 @@ class GoalRow(Base):
     parent_goal_id: Mapped[int | None] = mapped_column(ForeignKey("goals.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[datetime | None]
+
+
+class MemoryRow(Base):
+    """A fact a person told Bruce about themselves, kept across conversations (tools/memory.py).
+
+    `owner` is the person: "<channel>:<user id>" (each person of a group chat has their own).
+    The full-text index is not a model: SQLite's FTS5 table `memories_fts` with its triggers and
+    PostgreSQL's GIN index are made by migration 0010 and `fresh_schema` (storage/fulltext.py).
+    """
+
+    __tablename__ = "memories"
+    __table_args__ = (Index("ix_memories_owner_updated_at", "owner", "updated_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(BoundedString(160))
+    content: Mapped[str] = mapped_column(CleanText)
+    tags: Mapped[list[str]] = mapped_column(WordList, default=list)
+    source_session_id: Mapped[int | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="SET NULL")
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class MemoryLinkRow(Base):
+    """Owners the dashboard linked as one person across channels: each linked owner names the
+    person's key (the owner it was first linked to). An owner without a row is its own person."""
+
+    __tablename__ = "memory_links"
+    __table_args__ = (Index("ix_memory_links_person", "person"),)
+
+    owner: Mapped[str] = mapped_column(BoundedString(160), primary_key=True)
+    person: Mapped[str] = mapped_column(BoundedString(160))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class WebSessionRow(Base):

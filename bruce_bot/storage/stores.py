@@ -15,6 +15,7 @@ from bruce_bot.storage.database import Database
 from bruce_bot.storage.deliveries import DeliveryStore
 from bruce_bot.storage.goals import GoalStore
 from bruce_bot.storage.leases import Claimant
+from bruce_bot.storage.memories import MemoryStore
 from bruce_bot.storage.messages import MessageStore
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
@@ -36,6 +37,7 @@ class Stores:
     tasks: TaskStore
     goals: GoalStore
     web_sessions: WebSessionStore
+    memories: MemoryStore
     feed: ChangeFeed = field(default_factory=LocalFeed)
 
     @classmethod
@@ -64,5 +66,6 @@ class Stores:
             tasks=TaskStore(engine, claimant),
             goals=GoalStore(engine, feed),
             web_sessions=WebSessionStore(engine),
+            memories=MemoryStore(engine),
             feed=feed,
         )

@@ -47,6 +47,9 @@ TaskStatus = Literal["active", "paused", "unconfirmed", "done", "cancelled", "mi
 RunStatus = Literal["running", "undelivered", "delivered", "failed", "missed"]
 
 RUN_KEY = "task_run_id"  # key of the `extra` of a firing's message: the run it belongs to
+# Key of the `extra` of a briefing's message: the person who set the task up (whose memories
+# its turn uses), "<channel>:<user id>".
+PERSON_KEY = "person"
 OPEN_RUN_STATUSES: tuple[RunStatus, ...] = ("running", "undelivered")
 CLOSED_RUN_STATUSES: tuple[RunStatus, ...] = ("delivered", "failed", "missed")
 # What a reminder's delivery status (or a briefing answer's) makes of its run.
@@ -74,6 +77,7 @@ class TaskRecord:
     next_run_at: datetime | None
     created_at: datetime
     origin: str | None = None
+    created_by: str | None = None  # the person who asked for it, "<channel>:<user id>"
 
 
 _COLUMNS = columns_for(_tasks, TaskRecord)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from bruce_bot.config import Config
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.artifacts import ArtifactSaveTool
+from bruce_bot.tools.memory import memory_tools
 from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.tools.web_fetch import WebFetchTool
 from bruce_bot.tools.web_search import WebSearchTool, provider_for
@@ -30,6 +31,9 @@ def build_tools(config: Config, stores: Stores) -> ToolRegistry:
                 tools.artifacts.max_bytes,
             )
         )
+    if config.memory.enabled:
+        for tool in memory_tools(stores.memories):
+            registry.add(tool)
     # The proactive-task and sub-agent tools need the scheduler and the agent: the composition
     # root adds them (bruce_bot/parts.py, `assemble_tools`).
     return registry

@@ -89,6 +89,7 @@ class ProactiveCreate(Tool):
                     timezone=arguments.get("timezone"),
                     confirmed=not context.untrusted_input,
                     origin=call_origin(context, self.name, arguments),
+                    created_by=context.person or None,
                 )
             )
         except ScheduleError as exc:

@@ -48,6 +48,12 @@ class ToolContext:
     # Names the turn (the newest message it answers): a tool with lasting effects keys them on
     # it and its arguments, so the same call in a turn resumed after a crash does not repeat.
     turn_key: str = ""
+    # The person speaking in the turn, "<channel>:<user id>" (a briefing: the person who set it
+    # up); "" when there is none. Memories are this person's only (tools/memory.py).
+    person: str = ""
+    # The analytical brain's run: the people speaking in the conversation it reads, in the
+    # order its message numbers them (person 1 first).
+    people: tuple[str, ...] = ()
 
 
 class Tool:

@@ -59,6 +59,7 @@ PAGES = (
     Page("/sessions", "Sessions", "sessions.html"),
     Page("/schedules", "Schedules", "schedules.html"),
     Page("/artifacts", "Artifacts", "artifacts.html"),
+    Page("/memory", "Memory", "memory.html"),
     Page("/logs", "Logs", "logs.html"),
     Page("/settings", "Settings", "settings.html"),
     Page("/usage", "Usage", "usage.html"),

@@ -1,7 +1,8 @@
 """What the dashboard tests share: a running Bruce whose LLM is the fake Anthropic server, with a
 recording chat channel (chats in `refusing` are gone: every send fails permanently), a tool that
-succeeds, a tool that fails, and `artifact_save` — so that sessions, tool executions, artifacts
-and failed deliveries are all made through the real message path."""
+succeeds, a tool that fails, `artifact_save` and the memory tools — so that sessions, tool
+executions, artifacts, memories and failed deliveries are all made through the real message
+path."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey, utcnow
 from bruce_bot.tools.artifacts import ArtifactSaveTool
+from bruce_bot.tools.memory import memory_tools
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
@@ -145,4 +147,6 @@ async def running_dashboard(
                     config.tools.artifacts.max_bytes,
                 )
             )
+            for tool in memory_tools(bruce.stores.memories):
+                tools.add(tool)
             yield Dashboard(bruce, fake, channel)

@@ -46,9 +46,13 @@ PARENT_TOOLS = {
     "set_goal",
     "update_goal",
     "finish_goal",
+    "remember",  # memory_curation (memory is on by default)
+    "update_memory",
+    "forget_memory",
     "everything_is_ready",
 }
-CHILD_TOOLS = PARENT_TOOLS - {"rename_session"} | {"assign_nickname"}
+MEMORY_TOOLS = {"remember", "update_memory", "forget_memory"}
+CHILD_TOOLS = PARENT_TOOLS - {"rename_session"} - MEMORY_TOOLS | {"assign_nickname"}
 READY: ScriptedToolCall = ("everything_is_ready", {})
 
 
@@ -298,6 +302,61 @@ async def test_goals_are_set_refined_finished_with_cascade_and_shown_to_the_agen
     )
     assert second.index("</goals>") < second.index("<temporal_context>")
     assert "<goals>" not in third  # the root goal is finished
+
+
+async def test_the_brain_remembers_what_a_person_says_merges_duplicates_and_keeps_no_secret(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    models = FakeModels()
+    # A fresh database: Alice's memory on another channel is #1, the brain's are #2 and #3.
+    models.plan(
+        ("remember", {"text": "Is vegetarian", "tags": ["diet"]}),
+        ("remember", {"text": "Does not eat meat"}),
+        ("remember", {"text": "Home alarm PIN: 4471"}),
+        ("remember", {"text": "Is vegetarian", "person": 2}),
+    )
+    models.plan(
+        ("update_memory", {"memory_id": 2, "text": "Is vegetarian: no meat, no fish"}),
+        ("forget_memory", {"memory_id": 3}),
+        ("forget_memory", {"memory_id": 1}),  # somebody else's
+    )
+    models.plan(READY)
+    anthropic_fake.responder = models
+    console = ConsoleChannel()
+    async with running_bruce(
+        brain_config(tmp_path, anthropic_fake), tools=ToolRegistry([]), channels=[console]
+    ) as bruce:
+        assert bruce.stores is not None
+        await bruce.stores.memories.save("telegram:1001", "Plays the cello")
+        await exchange(console, "I'm vegetarian, I never eat meat. Any idea for dinner?")
+        await wait_until(lambda: len(brain_requests(anthropic_fake)) >= 3)
+        await settled(bruce)
+        await exchange(console, "And for lunch tomorrow?")
+        await settled(bruce)
+
+    rows = db_rows(tmp_path, "SELECT id, owner, content, tags FROM memories ORDER BY id")
+    assert [(r["id"], r["owner"], r["content"]) for r in rows] == [
+        (1, "telegram:1001", "Plays the cello"),
+        (2, "console:console", "Is vegetarian: no meat, no fish"),
+    ]
+    first_run, second_round, third_round = brain_requests(anthropic_fake)[:3]
+    state = user_texts(first_run)[0]
+    assert "MEMORY CURATION" in system_text(first_run)
+    assert "Person 1 (you):\n- (nothing yet)" in state
+    assert "User: I'm vegetarian, I never eat meat." in state
+    saved, duplicate, secret, nobody = result_texts(second_round)
+    assert saved == "Remembered as #2: Is vegetarian"
+    assert duplicate == "Remembered as #3: Does not eat meat"
+    assert secret.startswith("Error: nothing was stored: this looks like a password or PIN")
+    assert nobody == "Error: there is no person 2; the session state lists 1"
+    updated, merged, refused = result_texts(third_round)
+    assert updated == "Memory #2 now reads: Is vegetarian: no meat, no fish"
+    assert merged == "Memory #3 forgotten."
+    assert refused.startswith("Error: there is no memory #1 of the people in this conversation")
+    # The agent's next turn knows it; the other person's memory is not shown.
+    last_turn = system_text(agent_requests(anthropic_fake)[-1])
+    assert "[#2] Is vegetarian: no meat, no fish" in last_turn
+    assert "cello" not in last_turn
 
 
 async def test_sub_agents_get_unique_nicknames_and_a_taken_one_must_be_replaced(

@@ -92,6 +92,12 @@ ROUTES = [
     ("PUT", f"/api/settings/{SYSTEM_PROMPT_SETTING}"),
     ("DELETE", f"/api/settings/{SYSTEM_PROMPT_SETTING}"),
     ("GET", "/api/usage"),
+    ("GET", "/api/memories/people"),
+    ("GET", "/api/memories"),
+    ("PUT", "/api/memories/1"),
+    ("DELETE", "/api/memories/1"),
+    ("POST", "/api/memories/links"),
+    ("DELETE", "/api/memories/links/chat:alice"),
 ]
 
 

@@ -115,6 +115,8 @@ async def test_the_parent_delegates_a_task_and_answers_the_user_with_the_childs_
     assert user_texts(child_request) == [TASK]
     assert "spawn_subagent" not in tool_names(child_request)
     assert not SCHEDULING & tool_names(child_request)
+    assert not {"memory_save", "memory_search", "memory_forget"} & tool_names(child_request)
+    assert "memory_save" in tool_names(first)  # the parent has them: it talks to a person
     assert {"web_search", "web_fetch", "artifact_save"} <= tool_names(child_request)
     assert "<temporal_context>" in system_text(child_request)
     (result,) = last_tool_results(last)

@@ -25,7 +25,14 @@ TOKEN = "Vq3r8mX2kP9sLw7nB4tY6hJ1cF5dG0aZ_eRuIoNpQsA"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 JSON = {"Content-Type": "application/json"}
 # A valid value for each path parameter: the request gets as far as the query parameters.
-PATH_VALUES = {"session_id": "1", "task_id": "1", "key": SYSTEM_PROMPT_SETTING, "public_id": "x"}
+PATH_VALUES = {
+    "session_id": "1",
+    "task_id": "1",
+    "key": SYSTEM_PROMPT_SETTING,
+    "public_id": "x",
+    "memory_id": "1",
+    "owner": "chat:alice",
+}
 
 
 @pytest.fixture
@@ -124,6 +131,7 @@ async def test_real_answers_match_their_documented_schema(
     await dashboard.use_tool("alice", "lookup", {"query": "weather"})  # fails: a logged error
     report = {"filename": "r.html", "title": "Report", "content": "<p>hi</p>"}
     await dashboard.use_tool("alice", "artifact_save", report)
+    await dashboard.use_tool("alice", "memory_save", {"text": "Likes green tea", "tags": ["tea"]})
     task = await create_task(dashboard, "alice", title="Call Ana", content="Call", run_at="+2h")
     session_id = (await client.get("/api/sessions")).json()["sessions"][0]["id"]
     checked = 0

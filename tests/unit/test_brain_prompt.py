@@ -9,12 +9,16 @@ from zoneinfo import ZoneInfo
 from bruce_bot.agent.brain.library import Document, Library
 from bruce_bot.agent.brain.responsibilities import (
     BrainState,
+    Speaker,
     render_state,
     responsibilities_for,
     system_prompt_for,
 )
+from bruce_bot.agent.brain.runner import briefing, speaker_labels, speaking
 from bruce_bot.agent.context import build_system_prompt
 from bruce_bot.storage.goals import Goal
+from bruce_bot.storage.memories import Memory
+from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
 
 NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
@@ -97,3 +101,34 @@ def test_without_brain_state_the_prompt_has_no_brain_layers() -> None:
     text = prompt(goals=[goal(1, "Done already", "completed")])
     for tag in ("<active_skills>", "<active_workflow", "<goals>"):
         assert tag not in text
+
+
+def test_with_memory_on_a_main_conversation_curates_the_memories_of_each_speaker() -> None:
+    assert [r.name for r in responsibilities_for("parent", memory=True)][-1] == "memory_curation"
+    assert "memory_curation" not in [r.name for r in responsibilities_for("child", memory=True)]
+    session = SessionRecord(1, "telegram", "-5", "parent", None, 0)
+    vegetarian = Memory(7, "telegram:1", "Is vegetarian", [], 1, NOW, NOW)
+    people = [Speaker("Alice", "telegram:1", [vegetarian]), Speaker("Bob", "telegram:2")]
+    state = render_state(
+        responsibilities_for("parent", memory=True), BrainState(session, [], Library(), people)
+    )
+    assert "Person 1 (Alice):\n- #7 Is vegetarian\nPerson 2 (Bob):\n- (nothing yet)" in state
+
+
+def test_in_a_group_the_brain_reads_who_said_what_by_their_numbers() -> None:
+    def said(n: int, user: str | None, author: str, text: str, role: str = "user") -> StoredMessage:
+        return StoredMessage(n, 1, role, "chat", text, author, "done", NOW, None, user)  # type: ignore[arg-type]
+
+    new = [
+        said(1, "1", "Alice", "I'm vegetarian"),
+        said(2, None, "Bruce", "Noted", role="assistant"),
+        said(3, "2", "Bob", "I eat everything"),
+        said(4, "1", "Alice", "and I hate olives"),
+    ]
+    assert speaking(new) == {"1": "Alice", "2": "Bob"}
+    labels = speaker_labels(speaking(new))
+    text = briefing("state", [], new, labels)
+    assert "Person 1 (Alice): I'm vegetarian\nBruce: Noted\nPerson 2 (Bob): I eat everything" in (
+        text
+    )
+    assert speaker_labels({"1": "Alice"}) == {"1": "User"}  # one person: as before

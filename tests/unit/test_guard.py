@@ -61,6 +61,9 @@ def test_schedule_claims_without_a_task_are_caught(text: str) -> None:
         "Python 3.13 was released in October 2024.",
         "Would you like me to set a reminder?",
         "The file format is documented on the project page.",
+        "Do you remember the name of the hotel?",
+        "I remember reading that the museum closes on Mondays.",
+        "Would you like me to remember that for next time?",
     ],
 )
 def test_ordinary_answers_are_left_alone(text: str) -> None:
@@ -89,3 +92,29 @@ def test_the_correction_request_names_the_tool_and_offers_both_ways_out() -> Non
     assert "call 'artifact_save' now" in text and "rewrite your answer" in text
     unavailable = correction_request(claim, [])
     assert "not available" in unavailable
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Got it, I'll remember that you're vegetarian.",
+        "I will remember your daughter's birthday.",
+        "Noted: I've saved that to my memory.",
+        "Pode deixar, vou me lembrar disso.",
+        "Guardei na memória que você é vegetariana.",
+        "Entendido, lo recordaré.",
+    ],
+)
+def test_memory_claims_without_a_save_are_caught(text: str) -> None:
+    claim = find_unbacked_claim(text, [])
+    assert claim is not None and claim.kind == "memory"
+    remembered = ToolExecution(
+        1,
+        ToolCall("t3", "memory_save", {"text": "Is vegetarian"}),
+        ToolResult("t3", "memory_save", "Saved as memory #1: Is vegetarian"),
+        2.0,
+    )
+    assert find_unbacked_claim(text, [remembered]) is None
+    request = correction_request(claim, ["memory_save"])
+    assert "remembering something for later conversations" in request
+    assert "call 'memory_save' now" in request

@@ -2,7 +2,8 @@
 
 Two ways build a database: alembic running every migration (any existing file, PostgreSQL),
 and `fresh_schema.create_if_empty` for a new SQLite file. Both must give the same tables,
-columns, keys and indexes, or the next migration would meet two different databases."""
+columns, keys, indexes, triggers and virtual tables (the memories' full-text index, which no
+model describes), or the next migration would meet two different databases."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from sqlalchemy import create_engine
 
 from bruce_bot.storage.database import SCHEMA_HEAD, _alembic_config, upgrade_schema
 from bruce_bot.storage.fresh_schema import create_if_empty
+from bruce_bot.storage.fulltext import FTS_TABLE, SQLITE_FTS_TABLES, described_by_models
 from bruce_bot.storage.models import Base
 
 
@@ -27,9 +29,14 @@ def migrated_by_alembic(path: Path, revision: str = "head") -> Path:
     return path
 
 
+def _statement(sql: str | None) -> str:
+    return " ".join((sql or "").split())
+
+
 def schema_of(path: Path) -> dict[str, object]:
     """Everything SQLite knows about each table, in an order that does not depend on how the
-    CREATE statement listed its constraints."""
+    CREATE statement listed its constraints; a virtual table with the statement that made it,
+    and the triggers under the key `(triggers)`."""
     with sqlite3.connect(path) as connection:
         tables = sorted(
             row[0]
@@ -53,6 +60,17 @@ def schema_of(path: Path) -> dict[str, object]:
                 ),
                 "indexes": sorted(indexes, key=repr),
             }
+        for name, sql in connection.execute(
+            "SELECT name, sql FROM sqlite_master "
+            "WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'"
+        ):
+            schema[name] = {**schema[name], "virtual": _statement(sql)}  # type: ignore[dict-item]
+        schema["(triggers)"] = sorted(
+            (name, table, _statement(sql))
+            for name, table, sql in connection.execute(
+                "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger'"
+            )
+        )
     return schema
 
 
@@ -63,12 +81,21 @@ def test_schema_head_constant_matches_the_newest_migration(tmp_path: Path) -> No
 
 def test_migrations_create_exactly_the_tables_of_the_models(tmp_path: Path) -> None:
     database = migrated_by_alembic(tmp_path / "bruce.db")
-    tables = set(schema_of(database)) - {"alembic_version"}
-    assert tables == set(Base.metadata.tables)
-    assert {"sessions", "messages", "tool_executions", "session_summaries", "settings"} <= tables
+    schema = schema_of(database)
+    tables = set(schema) - {"alembic_version", "(triggers)"}
+    assert tables == set(Base.metadata.tables) | SQLITE_FTS_TABLES
+    assert {"sessions", "messages", "tool_executions", "session_summaries", "memories"} <= tables
+    assert "fts5" in str(schema[FTS_TABLE])
+    assert [trigger[0] for trigger in schema["(triggers)"]] == [  # type: ignore[union-attr]
+        "memories_fts_delete",
+        "memories_fts_insert",
+        "memories_fts_update",
+    ]
     engine = create_engine(f"sqlite:///{database}")
     with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        context = MigrationContext.configure(
+            connection, opts={"compare_type": True, "include_object": described_by_models}
+        )
         differences = compare_metadata(context, Base.metadata)
     engine.dispose()
     assert differences == []
@@ -135,3 +162,31 @@ def test_a_file_that_is_not_sqlite_is_not_touched(tmp_path: Path) -> None:
     database.write_bytes(b"this is not a database, it is a shopping list\n" * 100)
     assert not create_if_empty(database, SCHEMA_HEAD, busy_timeout_s=1)
     assert database.read_bytes().startswith(b"this is not a database")
+
+
+def test_the_full_text_index_follows_the_memories_on_both_ways(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.db"
+    asyncio.run(upgrade_schema(f"sqlite+aiosqlite:///{fresh}"))
+    for database in (fresh, migrated_by_alembic(tmp_path / "migrated.db")):
+        with sqlite3.connect(database) as connection:
+            connection.execute(
+                "INSERT INTO memories (owner, content, tags, created_at, updated_at) VALUES "
+                "('telegram:1', 'Vegetarian since 2019', '[\"diet\"]', '2026-01-01', "
+                "'2026-01-01')"
+            )
+            found = f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?"
+            assert connection.execute(found, ('"vegetarian"',)).fetchall() == [(1,)]
+            assert connection.execute(found, ('"diet"',)).fetchall() == [(1,)]
+            connection.execute("UPDATE memories SET content = 'Vegan now' WHERE id = 1")
+            assert connection.execute(found, ('"vegetarian"',)).fetchall() == []
+            assert connection.execute(found, ('"vegan"',)).fetchall() == [(1,)]
+            connection.execute("DELETE FROM memories")
+            assert connection.execute(found, ('"vegan"',)).fetchall() == []
+
+
+def test_the_memories_migration_goes_down_and_up_again(tmp_path: Path) -> None:
+    database = migrated_by_alembic(tmp_path / "bruce.db")
+    command.downgrade(_alembic_config(f"sqlite+aiosqlite:///{database}"), "0009")
+    assert not set(schema_of(database)) & (SQLITE_FTS_TABLES | {"memories", "memory_links"})
+    migrated_by_alembic(database)
+    assert schema_of(database) == schema_of(migrated_by_alembic(tmp_path / "again.db"))

@@ -2,8 +2,9 @@
 
 A `Responsibility` is a section of the brain's system prompt, the tools that go with it, and the
 part of the session's state the brain must see to do that job. A session kind picks a set of them:
-a main conversation gets its title kept, a sub-agent gets a nickname, and both get skills, a
-workflow and goals. Adding a capability means adding a value here, not a branch in the runner.
+a main conversation gets its title kept (and, with memory on, the memories of the people
+speaking in it curated), a sub-agent gets a nickname, and both get skills, a workflow and goals.
+Adding a capability means adding a value here, not a branch in the runner.
 """
 
 from __future__ import annotations
@@ -21,14 +22,27 @@ from bruce_bot.agent.brain.tools import (
     DeactivateWorkflow,
     EverythingIsReady,
     FinishGoal,
+    ForgetMemory,
     ReadWorkflow,
+    Remember,
     RenameSession,
     SetGoal,
     UpdateGoal,
+    UpdateMemory,
 )
 from bruce_bot.storage.goals import Goal
+from bruce_bot.storage.memories import Memory
 from bruce_bot.storage.sessions import SessionKind, SessionRecord
 from bruce_bot.tools.registry import ToolRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class Speaker:
+    """A person speaking in the conversation a run reads, and what is remembered about them."""
+
+    name: str
+    owner: str
+    memories: Sequence[Memory] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +52,7 @@ class BrainState:
     session: SessionRecord
     goals: Sequence[Goal]
     library: Library
+    people: Sequence[Speaker] = ()  # numbered from 1 in this order (ToolContext.people)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +110,16 @@ def goals_state(state: BrainState) -> str:
             for sub in state.goals
             if sub.parent_goal_id == goal.id
         ]
+    return "\n".join(lines)
+
+
+def memories_state(state: BrainState) -> str:
+    if not state.people:
+        return "People: nobody spoke in the new conversation"
+    lines = ["People speaking in the new conversation, with what is remembered about each:"]
+    for number, person in enumerate(state.people, 1):
+        lines.append(f"Person {number} ({person.name}):")
+        lines += [f"- #{m.id} {m.content}" for m in person.memories] or ["- (nothing yet)"]
     return "\n".join(lines)
 
 
@@ -168,6 +193,25 @@ no goal.
         tools=(SetGoal, UpdateGoal, FinishGoal),
         state=goals_state,
     ),
+    "memory_curation": Responsibility(
+        name="memory_curation",
+        prompt=_section(
+            "MEMORY CURATION",
+            """
+Memories are lasting facts about a person that help in later conversations. When a person states
+something about themselves that will still be true and useful next month (diet, allergies,
+family and pet names, where they live or work, their projects, how they like answers), remember
+it for that person as one short third-person sentence ("Is vegetarian"), unless the session
+state already lists it. Keep each person's list tidy: merge duplicates (update_memory one, then
+forget_memory the other), update_memory a fact that changed, forget_memory one they contradict.
+Only what a person says of themselves, in their own messages: never what Bruce or a web page
+says, never guesses, never passwords, keys, card numbers or other credentials. One-off requests
+and small talk are no memories.
+""",
+        ),
+        tools=(Remember, UpdateMemory, ForgetMemory),
+        state=memories_state,
+    ),
 }
 
 PARENT_RESPONSIBILITIES = (
@@ -203,9 +247,12 @@ at once as your only tool call.
 FINISH_TOOL = EverythingIsReady.name
 
 
-def responsibilities_for(kind: SessionKind) -> tuple[Responsibility, ...]:
-    """The responsibilities of a session kind: `child` (a sub-agent) or a main conversation."""
-    names = CHILD_RESPONSIBILITIES if kind == "child" else PARENT_RESPONSIBILITIES
+def responsibilities_for(kind: SessionKind, memory: bool = False) -> tuple[Responsibility, ...]:
+    """The responsibilities of a session kind: `child` (a sub-agent) or a main conversation,
+    which with `memory` also curates its people's memories (a sub-agent talks to no person)."""
+    names: tuple[str, ...] = CHILD_RESPONSIBILITIES if kind == "child" else PARENT_RESPONSIBILITIES
+    if memory and kind != "child":
+        names = (*names, "memory_curation")
     return tuple(RESPONSIBILITIES[name] for name in names)
 
 

@@ -12,9 +12,9 @@ session's state and the conversation since the previous run (plus a little of wh
 read, as context), picks the responsibilities for the session's kind, and runs the agent loop
 with the background model, the responsibilities' tools and a prompt made of their sections. It
 is a phantom: its text and reasoning are never stored, only the effects of its tools (title,
-nickname, skills, workflow, goals) and its token usage (`llm_calls`, purpose `brain`). It ends
-when the model calls `everything_is_ready`, answers without tools, or runs out of rounds.
-Whatever goes wrong is logged and never reaches the user.
+nickname, skills, workflow, goals, the memories of the people speaking) and its token usage
+(`llm_calls`, purpose `brain`). It ends when the model calls `everything_is_ready`, answers
+without tools, or runs out of rounds. Whatever goes wrong is logged and never reaches the user.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import structlog
 
@@ -30,6 +30,7 @@ from bruce_bot.agent.brain.library import Library
 from bruce_bot.agent.brain.responsibilities import (
     FINISH_TOOL,
     BrainState,
+    Speaker,
     registry_for,
     render_state,
     responsibilities_for,
@@ -48,6 +49,7 @@ from bruce_bot.domain import (
     ToolSpec,
 )
 from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.storage.memories import MemoryStore, owner_key
 from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionKind, SessionRecord
 from bruce_bot.storage.stores import Stores
@@ -63,6 +65,7 @@ MAX_TOKENS = 1024
 USER_CHARS = 1_000
 BRUCE_CHARS = 600
 EARLIER_CHARS = 300
+MEMORIES_SHOWN = 40  # of each person, the newest: what a run can merge or update
 INSTRUCTION = (
     "Bring the session state up to date for the new conversation with your tools (the earlier "
     "conversation, if shown, was handled before and is context only), then call "
@@ -114,9 +117,13 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:head]} […] {text[len(text) - (limit - head) :]}"
 
 
-def condensed_conversation(messages: Sequence[StoredMessage], earlier: bool = False) -> str:
+def condensed_conversation(
+    messages: Sequence[StoredMessage],
+    earlier: bool = False,
+    speakers: Mapping[str, str] | None = None,
+) -> str:
     """The conversation as compact `Speaker: text` lines, long messages cut short (the
-    `earlier` ones, context only, shorter still)."""
+    `earlier` ones, context only, shorter still); `speakers` names users by their id."""
     lines = []
     for message in messages:
         if message.role == "assistant":
@@ -124,7 +131,8 @@ def condensed_conversation(messages: Sequence[StoredMessage], earlier: bool = Fa
         elif message.kind == "task":
             speaker, limit = "Scheduled task", USER_CHARS
         else:
-            speaker, limit = "User", USER_CHARS
+            speaker = (speakers or {}).get(message.user_id or "", "User")
+            limit = USER_CHARS
         lines.append(f"{speaker}: {_cut(message.content, EARLIER_CHARS if earlier else limit)}")
     return "\n".join(lines)
 
@@ -138,15 +146,39 @@ def split_at(
     return (earlier[-lookback:] if lookback and new else []), new
 
 
-def briefing(state: str, earlier: Sequence[StoredMessage], new: Sequence[StoredMessage]) -> str:
+def speaking(new: Sequence[StoredMessage]) -> dict[str, str]:
+    """The people who wrote the new messages, by user id, in the order they first spoke, with
+    their name (as the message gave it, else their id)."""
+    people: dict[str, str] = {}
+    for message in new:
+        if message.role == "user" and message.kind == "chat" and message.user_id:
+            people.setdefault(message.user_id, message.author or message.user_id)
+    return people
+
+
+def speaker_labels(people: Mapping[str, str]) -> dict[str, str]:
+    """How the conversation names the people: "User" when one speaks, else by number and name
+    (the numbers the memory tools take)."""
+    if len(people) < 2:
+        return {user_id: "User" for user_id in people}
+    return {user: f"Person {n} ({name})" for n, (user, name) in enumerate(people.items(), 1)}
+
+
+def briefing(
+    state: str,
+    earlier: Sequence[StoredMessage],
+    new: Sequence[StoredMessage],
+    speakers: Mapping[str, str] | None = None,
+) -> str:
     """The one user message of a run."""
     parts = [f"<session_state>\n{state}\n</session_state>"]
     if earlier:
         parts.append(
-            f"<earlier_conversation>\n{condensed_conversation(earlier, earlier=True)}\n"
+            f"<earlier_conversation>\n{condensed_conversation(earlier, True, speakers)}\n"
             "</earlier_conversation>"
         )
-    parts.append(f"<new_conversation>\n{condensed_conversation(new)}\n</new_conversation>")
+    conversation = condensed_conversation(new, speakers=speakers)
+    parts.append(f"<new_conversation>\n{conversation}\n</new_conversation>")
     return "\n\n".join([*parts, INSTRUCTION])
 
 
@@ -160,17 +192,20 @@ class BrainRunner:
         stores: Stores,
         library: Library,
         config: BrainConfig,
+        memories: MemoryStore | None = None,
     ) -> None:
+        """`memories`: the store whose memories the brain curates (None: memory is off)."""
         self._llm = BackgroundModel(llm, model)
         self._stores = stores
         self._library = library
         self.config = config
-        deps = BrainDeps(stores.sessions, stores.goals, library)
+        self._memories = memories
+        deps = BrainDeps(stores.sessions, stores.goals, library, memories)
         self._registries: dict[SessionKind, ToolRegistry] = {}
         self._prompts: dict[SessionKind, SystemPrompt] = {}
         kinds: tuple[SessionKind, ...] = ("parent", "child")
         for kind in kinds:
-            responsibilities = responsibilities_for(kind)
+            responsibilities = responsibilities_for(kind, memory=memories is not None)
             self._registries[kind] = registry_for(responsibilities, deps)
             self._prompts[kind] = SystemPrompt(stable=(system_prompt_for(responsibilities),))
 
@@ -193,9 +228,11 @@ class BrainRunner:
             log.debug("brain_skipped", session_id=session_id, reason="nothing new")
             return None
         kind: SessionKind = "child" if session.kind == "child" else "parent"
-        responsibilities = responsibilities_for(kind)
+        responsibilities = responsibilities_for(kind, memory=self._memories is not None)
         goals = await self._stores.goals.open_tree(session_id)
-        state = render_state(responsibilities, BrainState(session, goals, self._library))
+        people = await self._people(session, new) if kind == "parent" else []
+        state = render_state(responsibilities, BrainState(session, goals, self._library, people))
+        labels = speaker_labels(speaking(new)) if people else None
         started = time.perf_counter()
         log.info(
             "brain_started",
@@ -210,10 +247,13 @@ class BrainRunner:
                 self._llm,
                 self._registries[kind],
                 self._prompts[kind],
-                [ChatMessage("user", briefing(state, earlier, new))],
+                [ChatMessage("user", briefing(state, earlier, new, labels))],
                 config.max_rounds,
                 context=ToolContext(
-                    session_id=session.id, channel=session.channel, chat_id=session.chat_id
+                    session_id=session.id,
+                    channel=session.channel,
+                    chat_id=session.chat_id,
+                    people=tuple(person.owner for person in people),
                 ),
                 observer=AuditRecorder(self._stores.audit, session_id, log_actions_only=True),
                 purpose=PURPOSE,
@@ -234,6 +274,16 @@ class BrainRunner:
             seconds=round(time.perf_counter() - started, 3),
         )
         return max(m.id for m in stored)
+
+    async def _people(self, session: SessionRecord, new: Sequence[StoredMessage]) -> list[Speaker]:
+        """The people speaking in the new messages, with their memories (none: memory off)."""
+        if self._memories is None:
+            return []
+        people = []
+        for user_id, name in speaking(new).items():
+            owner = owner_key(session.channel, user_id)
+            people.append(Speaker(name, owner, await self._memories.recent(owner, MEMORIES_SHOWN)))
+        return people
 
 
 class AnalyticalBrain:

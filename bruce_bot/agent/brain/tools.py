@@ -1,9 +1,11 @@
 """The analytical brain's tools: the only way it acts on the session it observes.
 
 Each tool changes one piece of the session's metadata (title, nickname, active skills, active
-workflow, goals) through the stores and answers the brain in a sentence. Mistakes (an unknown
-skill, a taken nickname, a goal of another session) are `ToolError`s: the brain reads them and may
-try again within its few rounds. The session is the one in `ToolContext.session_id`. Tools of one
+workflow, goals) or the memories of the people speaking in it, through the stores, and answers
+the brain in a sentence. Mistakes (an unknown skill, a taken nickname, a goal of another session)
+are `ToolError`s: the brain reads them and may try again within its few rounds. The session is
+the one in `ToolContext.session_id`; the people are those in `ToolContext.people`, numbered from
+1 as the brain's message lists them, and a memory tool touches only their memories. Tools of one
 brain run may be called together in a round, so every change happens under one lock: two
 read-modify-write changes (say, two `activate_skill` calls) never lose each other's update.
 """
@@ -18,7 +20,9 @@ from typing import Any, ClassVar
 
 from bruce_bot.agent.brain.library import Library
 from bruce_bot.storage.goals import Goal, GoalStore
+from bruce_bot.storage.memories import MAX_MEMORY_CHARS, MAX_TAGS, Memory, MemoryStore
 from bruce_bot.storage.sessions import SessionRecord, SessionStore
+from bruce_bot.tools.memory import secret_kind
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
 
 MAX_TITLE_CHARS = 60
@@ -36,6 +40,7 @@ class BrainDeps:
     sessions: SessionStore
     goals: GoalStore
     library: Library
+    memories: MemoryStore | None = None  # None: memory is off
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -54,7 +59,13 @@ class BrainTool(Tool):
             session = await self.deps.sessions.get(context.session_id)
             if session is None:
                 raise ToolError(f"session {context.session_id} no longer exists")
-            return await self.apply(session, arguments)
+            return await self.apply_in(session, arguments, context)
+
+    async def apply_in(
+        self, session: SessionRecord, arguments: dict[str, Any], context: ToolContext
+    ) -> str:
+        """`apply`, for a tool that needs more of the run's context than the session."""
+        return await self.apply(session, arguments)
 
     async def apply(self, session: SessionRecord, arguments: dict[str, Any]) -> str:
         raise NotImplementedError
@@ -333,6 +344,131 @@ class FinishGoal(_GoalTool):
         if also:
             return f"Goal #{goal.id} completed, together with its sub-goals {', '.join(also)}."
         return f"Goal #{goal.id} completed."
+
+
+# ---- memories ----------------------------------------------------------------------------------
+
+
+_PERSON = {
+    "type": "integer",
+    "minimum": 1,
+    "description": "The person's number in the session state; may be left out when one "
+    "person speaks.",
+}
+_TEXT = {"type": "string", "minLength": 1, "maxLength": MAX_MEMORY_CHARS}
+_TAGS = {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_TAGS}
+
+
+class _MemoryTool(BrainTool):
+    """A memory tool: `curate` acts for the people of the run (`ToolContext.people`)."""
+
+    @property
+    def store(self) -> MemoryStore:
+        if self.deps.memories is None:
+            raise ToolError("memory is switched off")
+        return self.deps.memories
+
+    async def apply_in(
+        self, session: SessionRecord, arguments: dict[str, Any], context: ToolContext
+    ) -> str:
+        return await self.curate(session, context.people, arguments)
+
+    async def curate(
+        self, session: SessionRecord, people: tuple[str, ...], arguments: dict[str, Any]
+    ) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def _owner(people: tuple[str, ...], arguments: dict[str, Any]) -> str:
+        number = arguments.get("person")
+        if number is None:
+            if len(people) == 1:
+                return people[0]
+            if not people:
+                raise ToolError("nobody speaks in this conversation: there is no one to remember")
+            raise ToolError(
+                f"{len(people)} people speak in this conversation: say which one with `person` "
+                "(their number in the session state)"
+            )
+        if not 1 <= number <= len(people):
+            raise ToolError(f"there is no person {number}; the session state lists {len(people)}")
+        return str(people[number - 1])
+
+    async def _memory(self, people: tuple[str, ...], memory_id: int) -> Memory:
+        for owner in people:
+            memory = await self.store.of(owner, memory_id)
+            if memory is not None:
+                return memory
+        raise ToolError(
+            f"there is no memory #{memory_id} of the people in this conversation; use an id "
+            "from the session state"
+        )
+
+    @staticmethod
+    def _text(arguments: dict[str, Any]) -> str:
+        text = " ".join(arguments["text"].split())
+        if not text:
+            raise ToolError("the text is empty")
+        kind = secret_kind(text)
+        if kind is not None:
+            raise ToolError(f"nothing was stored: this looks like {kind}; never keep secrets")
+        return text
+
+
+class Remember(_MemoryTool):
+    name = "remember"
+    description = (
+        "Save a lasting fact a person stated about themselves (preference, diet, family, work, "
+        "home, project), as one short third-person sentence, e.g. 'Is vegetarian'. Returns the "
+        "memory's id; a text they already have is not saved twice."
+    )
+    parameters = _schema({"text": _TEXT, "tags": _TAGS, "person": _PERSON}, ["text"])
+
+    async def curate(
+        self, session: SessionRecord, people: tuple[str, ...], arguments: dict[str, Any]
+    ) -> str:
+        owner = self._owner(people, arguments)
+        memory, new = await self.store.save(
+            owner, self._text(arguments), arguments.get("tags") or [], session.id
+        )
+        if not new:
+            return f"Already remembered as #{memory.id}."
+        return f"Remembered as #{memory.id}: {memory.content}"
+
+
+class UpdateMemory(_MemoryTool):
+    name = "update_memory"
+    description = (
+        "Rewrite a memory (by id) that changed or is incomplete, or that absorbs a duplicate "
+        "(then forget_memory the other one)."
+    )
+    parameters = _schema(
+        {"memory_id": {"type": "integer", "minimum": 1}, "text": _TEXT, "tags": _TAGS},
+        ["memory_id", "text"],
+    )
+
+    async def curate(
+        self, session: SessionRecord, people: tuple[str, ...], arguments: dict[str, Any]
+    ) -> str:
+        memory = await self._memory(people, arguments["memory_id"])
+        text = self._text(arguments)
+        updated = await self.store.update(memory.id, text, arguments.get("tags", memory.tags))
+        if updated is None:
+            raise ToolError(f"memory #{memory.id} was forgotten meanwhile")
+        return f"Memory #{updated.id} now reads: {updated.content}"
+
+
+class ForgetMemory(_MemoryTool):
+    name = "forget_memory"
+    description = "Forget a memory (by id) that duplicates another, or is no longer true."
+    parameters = _schema({"memory_id": {"type": "integer", "minimum": 1}}, ["memory_id"])
+
+    async def curate(
+        self, session: SessionRecord, people: tuple[str, ...], arguments: dict[str, Any]
+    ) -> str:
+        memory = await self._memory(people, arguments["memory_id"])
+        await self.store.delete(memory.id)
+        return f"Memory #{memory.id} forgotten."
 
 
 # ---- completion --------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions and their
-messages, scheduled tasks, artifacts, the logs (tool calls, failed deliveries), editable
-settings, token usage and signed-in browsers; `/api/openapi.json` describes them all.
+messages, scheduled tasks, artifacts, what Bruce remembers about people, the logs (tool calls,
+failed deliveries), editable settings, token usage and signed-in browsers;
+`/api/openapi.json` describes them all.
 
 Every route sits behind the app's auth middleware and is an `Endpoint` value: its parameters,
 body and answer are pydantic models. Parameters are validated before any query runs (a bad one
@@ -17,6 +18,7 @@ from bruce_bot.web.api import (
     artifacts,
     chat,
     logs,
+    memories,
     sessions,
     settings,
     tasks,
@@ -38,6 +40,7 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
         *sessions.ENDPOINTS,
         *tasks.ENDPOINTS,
         *artifacts.ENDPOINTS,
+        *memories.ENDPOINTS,
         *logs.ENDPOINTS,
         *settings.ENDPOINTS,
         *usage.ENDPOINTS,
