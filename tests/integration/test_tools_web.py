@@ -786,6 +786,7 @@ async def test_disabled_tool_families_are_neither_offered_nor_mentioned(
             "proactive": {"enabled": False},
             "subagents": {"enabled": False},
         },
+        memory={"enabled": False},
     )
     async with running_bruce(config) as bruce:
         assert bruce.web_channel is not None
