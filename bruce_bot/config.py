@@ -340,6 +340,9 @@ class LLMConfig(_Section):
     max_retries: int = Field(default=3, ge=0, le=10)
     context_window: int | None = Field(default=None, ge=1024)  # None: known per model
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
+    # False for a server that cannot stream answers: live replies then show the whole answer
+    # when it is ready (tool status lines still show).
+    stream: bool = True
 
     _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
 
