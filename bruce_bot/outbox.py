@@ -10,18 +10,23 @@ accepted is committed before the next one is tried, so a crash resends at most t
 flight — and the last one together with the message's final status: `sent`, `failed`
 (permanent) or `undelivered`; the latter are tried again by `redeliver` too, skipping the parts
 recorded sent.
+
+A live reply (channels/live.py: the answer shown while it was written) takes the first part:
+`finish` turns what the chat already shows into that part, under the same retries and records
+as a send. Redelivery never has one: what a crash left is delivered as plain messages.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Set
+from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import replace
 from datetime import timedelta
 
 import structlog
 
 from bruce_bot.channels.base import ChannelAdapter, DeliveryError
+from bruce_bot.channels.live import LiveChannel, LiveReply
 from bruce_bot.domain import DeliveryStatus, OutboundMessage, utcnow
 from bruce_bot.storage.deliveries import AttemptStatus, DeliveryAttempt, DeliveryStore
 from bruce_bot.storage.messages import MessageStore
@@ -53,8 +58,26 @@ class Outbox:
         self._channels = channels
         self._shared = shared  # other processes deliver from the same database (PostgreSQL)
 
+    def live(
+        self, channel_name: str, chat_id: str, metadata: Mapping[str, object]
+    ) -> LiveReply | None:
+        """A live reply for a turn in this chat, when its channel shows replies as they are
+        written (None: it does not, or not here)."""
+        channel = self._channels.get(channel_name)
+        if not isinstance(channel, LiveChannel):
+            return None
+        try:
+            return channel.live_reply(chat_id, metadata)
+        except Exception as exc:  # a reply is still delivered the plain way
+            log.warning("live_reply_unavailable", channel=channel_name, error=repr(exc))
+            return None
+
     async def deliver(
-        self, message: OutboundMessage, skip_parts: Set[int] = frozenset()
+        self,
+        message: OutboundMessage,
+        skip_parts: Set[int] = frozenset(),
+        *,
+        live: LiveReply | None = None,
     ) -> DeliveryStatus:
         """Send a stored message part by part; returns its delivery status (`sent` when every
         part was delivered).
@@ -82,6 +105,7 @@ class Outbox:
         status: DeliveryStatus = "sent"
         parts = split_text(message.text, channel.max_message_chars)
         last = len(parts) - 1
+        finished_live = False
         for index, part in enumerate(parts):
             if index in skip_parts:
                 continue
@@ -91,7 +115,10 @@ class Outbox:
                 metadata={**message.metadata, "part": index},
                 choices=message.choices if index == last else (),
             )
-            outcome = await self._send_with_retry(channel, piece, index, attempts)
+            via_live = live is not None and index == 0
+            send = live.finish if live is not None and via_live else channel.send
+            outcome = await self._send_with_retry(send, piece, index, attempts)
+            finished_live = finished_live or (via_live and outcome == "sent")
             if outcome != "sent":
                 status = outcome
                 break
@@ -99,11 +126,13 @@ class Outbox:
                 await self._deliveries.record(message.message_id, attempts)
                 attempts.clear()
         await self._deliveries.settle(message.message_id, status, attempts)
+        if live is not None and not finished_live:
+            await live.abandon()  # redelivery sends it whole: the half-written one goes
         return status
 
     async def _send_with_retry(
         self,
-        channel: ChannelAdapter,
+        send: Callable[[OutboundMessage], Awaitable[None]],
         message: OutboundMessage,
         part: int,
         attempts: list[DeliveryAttempt],
@@ -115,7 +144,7 @@ class Outbox:
 
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                await channel.send(message)
+                await send(message)
             except DeliveryError as exc:
                 log.warning(
                     "delivery_failed",
