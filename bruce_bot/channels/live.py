@@ -79,6 +79,8 @@ class LiveText:
     midway (httpcore does not give a pool slot back when a request is cancelled: see
     `TurnRunner._typing`). Texts beyond `limit` characters are cut with " …"; the final message
     shows all of it. A permanent failure stops the showing; the final message still goes out.
+    With `refresh` (seconds), the same text is shown again after that long without a change:
+    for a preview that expires on its own (a Telegram draft lasts 30 seconds).
     """
 
     def __init__(
@@ -89,8 +91,11 @@ class LiveText:
         limit: int,
         clock: Callable[[], float] = time.monotonic,
         name: str = "",
+        refresh: float | None = None,
     ) -> None:
         self._show = show
+        self._refresh = refresh
+        self._changed = asyncio.Event()
         self._interval = interval
         self._limit = limit
         self._clock = clock
@@ -100,6 +105,7 @@ class LiveText:
         self._wanted = ""
         self.shown = ""  # what the platform shows now
         self._not_before = 0.0
+        self._held_until = 0.0  # the platform's retry-after, which the final message waits out
         self._closed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.failed = False
@@ -122,10 +128,15 @@ class LiveText:
         self._want(line)
 
     async def close(self) -> None:
-        """Stop showing; returns once a request in flight has finished."""
+        """Stop showing; returns once a request in flight has finished and a wait the platform
+        asked for (retry-after) is over, so that the final message does not break it."""
         self._closed.set()
+        self._changed.set()
         if self._task is not None:
             await self._task
+        wait = self._held_until - self._clock()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     def _want(self, text: str) -> None:
         text = text.rstrip()  # platforms trim it: an edit that only adds spaces changes nothing
@@ -134,11 +145,21 @@ class LiveText:
         if not text.strip() or self._closed.is_set() or self.failed:
             return
         self._wanted = text
+        self._changed.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
-        while not self._closed.is_set() and self._wanted != self.shown:
+        while not self._closed.is_set():
+            if self._wanted == self.shown:
+                if self._refresh is None:
+                    return
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), self._refresh)
+                if not self._closed.is_set() and self._wanted == self.shown:
+                    self.shown = ""  # the preview is about to expire: shown again
+                continue
             wait = self._not_before - self._clock()
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
@@ -153,6 +174,8 @@ class LiveText:
                     self.failed = True
                     return
                 self._not_before = self._clock() + (exc.retry_after or self._interval)
+                if exc.retry_after:
+                    self._held_until = self._not_before
                 log.info("live_reply_waiting", channel=self._name, seconds=exc.retry_after)
                 continue
             except Exception as exc:  # an adapter bug must not end the turn

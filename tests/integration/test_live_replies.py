@@ -93,7 +93,9 @@ async def test_answer_streams_with_a_status_line_while_the_tool_runs(
 ) -> None:
     anthropic_fake.script(
         "Let me put that into a report for you.",
-        tool_calls=[("artifact_save", {"filename": "lisbon.html", "content": REPORT})],
+        tool_calls=[
+            ("artifact_save", {"filename": "lisbon.html", "title": "Lisbon", "content": REPORT})
+        ],
     )
     answer = "Here is your report on the rain in Lisbon — umbrellas advised all week. " * 2
     anthropic_fake.script(answer.strip())
