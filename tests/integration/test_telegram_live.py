@@ -9,6 +9,7 @@ status line shows in between. Edits respect Telegram's 429 and never repeat a te
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -127,7 +128,7 @@ async def test_group_sees_one_message_edited_into_the_final_reply(
     assert message.edits[-1] == message.plain == SHOWN_ANSWER  # formatted at the end
     assert GROUP not in telegram.drafts  # no drafts in a group
     texts = [(c["message_id"], c["text"]) for c in calls]
-    assert all(a != b for a, b in zip(texts, texts[1:], strict=False))  # never the same twice
+    assert all(a != b for a, b in itertools.pairwise(texts))  # never the same twice
     assert len(message.edits) == len(calls) + 1  # every edit changed something: none refused
 
 
