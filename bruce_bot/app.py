@@ -66,7 +66,9 @@ class Bruce:
     ) -> None:
         self.config = config
         self._overrides = Overrides(llm=llm, tools=tools, channels=channels, clock=clock)
-        self.web_channel = WebChannel() if config.web.enabled else None
+        self.web_channel = (
+            WebChannel(streaming=config.web.streaming) if config.web.enabled else None
+        )
         self.parts: Parts | None = None
         self.web_url: str | None = None
         self.ready_seconds: float | None = None
