@@ -136,7 +136,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
     dump = getattr(value, "model_dump", None)
-    return _plain(dump()) if callable(dump) else None
+    if callable(dump):
+        return _plain(dump())
+    return _plain(vars(value)) if hasattr(value, "__dict__") else None
 
 
 class VisibleText:
