@@ -28,6 +28,7 @@ from bruce_bot.domain import OutboundMessage
 log = structlog.get_logger(__name__)
 
 CUT_SUFFIX = " …"
+MAX_REFRESH_SECONDS = 900.0  # a preview is kept alive this long without a change, no longer
 
 
 class LiveReply(Protocol):
@@ -92,9 +93,12 @@ class LiveText:
         clock: Callable[[], float] = time.monotonic,
         name: str = "",
         refresh: float | None = None,
+        length: Callable[[str], int] = len,
     ) -> None:
         self._show = show
         self._refresh = refresh
+        self._length = length  # how the platform counts the limit (Telegram: UTF-16 units)
+        self._changed_at = clock()
         self._changed = asyncio.Event()
         self._interval = interval
         self._limit = limit
@@ -140,11 +144,16 @@ class LiveText:
 
     def _want(self, text: str) -> None:
         text = text.rstrip()  # platforms trim it: an edit that only adds spaces changes nothing
-        if len(text) > self._limit:
-            text = text[: self._limit - len(CUT_SUFFIX)].rstrip() + CUT_SUFFIX
+        if self._length(text) > self._limit:
+            room = self._limit - self._length(CUT_SUFFIX)
+            cut = text[:room]
+            while self._length(cut) > room:  # characters that count double (UTF-16 pairs)
+                cut = cut[: -max(1, (self._length(cut) - room) // 2)]
+            text = cut.rstrip() + CUT_SUFFIX
         if not text.strip() or self._closed.is_set() or self.failed:
             return
         self._wanted = text
+        self._changed_at = self._clock()
         self._changed.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run())
@@ -152,8 +161,8 @@ class LiveText:
     async def _run(self) -> None:
         while not self._closed.is_set():
             if self._wanted == self.shown:
-                if self._refresh is None:
-                    return
+                if self._refresh is None or self._clock() - self._changed_at > MAX_REFRESH_SECONDS:
+                    return  # nothing new to show (a preview left unchanged that long is stale)
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), self._refresh)

@@ -22,7 +22,7 @@ from telegram.error import BadRequest, RetryAfter, TelegramError
 from bruce_bot.channels.base import DeliveryError
 from bruce_bot.channels.live import LiveText
 from bruce_bot.channels.telegram_chats import ChatAddress
-from bruce_bot.channels.telegram_markup import TELEGRAM_TEXT_LIMIT
+from bruce_bot.channels.telegram_markup import TELEGRAM_TEXT_LIMIT, utf16_len
 from bruce_bot.channels.telegram_sending import TelegramSender, retry_after_seconds
 from bruce_bot.domain import OutboundMessage
 
@@ -56,6 +56,7 @@ class TelegramLive:
             limit=TELEGRAM_TEXT_LIMIT,
             name="telegram",
             refresh=DRAFT_REFRESH_SECONDS if self._drafting else None,
+            length=utf16_len,
         )
 
     async def text(self, delta: str) -> None:

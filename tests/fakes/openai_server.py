@@ -285,8 +285,8 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
         return HTTPAnswer(200, completion, {"x-request-id": f"req_fake{len(self.requests):06d}"})
 
     def _stream_frames(self, answer: dict[str, Any], body: dict[str, Any]) -> list[bytes] | None:
-        if answer.get("object") != "chat.completion":
-            return None  # a recorded body of another shape goes out whole
+        if not isinstance(answer.get("choices"), list):
+            return None  # not a completion (an error body): it goes out whole
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         return openai_frames(answer, include_usage=include_usage)

@@ -92,3 +92,17 @@ def test_status_lines_name_what_the_tool_is_doing() -> None:
         status_line(search),
         status_line(save),
     ]
+
+
+async def test_the_limit_is_counted_the_platforms_way() -> None:
+    screen = Screen()
+
+    def utf16(text: str) -> int:
+        return len(text.encode("utf-16-le")) // 2
+
+    live = LiveText(screen.show, interval=0.0, limit=20, length=utf16)
+    live.text("😀" * 30)  # each one two UTF-16 units
+    await wait_until(lambda: screen.shown)
+    await live.close()
+    [(_, shown)] = screen.shown
+    assert utf16(shown) <= 20 and shown.endswith(" …") and shown.startswith("😀😀")
