@@ -21,7 +21,9 @@ Answers are read as servers really send them, not as the spec says:
 
 Streaming. Given a text sink (`complete(stream=...)`) and `llm.stream` on, the completion is
 asked with `stream: true` and put back together from its chunks (`openai_stream.py`), then read
-by the same code as a whole answer; the visible text goes to the sink as it arrives.
+by the same code as a whole answer; the visible text goes to the sink as it arrives. A server
+that refuses the streamed request (a 400 naming `stream` or `stream_options`) is asked whole
+at once, and from then on.
 
 `finish_reason` maps onto `StopReason`: stop → end_turn, length → max_tokens, tool_calls →
 tool_use, content_filter (or a `refusal`) → refusal. A missing finish_reason means end_turn
@@ -53,7 +55,7 @@ from bruce_bot.domain import (
     ToolSpec,
     Usage,
 )
-from bruce_bot.llm.base import LLMUnavailableError, TextSink
+from bruce_bot.llm.base import LLMRequestError, LLMUnavailableError, TextSink
 from bruce_bot.llm.call import SDKErrors, call_model
 from bruce_bot.llm.openai_stream import CompletionAssembler, VisibleText
 from bruce_bot.llm.text import join_text_parts
@@ -96,6 +98,7 @@ class OpenAICompatibleLLM:
         self._max_tokens_param = (
             "max_completion_tokens" if _is_openai_platform(config.base_url) else "max_tokens"
         )
+        self._streams = True  # until the server refuses a streamed request
 
     @property
     def model(self) -> str:
@@ -124,15 +127,22 @@ class OpenAICompatibleLLM:
                 params["tool_choice"] = "none"
 
         read = functools.partial(from_openai_completion, tools=tools, force_text=force_text)
-        if stream is not None and self._config.stream:
-            return await call_model(
-                _SDK_ERRORS,
-                functools.partial(self._streamed, params, stream),
-                read,
-                model=model_name,
-                secret=self._config.api_key,
-                streamed=True,
-            )
+        if stream is not None and self._config.stream and self._streams:
+            try:
+                return await call_model(
+                    _SDK_ERRORS,
+                    functools.partial(self._streamed, params, stream),
+                    read,
+                    model=model_name,
+                    secret=self._config.api_key,
+                    streamed=True,
+                )
+            except LLMRequestError as exc:
+                if type(exc) is not LLMRequestError or "stream" not in exc.detail.lower():
+                    raise
+                # A server that refuses to stream (or `stream_options`): asked whole from now on.
+                log.warning("llm_stream_refused", provider="openai", detail=exc.detail)
+                self._streams = False
         return await call_model(
             _SDK_ERRORS,
             functools.partial(self._client.chat.completions.create, **params),

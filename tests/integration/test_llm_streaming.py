@@ -305,6 +305,21 @@ async def test_openai_recorded_llamacpp_stream_hides_reasoning(
     assert sink.pieces == [] and response.text == ""  # reasoning_content is never shown
 
 
+async def test_openai_server_that_refuses_to_stream_is_asked_whole_from_then_on(
+    openai_server: FakeOpenAIServer,
+) -> None:
+    llm = OpenAICompatibleLLM(openai_config(openai_server.base_url))
+    openai_server.script(error=400, error_message="Unrecognized request argument: stream_options")
+    openai_server.script("Whole.", times=2)
+    try:
+        first = await llm.complete(SYSTEM, QUESTION, stream=Pieces())
+        second = await llm.complete(SYSTEM, QUESTION, stream=Pieces())
+    finally:
+        await llm.aclose()
+    assert (first.text, second.text) == ("Whole.", "Whole.")
+    assert [request.get("stream") for request in openai_server.requests] == [True, None, None]
+
+
 def test_visible_text_holds_back_think_blocks_and_tool_markup() -> None:
     visible = VisibleText()
     shown = [

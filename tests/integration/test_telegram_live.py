@@ -190,3 +190,21 @@ async def test_a_long_final_answer_is_split_the_first_part_edited_in(
     assert all(len(message.edits) == 1 for message in rest)  # the others sent as they are
     assert all(len(message.plain) <= 4096 for message in sent)
     assert " ".join(message.plain for message in sent).split() == long_answer.split()
+
+
+async def test_a_claim_the_guard_corrects_is_written_over_in_the_same_message(
+    tmp_path: Path, telegram: FakeTelegramServer, anthropic_fake: FakeAnthropicServer
+) -> None:
+    claim = "Done! I've saved your report as news.html."
+    correction = "Sorry — I did not save any file. Here is the summary as text instead."
+    anthropic_fake.script(claim)
+    anthropic_fake.script(correction, delay_seconds=0.2)
+    anthropic_fake.stream_pause_seconds = 0.01
+    async with live_bruce(tmp_path, telegram, anthropic_fake):
+        telegram.group_text(GROUP, ALICE, "make me a report", mention=True)
+        await settled(tmp_path)
+    [message] = telegram.sent[GROUP]  # one message: the claim was never a reply of its own
+    assert in_order(message.edits, claim, correction)
+    assert message.plain == correction  # what the chat is left with is the corrected answer
+    [row] = messages_of(tmp_path, "assistant")
+    assert row["content"] == correction
