@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bruce_bot.config import LLMConfig
-from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
+from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolResult, ToolSpec
 from bruce_bot.llm.anthropic import AnthropicLLM
 from bruce_bot.llm.base import LLMUnavailableError
 from bruce_bot.llm.openai import OpenAICompatibleLLM
@@ -157,6 +157,35 @@ async def test_anthropic_recorded_thinking_stream_gives_signed_thinking_and_the_
     assert tool_use["input"] == {"location": "Florence, Italy"}
     assert response.usage.input_tokens > 400 and response.usage.output_tokens == 119
     assert response.text == "" and sink.pieces == []  # the thinking never reaches the chat
+
+
+async def test_anthropic_streamed_thinking_goes_back_signed_with_the_tool_result() -> None:
+    # Not checked by the fake: the signatures in the recording are Anthropic's, not the fake's.
+    async with FakeAnthropicServer(validate=False) as server:
+        llm = AnthropicLLM(anthropic_config(server.base_url))
+        server.replay(ANTHROPIC_FIXTURES / "stream_thinking_tool_use.sse")
+        server.replay(ANTHROPIC_FIXTURES / "stream_thinking_followup.sse")
+        sink = Pieces()
+        try:
+            first = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=Pieces())
+            [call] = first.tool_calls
+            turn = [
+                *QUESTION,
+                ChatMessage(
+                    "assistant", first.text, first.tool_calls, replay_blocks=first.replay_blocks
+                ),
+                ChatMessage("user", tool_results=(ToolResult(call.id, call.name, "40 C"),)),
+            ]
+            second = await llm.complete(SYSTEM, turn, [WEATHER], stream=sink)
+        finally:
+            await llm.aclose()
+        sent_back = server.requests[1]["messages"][1]["content"]
+
+    thinking = {k: v for k, v in sent_back[0].items() if k != "cache_control"}
+    assert thinking == first.replay_blocks[0]  # as it was signed, not a character changed
+    assert sent_back[1]["type"] == "tool_use" and sent_back[1]["input"] == call.arguments
+    assert second.stop_reason == "end_turn" and second.text.startswith("The current weather")
+    assert sink.text == second.text
 
 
 async def test_anthropic_recorded_text_and_tool_use_streams(
