@@ -159,15 +159,15 @@ class LiveText:
             self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
+        again = False  # the preview is about to expire: the same text is shown once more
         while not self._closed.is_set():
-            if self._wanted == self.shown:
+            if self._wanted == self.shown and not again:
                 if self._refresh is None or self._clock() - self._changed_at > MAX_REFRESH_SECONDS:
                     return  # nothing new to show (a preview left unchanged that long is stale)
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), self._refresh)
-                if not self._closed.is_set() and self._wanted == self.shown:
-                    self.shown = ""  # the preview is about to expire: shown again
+                again = self._wanted == self.shown
                 continue
             wait = self._not_before - self._clock()
             if wait > 0:
@@ -191,5 +191,5 @@ class LiveText:
                 log.warning("live_reply_crashed", channel=self._name, error=repr(exc))
                 self.failed = True
                 return
-            self.shown = text
+            self.shown, again = text, False
             self._not_before = self._clock() + self._interval

@@ -106,3 +106,13 @@ async def test_the_limit_is_counted_the_platforms_way() -> None:
     await live.close()
     [(_, shown)] = screen.shown
     assert utf16(shown) <= 20 and shown.endswith(" …") and shown.startswith("😀😀")
+
+
+async def test_an_expiring_preview_is_shown_again_while_nothing_changes() -> None:
+    screen = Screen()
+    live = LiveText(screen.show, interval=0.0, limit=4096, refresh=0.05)
+    live.status("⚙️ Using a slow tool …")
+    await wait_until(lambda: len(screen.shown) >= 3)  # a Telegram draft would have expired
+    await live.close()
+    assert {text for _, text in screen.shown} == {"⚙️ Using a slow tool …"}
+    assert live.shown == "⚙️ Using a slow tool …"
