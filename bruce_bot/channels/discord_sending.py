@@ -4,7 +4,8 @@ Sends go through the current client (`client`: None or closed, and the send fail
 so the outbox retries it later). Channels are looked up once and kept; the ids of the messages
 Bruce sent are remembered (`sent`), since a reply to one of them is addressed to Bruce.
 discord.py's and the network's failures become `DeliveryError`s the outbox understands: retry
-later, or never.
+later, or never. A live reply (discord_live.py) posts and edits its message here too, and
+`finish_in` edits the reply into it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ A reply goes out as Telegram HTML (telegram_markup.py) and is sent again as plai
 Telegram refuses the markup; a part whose HTML grew past 4096 goes out as several messages, and
 the ones already delivered are not sent twice when the outbox retries the part. A group that
 became a supergroup is followed at once (the answer is re-sent to the new id). Telegram's errors
-become `DeliveryError`s the outbox understands: retry later, or never.
+become `DeliveryError`s the outbox understands: retry later, or never. A live reply's message
+(telegram_live.py) is turned into the reply by `finish_in`: its first piece edited in, formatted
+the same way, the others sent after it.
 """
 
 from __future__ import annotations
