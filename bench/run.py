@@ -40,6 +40,7 @@ from bruce_bot.domain import (  # noqa: E402
     ToolSpec,
     Usage,
 )
+from bruce_bot.llm.base import TextSink  # noqa: E402
 from bruce_bot.logs import configure_logging  # noqa: E402
 
 
@@ -57,6 +58,7 @@ class InstantLLM:
         model: str | None = None,
         max_tokens: int | None = None,
         force_text: bool = False,
+        stream: TextSink | None = None,
     ) -> LLMResponse:
         return LLMResponse("ok", usage=Usage(10, 2), model=self.model)
 

@@ -67,7 +67,9 @@ class Bruce:
         self.config = config
         self._overrides = Overrides(llm=llm, tools=tools, channels=channels, clock=clock)
         uploads = config.app.data_dir / "media" / "uploads"
-        self.web_channel = WebChannel(uploads) if config.web.enabled else None
+        self.web_channel = (
+            WebChannel(uploads, streaming=config.web.streaming) if config.web.enabled else None
+        )
         self.parts: Parts | None = None
         self.web_url: str | None = None
         self.ready_seconds: float | None = None

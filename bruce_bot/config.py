@@ -342,6 +342,9 @@ class LLMConfig(_Section):
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
     # Whether the model is shown pictures: auto decides by the model's name (media/vision.py).
     vision: Literal["auto", "on", "off"] = "auto"
+    # False for a server that cannot stream answers: live replies then show the whole answer
+    # when it is ready (tool status lines still show).
+    stream: bool = True
 
     _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
 
@@ -398,6 +401,9 @@ class TelegramConfig(_Section):
     mode: Literal["polling", "webhook"] = "polling"
     webhook: TelegramWebhookConfig = Field(default_factory=TelegramWebhookConfig)
     allowed_user_ids: list[int] = Field(default_factory=list)
+    # Live replies: the answer shown while it is written (a draft in private chats, an edited
+    # message in groups), a status line while tools run.
+    streaming: bool = True
 
     _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
 
@@ -408,6 +414,7 @@ class DiscordConfig(_Section):
     api_base_url: str | None = None
     gateway_url: str | None = None
     allowed_user_ids: list[int] = Field(default_factory=list)
+    streaming: bool = True  # live replies: one message edited as the answer is written
 
     _check_api = field_validator("api_base_url")(classmethod(lambda cls, v: _check_url(v)))
     _check_gateway = field_validator("gateway_url")(
@@ -428,6 +435,7 @@ class WebConfig(_Section):
     # Host names the web app answers besides loopback and the host of app.public_url.
     allowed_hosts: list[str] = Field(default_factory=list)
     session_max_age_days: int = Field(default=30, ge=1, le=3650)
+    streaming: bool = True  # live replies in the chat page: the answer shown as it is written
 
     @property
     def is_loopback(self) -> bool:

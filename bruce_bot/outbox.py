@@ -12,12 +12,16 @@ flight — and the last one together with the message's final status: `sent`, `f
 recorded sent. The artifacts a turn saved go after the text as parts of their own, on
 channels that take files, up to `tools.artifacts.send_file_max_bytes`; a file that cannot be
 sent leaves the reply delivered (its text links to the file).
+
+A live reply (channels/live.py: the answer shown while it was written) takes the first part:
+`finish` turns what the chat already shows into that part, under the same retries and records
+as a send. Redelivery never has one: what a crash left is delivered as plain messages.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +29,7 @@ from pathlib import Path
 import structlog
 
 from bruce_bot.channels.base import ChannelAdapter, DeliveryError
+from bruce_bot.channels.live import LiveChannel, LiveReply
 from bruce_bot.domain import DeliveryStatus, OutboundFile, OutboundMessage, utcnow
 from bruce_bot.storage.deliveries import AttemptStatus, DeliveryAttempt, DeliveryStore
 from bruce_bot.storage.messages import MessageStore, files_of
@@ -76,8 +81,26 @@ class Outbox:
         self._shared = shared  # other processes deliver from the same database (PostgreSQL)
         self._files = files  # None: replies go without their files
 
+    def live(
+        self, channel_name: str, chat_id: str, metadata: Mapping[str, object]
+    ) -> LiveReply | None:
+        """A live reply for a turn in this chat, when its channel shows replies as they are
+        written (None: it does not, or not here)."""
+        channel = self._channels.get(channel_name)
+        if not isinstance(channel, LiveChannel):
+            return None
+        try:
+            return channel.live_reply(chat_id, metadata)
+        except Exception as exc:  # a reply is still delivered the plain way
+            log.warning("live_reply_unavailable", channel=channel_name, error=repr(exc))
+            return None
+
     async def deliver(
-        self, message: OutboundMessage, skip_parts: Set[int] = frozenset()
+        self,
+        message: OutboundMessage,
+        skip_parts: Set[int] = frozenset(),
+        *,
+        live: LiveReply | None = None,
     ) -> DeliveryStatus:
         """Send a stored message part by part; returns its delivery status (`sent` when every
         part was delivered).
@@ -130,6 +153,7 @@ class Outbox:
                     )
                 )
         last = len(pieces) - 1
+        finished_live = False
         for index, piece in enumerate(pieces):
             if index in skip_parts:
                 continue
@@ -145,7 +169,10 @@ class Outbox:
                     )
                     continue
                 piece = replace(piece, file=loaded)
-            outcome = await self._send_with_retry(channel, piece, index, attempts)
+            via_live = live is not None and index == 0
+            send = live.finish if live is not None and via_live else channel.send
+            outcome = await self._send_with_retry(send, piece, index, attempts)
+            finished_live = finished_live or (via_live and outcome == "sent")
             if outcome != "sent" and piece.file is not None:
                 # The reply's link still leads to the file: a file the platform refuses does
                 # not make the reply undelivered.
@@ -157,11 +184,13 @@ class Outbox:
                 await self._deliveries.record(message.message_id, attempts)
                 attempts.clear()
         await self._deliveries.settle(message.message_id, status, attempts)
+        if live is not None and not finished_live:
+            await live.abandon()  # redelivery sends it whole: the half-written one goes
         return status
 
     async def _send_with_retry(
         self,
-        channel: ChannelAdapter,
+        send: Callable[[OutboundMessage], Awaitable[None]],
         message: OutboundMessage,
         part: int,
         attempts: list[DeliveryAttempt],
@@ -173,7 +202,7 @@ class Outbox:
 
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                await channel.send(message)
+                await send(message)
             except DeliveryError as exc:
                 log.warning(
                     "delivery_failed",

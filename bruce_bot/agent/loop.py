@@ -20,6 +20,8 @@ from typing import Protocol
 import structlog
 
 from bruce_bot.agent.budget import message_chars, shrink_to
+from bruce_bot.agent.progress import status_lines
+from bruce_bot.channels.live import LiveReply
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import (
     ChatMessage,
@@ -109,6 +111,7 @@ class _Caller:
     run: AgentRun
     purpose: str
     session_id: int | None
+    live: LiveReply | None = None
 
     async def __call__(
         self, messages: list[ChatMessage], *, force_text: bool, max_tokens: int | None
@@ -133,6 +136,8 @@ class _Caller:
         self, messages: Sequence[ChatMessage], *, force_text: bool, max_tokens: int | None
     ) -> LLMResponse:
         started = time.perf_counter()
+        if self.live is not None:
+            await self.live.restart()  # what this call writes replaces what the last one wrote
         try:
             response = await self.llm.complete(
                 self.system_prompt,
@@ -140,6 +145,7 @@ class _Caller:
                 self.tools.specs(),
                 max_tokens=max_tokens,
                 force_text=force_text,
+                stream=self.live.text if self.live is not None else None,
             )
         except LLMError as exc:
             duration = (time.perf_counter() - started) * 1000
@@ -189,6 +195,7 @@ async def run_agent_loop(
     purpose: str = "agent",
     finish_tools: Collection[str] = (),
     max_tokens: int | None = None,
+    live: LiveReply | None = None,
 ) -> AgentRun:
     """Run the model with tools until it answers in text (or `max_turns` forces it to).
 
@@ -197,6 +204,9 @@ async def run_agent_loop(
     next: a refusal ends the turn with an honest line; a paused turn is sent back to go on; tool
     calls cut by the token limit are never run (the model is told, and gets twice the room
     once); a text answer cut by the limit is continued once, else marked as cut.
+
+    With a `live` reply, the model's text streams to it as it is written, and a status line
+    takes its place while tools run; the final text is still only what this returns.
     """
     context = context or ToolContext()
     if not context.untrusted_input and any(r.untrusted for m in history for r in m.tool_results):
@@ -204,7 +214,7 @@ async def run_agent_loop(
     observer = observer or NullObserver()
     messages = list(history)
     run = AgentRun(text="", turns=0, transcript=messages)
-    call = _Caller(llm, system_prompt, tools, observer, run, purpose, context.session_id)
+    call = _Caller(llm, system_prompt, tools, observer, run, purpose, context.session_id, live)
     output_limit = max_tokens
     parts: list[str] = []  # pieces of the answer being written (paused or cut, then continued)
     pauses = 0
@@ -258,6 +268,8 @@ async def run_agent_loop(
             results = tuple(ToolResult(c.id, c.name, note, True) for c in response.tool_calls)
             messages.append(ChatMessage("user", tool_results=results))
             continue
+        if live is not None:
+            await live.status(status_lines(response.tool_calls))
         executions = await asyncio.gather(
             *(_execute(c, run.turns, tools, context, observer) for c in response.tool_calls)
         )

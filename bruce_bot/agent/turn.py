@@ -39,6 +39,7 @@ from bruce_bot.agent.loop import AgentRun, run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.agent.resume import ResumedRounds, resumed_rounds
 from bruce_bot.agent.summarizer import Summarizer, over_budget
+from bruce_bot.channels.live import LiveReply
 from bruce_bot.config import AgentConfig, LLMConfig, MemoryConfig
 from bruce_bot.domain import (
     ChatMessage,
@@ -165,6 +166,7 @@ class _Turn:
     files: tuple[OutboundFile, ...] = ()  # artifacts saved by the answer, sent with the reply
     media: PreparedMedia | None = None  # the batch's files, read (bruce_bot/media/)
     memories: str = ""  # the person's memories layer, read once per turn
+    live: LiveReply | None = None  # the reply shown as it is written (channels/live.py)
 
     @property
     def ids(self) -> list[int]:
@@ -217,6 +219,7 @@ class TurnRunner:
 
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
         turn = await self._begin(session, batch)
+        turn.live = self._outbox.live(session.channel, session.chat_id, batch[-1].metadata)
         reply, status, shortened = await self._reply(turn)
         reply_kind: MessageKind = turn.kind.reply_kind if status == "done" else "notice"
         message_id, at = await self._stores.messages.finish_turn(
@@ -240,8 +243,11 @@ class TurnRunner:
                     reply_kind,
                     batch[-1].metadata,
                     files=turn.files,
-                )
+                ),
+                live=turn.live,
             )
+        elif turn.live is not None:
+            await turn.live.abandon()  # nothing to tell: what was shown goes
         answered = status == "done"
         finished = TurnFinished(
             session.id,
@@ -423,6 +429,7 @@ class TurnRunner:
             context=turn.context,
             observer=turn.recorder,
             max_tokens=self._settings.budget.reply_reserve(),
+            live=turn.live,
         )
 
     async def _system_prompt(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import aiohttp
 import discord
@@ -42,6 +42,7 @@ from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
 from bruce_bot.channels.discord_buttons import answer_privately, take_buttons_off
 from bruce_bot.channels.discord_files import attachments_of, fetch
 from bruce_bot.channels.discord_gateway import FATAL_CLOSE_CODES, new_client, point_library_at
+from bruce_bot.channels.discord_live import EDIT_INTERVAL_SECONDS, DiscordLive
 from bruce_bot.channels.discord_messages import (
     ANSWERED_TYPES,
     BotIds,
@@ -98,6 +99,7 @@ class DiscordChannel:
         self._ready_timeout = ready_timeout
         self._inbox: InboxPort | None = None
         self._out = DiscordSender()
+        self.live_interval = EDIT_INTERVAL_SECONDS  # between two edits of a live reply
         self._runner: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -364,6 +366,17 @@ class DiscordChannel:
 
     async def send(self, message: OutboundMessage) -> None:
         await self._out.send(message)
+
+    def live_reply(self, chat_id: str, metadata: Mapping[str, object]) -> DiscordLive | None:
+        """The turn's answer shown while it is written (discord_live.py), unless
+        `channels.discord.streaming` is off or Discord is not connected."""
+        if not self._config.streaming or not self.connected:
+            return None
+        try:
+            channel_id = int(chat_id)
+        except ValueError:
+            return None
+        return DiscordLive(self._out, channel_id, interval=self.live_interval)
 
     async def typing(self, chat_id: str) -> None:
         await self._out.typing(chat_id)

@@ -4,7 +4,8 @@ Sends go through the current client (`client`: None or closed, and the send fail
 so the outbox retries it later). Channels are looked up once and kept; the ids of the messages
 Bruce sent are remembered (`sent`), since a reply to one of them is addressed to Bruce.
 discord.py's and the network's failures become `DeliveryError`s the outbox understands: retry
-later, or never.
+later, or never. A live reply (discord_live.py) posts and edits its message here too, and
+`finish_in` edits the reply into it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,57 @@ class DiscordSender:
             if view is not None:
                 view.stop()  # it only carried the buttons: presses go to on_interaction
         self.sent.add(sent.id)
+
+    async def post(self, channel_id: int, text: str) -> Any:
+        """Post `text` (a live reply's first text); returns the discord.py message."""
+        client = self._usable_client()
+        try:
+            channel = await self.channel(client, channel_id)
+            sent = await channel.send(text)
+        except Exception as exc:
+            raise self._failure(exc, client, str(channel_id)) from exc
+        self.sent.add(sent.id)
+        return sent
+
+    async def edit(self, message: Any, text: str) -> None:
+        """Change a live reply's text."""
+        client = self._usable_client()
+        try:
+            await message.edit(content=text)
+        except Exception as exc:
+            raise self._failure(exc, client, str(message.channel.id)) from exc
+
+    async def finish_in(self, live: Any, message: OutboundMessage) -> None:
+        """A reply's part (at most 2000 characters: the outbox splits it) edited into the live
+        message that showed it being written, with its buttons; a live message that is gone (the
+        user deleted it) is replaced by a new one."""
+        client = self._usable_client()
+        view = choice_view(message.choices)
+        try:
+            await live.edit(content=message.text, view=view)
+        except discord.NotFound:
+            log.info("discord_live_message_gone", chat_id=message.chat_id)
+            if view is not None:
+                view.stop()
+            await self.send(message)
+            return
+        except Exception as exc:
+            raise self._failure(exc, client, message.chat_id) from exc
+        finally:
+            if view is not None:
+                view.stop()  # it only carried the buttons: presses go to on_interaction
+
+    async def delete(self, message: Any) -> None:
+        """Take a live reply down: best effort, never raises."""
+        try:
+            await message.delete()
+        except Exception as exc:
+            log.info("discord_delete_failed", chat_id=message.channel.id, error=repr(exc))
+
+    def _failure(self, exc: Exception, client: discord.Client, chat_id: str) -> DeliveryError:
+        if client.is_closed():  # closed under our feet (stop, restart): try again later
+            return DeliveryError("the Discord client closed during the send")
+        return _delivery_error(exc, chat_id)
 
     async def typing(self, chat_id: str) -> None:
         client = self._usable_client()

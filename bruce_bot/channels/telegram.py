@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -55,6 +55,7 @@ from bruce_bot.channels.telegram_app import (
 from bruce_bot.channels.telegram_chats import ChatAddress
 from bruce_bot.channels.telegram_files import attachments_of, fetch
 from bruce_bot.channels.telegram_intake import DurableUpdateQueue
+from bruce_bot.channels.telegram_live import EDIT_INTERVAL_SECONDS, TelegramLive
 from bruce_bot.channels.telegram_messages import (
     SUPPORTED_CHATS,
     Heard,
@@ -107,6 +108,7 @@ class TelegramChannel:
         self._bot_username = ""
         self._port: InboxPort | None = None  # for chat migrations, which sends follow too
         self._out = TelegramSender(config.token, self._follow_migration)
+        self.live_interval = EDIT_INTERVAL_SECONDS  # between two changes of a live reply
         self._albums = AlbumBook()
         self._unreadable = UnreadableUpdates()
         self._updates_request: UpdateCheckingRequest | None = None
@@ -395,6 +397,23 @@ class TelegramChannel:
 
     async def send(self, message: OutboundMessage) -> None:
         await self._out.send(message)
+
+    def live_reply(self, chat_id: str, metadata: Mapping[str, object]) -> TelegramLive | None:
+        """The turn's answer shown while it is written (telegram_live.py), unless
+        `channels.telegram.streaming` is off or the bot is not running."""
+        if not self._config.streaming or self._out.bot is None:
+            return None
+        try:
+            address = ChatAddress.parse(chat_id)
+        except ValueError:
+            return None
+        reply_to = metadata.get("reply_to")
+        return TelegramLive(
+            self._out,
+            address,
+            reply_to=reply_to if isinstance(reply_to, int) else None,
+            interval=self.live_interval,
+        )
 
     async def typing(self, chat_id: str) -> None:
         await self._out.typing(chat_id)

@@ -4,7 +4,9 @@ A reply goes out as Telegram HTML (telegram_markup.py) and is sent again as plai
 Telegram refuses the markup; a part whose HTML grew past 4096 goes out as several messages, and
 the ones already delivered are not sent twice when the outbox retries the part. A group that
 became a supergroup is followed at once (the answer is re-sent to the new id). Telegram's errors
-become `DeliveryError`s the outbox understands: retry later, or never.
+become `DeliveryError`s the outbox understands: retry later, or never. A live reply's message
+(telegram_live.py) is turned into the reply by `finish_in`: its first piece edited in, formatted
+the same way, the others sent after it.
 """
 
 from __future__ import annotations
@@ -93,6 +95,89 @@ class TelegramSender:
         except TelegramError as exc:
             raise self._delivery_error(exc) from None
 
+    async def finish_in(self, live_message_id: int, message: OutboundMessage) -> None:
+        """A reply's part delivered into the live message (telegram_live.py) that showed it
+        being written: its first piece edited in, formatted as `send` formats it, the others
+        sent after it. Pieces delivered before an outbox retry are not delivered again."""
+        address = _parse(message.chat_id)
+        pieces = render_pieces(message.text)
+        part = int(message.metadata.get("part", 0))
+        key = (message.chat_id, message.message_id, part) if message.message_id else None
+        done = self._delivered.done(key)
+        buttons = _keyboard(message.choices)
+
+        def delivered(count: int) -> None:
+            self._delivered.note(key, done + count)
+
+        if done == 0:
+            last = len(pieces) == 1
+            try:
+                await self._edit_piece(
+                    address, live_message_id, pieces[0], buttons if last else None
+                )
+            except TelegramError as exc:
+                raise self._delivery_error(exc) from None
+            delivered(1)
+            done = 1
+        await self.send_pieces(address, pieces[done:], None, delivered, buttons)
+        self._delivered.forget(key)
+
+    async def _edit_piece(
+        self,
+        address: ChatAddress,
+        message_id: int,
+        piece: Piece,
+        buttons: InlineKeyboardMarkup | None,
+    ) -> None:
+        bot = self._bot()
+        try:
+            if piece.html is not None:
+                try:
+                    await bot.edit_message_text(
+                        piece.html,
+                        chat_id=address.chat_id,
+                        message_id=message_id,
+                        parse_mode=ParseMode.HTML,
+                        reply_markup=buttons,
+                    )
+                    return
+                except BadRequest as exc:
+                    if "can't parse entities" not in exc.message.lower():
+                        raise
+                    log.info("telegram_markup_refused", chat_id=str(address), error=exc.message)
+            first, *rest = fit_plain(piece.source, TELEGRAM_TEXT_LIMIT)
+            await bot.edit_message_text(
+                first,
+                chat_id=address.chat_id,
+                message_id=message_id,
+                reply_markup=None if rest else buttons,
+            )
+            if rest:
+                await self.send_pieces(
+                    address, [Piece(chunk, None) for chunk in rest], None, None, buttons
+                )
+        except BadRequest as exc:
+            wording = exc.message.lower()
+            if "message is not modified" in wording:
+                return  # it shows this already
+            if "message to edit not found" in wording or "can't be edited" in wording:
+                # The user deleted the live message, or it can no longer change: a new one.
+                log.info("telegram_live_message_gone", chat_id=str(address), error=exc.message)
+                await _send_piece(bot, address, piece, None, buttons)
+                return
+            raise
+
+    async def delete(self, address: ChatAddress, message_id: int) -> None:
+        """Take one of the bot's messages down: best effort, never raises."""
+        try:
+            await self._bot().delete_message(address.chat_id, message_id)
+        except (TelegramError, DeliveryError) as exc:
+            log.info("telegram_delete_failed", chat_id=str(address), error=self.scrub(str(exc)))
+
+    def delivery_error(self, exc: TelegramError) -> DeliveryError:
+        """Telegram's error as the outbox understands it (see `_delivery_error`)."""
+        return self._delivery_error(exc)
+
     async def typing(self, chat_id: str) -> None:
         bot = self._bot()
         address = _parse(chat_id)
@@ -179,7 +264,7 @@ class TelegramSender:
         """Telegram's error as the outbox understands it: retry later, or never."""
         text = self.scrub(f"{type(exc).__name__}: {exc}")
         if isinstance(exc, RetryAfter):
-            return DeliveryError(text, retry_after=_retry_after_seconds(exc))
+            return DeliveryError(text, retry_after=retry_after_seconds(exc))
         if isinstance(exc, Forbidden):  # blocked by the user, kicked from the group
             return DeliveryError(text, permanent=True)
         if isinstance(exc, BadRequest):  # "chat not found" and every other refusal of the request
@@ -240,7 +325,7 @@ def _keyboard(choices: Sequence[Choice]) -> InlineKeyboardMarkup | None:
     return InlineKeyboardMarkup([buttons])
 
 
-def _retry_after_seconds(exc: RetryAfter) -> float:
+def retry_after_seconds(exc: RetryAfter) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PTB's int-or-timedelta transition warning
         value = exc.retry_after

@@ -5,20 +5,32 @@ outbox, so `send` only wakes the browsers waiting on a long poll for that chat. 
 by the web app's auth (`web.auth_token`), not by a user allowlist. With several processes on one
 database, a reply may be delivered by another process than the one a browser waits on: `relay`
 gives the channel a way to tell the others, and `changed_elsewhere` is how they hear it.
+
+Live replies (`web.streaming`): a turn's answer as it is written is published to the chat page's
+event stream (`listen`, served by web/chat_stream.py) as `live` events, each the whole text so
+far (or a tool's status line), at most ten a second; `done` says the live text is over (the
+stored reply then arrives the usual way). Only browsers of this process see them: with several
+processes, another's browser gets the final reply alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort, Submission
+from bruce_bot.channels.live import LiveText
 from bruce_bot.domain import Attachment, AttachmentKind, InboundMessage, OutboundMessage
 
 WEB_CHANNEL = "web"
+LIVE_INTERVAL_SECONDS = 0.1  # a browser takes updates often; ten a second reads smoothly
+MAX_LISTENER_BACKLOG = 256  # events kept for a browser that reads slowly (older ones dropped)
+LiveEvent = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +51,12 @@ class WebChannel:
     name = WEB_CHANNEL
     max_message_chars = 1_000_000  # a browser needs no splitting
 
-    def __init__(self, uploads_dir: Path | None = None) -> None:
+    def __init__(self, uploads_dir: Path | None = None, *, streaming: bool = True) -> None:
         # Files uploaded in the chat page wait here until the turn reads them (media step).
         self._uploads = uploads_dir
+        self.streaming = streaming
+        self._listeners: dict[str, set[asyncio.Queue[LiveEvent]]] = {}
+        self.stopping = asyncio.Event()  # ends the event streams, so shutdown never waits on them
         self._inbox: InboxPort | None = None
         self._changed: dict[str, asyncio.Event] = {}
         self._versions: dict[str, int] = {}
@@ -61,9 +76,34 @@ class WebChannel:
 
     async def start(self, inbox: InboxPort) -> None:
         self._inbox = inbox
+        self.stopping.clear()
 
     async def stop(self) -> None:
         self._inbox = None
+        self.stopping.set()
+
+    def live_reply(self, chat_id: str, metadata: Mapping[str, object]) -> WebLive | None:
+        """The turn's answer shown in the chat page as it is written (`web.streaming`)."""
+        return WebLive(self, chat_id) if self.streaming else None
+
+    @contextlib.contextmanager
+    def listen(self, chat_id: str) -> Iterator[asyncio.Queue[LiveEvent]]:
+        """The live events of one chat, for one browser's event stream, while in the block."""
+        queue: asyncio.Queue[LiveEvent] = asyncio.Queue(MAX_LISTENER_BACKLOG)
+        self._listeners.setdefault(chat_id, set()).add(queue)
+        try:
+            yield queue
+        finally:
+            listeners = self._listeners.get(chat_id, set())
+            listeners.discard(queue)
+            if not listeners:
+                self._listeners.pop(chat_id, None)
+
+    def publish(self, chat_id: str, event: LiveEvent) -> None:
+        for queue in self._listeners.get(chat_id, ()):
+            if queue.full():  # a browser that stopped reading: its oldest event goes
+                queue.get_nowait()
+            queue.put_nowait(event)
 
     async def close(self) -> None:
         return None
@@ -157,3 +197,35 @@ class WebChannel:
             await asyncio.wait_for(event.wait(), within)
         except TimeoutError:
             pass
+
+
+class WebLive:
+    """One turn's live reply in a chat page (see the module docstring)."""
+
+    def __init__(self, channel: WebChannel, chat_id: str) -> None:
+        self._channel = channel
+        self._chat_id = chat_id
+        self._display = LiveText(
+            self._show, interval=LIVE_INTERVAL_SECONDS, limit=WebChannel.max_message_chars
+        )
+
+    async def text(self, delta: str) -> None:
+        self._display.text(delta)
+
+    async def restart(self) -> None:
+        self._display.restart()
+
+    async def status(self, line: str) -> None:
+        self._display.status(line)
+
+    async def finish(self, message: OutboundMessage) -> None:
+        await self._display.close()
+        await self._channel.send(message)  # stored already: the page reads it as every reply
+        self._channel.publish(self._chat_id, {"type": "done"})
+
+    async def abandon(self) -> None:
+        await self._display.close()
+        self._channel.publish(self._chat_id, {"type": "done"})
+
+    async def _show(self, text: str) -> None:
+        self._channel.publish(self._chat_id, {"type": "live", "text": text})

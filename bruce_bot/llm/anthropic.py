@@ -46,6 +46,11 @@ Answers are read as real servers send them:
   turn pauses) and logged with the response id; an answer that is not a message (not JSON, no
   content list) is "invalid response".
 
+Streaming. Given a text sink (`complete(stream=...)`) and `llm.stream` on, the request asks for
+`"stream": true`; the SDK's stream reads the server-sent events and `anthropic_stream.py` puts
+the message back together, read by the same code as a whole answer (so the response is the
+same), while each text delta goes to the sink.
+
 `llm.thinking` applies to the main model only (`complete(model=None)`), and only when the call's
 `max_tokens` is above the thinking budget (the API requires it); `force_text` still works with it
 (`tool_choice: none` is one of the two choices thinking allows).
@@ -77,8 +82,10 @@ from bruce_bot.domain import (
     ToolSpec,
     Usage,
 )
-from bruce_bot.llm.base import LLMUnavailableError
+from bruce_bot.llm.anthropic_stream import MessageAssembler
+from bruce_bot.llm.base import LLMUnavailableError, TextSink
 from bruce_bot.llm.call import SDKErrors, call_model
+from bruce_bot.llm.errors import ErrorReply, error_for_reply
 from bruce_bot.llm.text import join_text_parts
 
 # The SDK loads its optional aiohttp transport (and with it aiohttp: ~8 MB of the daemon's
@@ -140,6 +147,17 @@ _STOP_REASONS: dict[str, StopReason] = {
     "refusal": "refusal",
 }
 _SDK_ERRORS = SDKErrors.of(anthropic)
+# The HTTP status each error type stands for, when it comes as an event inside a stream.
+_STREAM_ERROR_STATUS: Final = {
+    "overloaded_error": 529,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+}
 _MESSAGES_PATH: Final = "/v1/messages"
 # The SDK hands the answer back as it came (not parsed into its models) for this `cast_to`.
 _RAW_ANSWER: Final = anthropic.AsyncAPIResponse[bytes]
@@ -172,6 +190,7 @@ class AnthropicLLM:
         model: str | None = None,
         max_tokens: int | None = None,
         force_text: bool = False,
+        stream: TextSink | None = None,
     ) -> LLMResponse:
         model_name = model or self._config.model
         output_limit = max_tokens or self._config.max_tokens
@@ -185,6 +204,16 @@ class AnthropicLLM:
             force_text=force_text,
             thinking=thinking,
         )
+        if stream is not None and self._config.stream:
+            return await call_model(
+                _SDK_ERRORS,
+                functools.partial(self._post_streaming, params, stream),
+                from_anthropic_message,
+                model=model_name,
+                secret=self._config.api_key,
+                thinking=thinking is not None,
+                streamed=True,
+            )
         return await call_model(
             _SDK_ERRORS,
             functools.partial(self._post, params),
@@ -205,6 +234,43 @@ class AnthropicLLM:
         else:
             response = await self._client.post(_MESSAGES_PATH, body=params, cast_to=_RAW_ANSWER)
         return await response.read()
+
+    async def _post_streaming(self, params: dict[str, Any], sink: TextSink) -> dict[str, Any]:
+        """The answer to one request with `"stream": true`, put back together from its events
+        (anthropic_stream.py) while its text goes to `sink`. The SDK's stream reads the events
+        (skipping pings, raising an `error` event as its status error) and hands them over as
+        parsed JSON (`cast_to=object`), not as its models."""
+        body = {**params, "stream": True}
+        assembler = MessageAssembler()
+        sent: dict[str, Any] = (
+            {"content": json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()}
+            if self._sends_bytes
+            else {"body": body}
+        )
+        events = await self._client.post(
+            _MESSAGES_PATH,
+            cast_to=object,
+            stream=True,
+            stream_cls=anthropic.AsyncStream[object],
+            **sent,
+        )
+        try:
+            async with events:
+                async for event in events:
+                    if text := assembler.add(event):
+                        await sink(text)
+        except anthropic.APIStatusError as exc:
+            if exc.status_code != 200:
+                raise
+            # An `error` event after the 200 (overloaded mid-answer): read as its status would be.
+            error = exc.body.get("error") if isinstance(exc.body, dict) else None
+            kind = error.get("type") if isinstance(error, dict) else None
+            status = _STREAM_ERROR_STATUS.get(str(kind), 500)
+            reply = ErrorReply.from_body(status, exc.body, str(exc.message))
+            raise error_for_reply(
+                reply, model=str(params.get("model", "")), secret=self._config.api_key
+            ) from exc
+        return assembler.finished()
 
     def _thinking(self, *, main_model: bool, output_limit: int) -> dict[str, Any] | None:
         settings = self._config.thinking

@@ -9,10 +9,15 @@ mapped in one place for every vendor (`errors.py`, called from `call.py`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
+
+# Receives the answer's visible text as it is generated, a piece (a delta) at a time: never
+# reasoning, never tool-call markup. It must return quickly: the provider reads the stream
+# between calls (a channel that shows the text throttles and sends on its own).
+TextSink = Callable[[str], Awaitable[None]]
 
 
 class LLMError(Exception):
@@ -72,8 +77,13 @@ class LLMService(Protocol):
         model: str | None = None,
         max_tokens: int | None = None,
         force_text: bool = False,
+        stream: TextSink | None = None,
     ) -> LLMResponse:
         """Answer the conversation.
+
+        With a `stream` sink the answer is requested as a stream (unless `llm.stream` says the
+        server cannot) and its text handed to the sink as it arrives; the response returned is
+        the same as without one.
 
         With `force_text` the tools are still declared (Anthropic requires them whenever the
         history holds tool_use/tool_result blocks) but tool use is switched off

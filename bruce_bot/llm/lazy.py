@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
-from bruce_bot.llm.base import LLMService
+from bruce_bot.llm.base import LLMService, TextSink
 
 
 class LazyLLM:
@@ -42,10 +42,17 @@ class LazyLLM:
         model: str | None = None,
         max_tokens: int | None = None,
         force_text: bool = False,
+        stream: TextSink | None = None,
     ) -> LLMResponse:
         service = await self._service()
         return await service.complete(
-            system, messages, tools, model=model, max_tokens=max_tokens, force_text=force_text
+            system,
+            messages,
+            tools,
+            model=model,
+            max_tokens=max_tokens,
+            force_text=force_text,
+            stream=stream,
         )
 
     async def aclose(self) -> None:

@@ -19,6 +19,12 @@ Answers are read as servers really send them, not as the spec says:
 - `finish_reason: "stop"` (or none) with tool calls, `"tool_calls"` without any, a `tool_choice:
   "none"` the server ignored, a `refusal`, no `usage`.
 
+Streaming. Given a text sink (`complete(stream=...)`) and `llm.stream` on, the completion is
+asked with `stream: true` and put back together from its chunks (`openai_stream.py`), then read
+by the same code as a whole answer; the visible text goes to the sink as it arrives. A server
+that refuses the streamed request (a 400 naming `stream` or `stream_options`) is asked whole
+at once, and from then on.
+
 `finish_reason` maps onto `StopReason`: stop → end_turn, length → max_tokens, tool_calls →
 tool_use, content_filter (or a `refusal`) → refusal. A missing finish_reason means end_turn
 (llama-cpp-python, LocalAI and several gateways omit it on complete answers); a value nobody
@@ -51,8 +57,9 @@ from bruce_bot.domain import (
     ToolSpec,
     Usage,
 )
-from bruce_bot.llm.base import LLMUnavailableError
+from bruce_bot.llm.base import LLMRequestError, LLMUnavailableError, TextSink
 from bruce_bot.llm.call import SDKErrors, call_model
+from bruce_bot.llm.openai_stream import CompletionAssembler, VisibleText
 from bruce_bot.llm.text import join_text_parts
 from bruce_bot.llm.tool_markup import parse_arguments, parse_text
 
@@ -93,6 +100,7 @@ class OpenAICompatibleLLM:
         self._max_tokens_param = (
             "max_completion_tokens" if _is_openai_platform(config.base_url) else "max_tokens"
         )
+        self._streams = True  # until the server refuses a streamed request
 
     @property
     def model(self) -> str:
@@ -107,6 +115,7 @@ class OpenAICompatibleLLM:
         model: str | None = None,
         max_tokens: int | None = None,
         force_text: bool = False,
+        stream: TextSink | None = None,
     ) -> LLMResponse:
         model_name = model or self._config.model
         params: dict[str, Any] = {
@@ -119,16 +128,51 @@ class OpenAICompatibleLLM:
             if force_text:
                 params["tool_choice"] = "none"
 
+        read = functools.partial(from_openai_completion, tools=tools, force_text=force_text)
+        if stream is not None and self._config.stream and self._streams:
+            try:
+                return await call_model(
+                    _SDK_ERRORS,
+                    functools.partial(self._streamed, params, stream),
+                    read,
+                    model=model_name,
+                    secret=self._config.api_key,
+                    streamed=True,
+                )
+            except LLMRequestError as exc:
+                if type(exc) is not LLMRequestError or "stream" not in exc.detail.lower():
+                    raise
+                # A server that refuses to stream (or `stream_options`): asked whole from now on.
+                log.warning("llm_stream_refused", provider="openai", detail=exc.detail)
+                self._streams = False
         return await call_model(
             _SDK_ERRORS,
             functools.partial(self._client.chat.completions.create, **params),
-            functools.partial(from_openai_completion, tools=tools, force_text=force_text),
+            read,
             model=model_name,
             secret=self._config.api_key,
         )
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    async def _streamed(
+        self, params: dict[str, Any], sink: TextSink
+    ) -> openai.types.chat.ChatCompletion:
+        """The completion for `params` asked as a stream (openai_stream.py puts it back
+        together), its visible text going to `sink` as it arrives. `include_usage` asks for the
+        usage in a last chunk; servers that do not send it leave the usage at zero."""
+        assembler = CompletionAssembler()
+        visible = VisibleText()
+        chunks = await self._client.chat.completions.create(
+            **params, stream=True, stream_options={"include_usage": True}
+        )
+        async with chunks:
+            async for chunk in chunks:
+                if (piece := assembler.add(chunk)) and (shown := visible.add(piece)):
+                    await sink(shown)
+        # Built the SDK's loose way (no validation), as it builds a whole answer it received.
+        return openai.types.chat.ChatCompletion.construct(**assembler.completion())
 
 
 def _is_openai_platform(base_url: str | None) -> bool:

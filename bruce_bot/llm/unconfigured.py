@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
-from bruce_bot.llm.base import LLMNotConfiguredError
+from bruce_bot.llm.base import LLMNotConfiguredError, TextSink
 
 _HOW_TO_FIX = {
     "anthropic": ("set llm.api_key in config.yml, e.g. ${ANTHROPIC_API_KEY}, and restart"),
@@ -44,6 +44,7 @@ class UnconfiguredLLM:
         model: str | None = None,
         max_tokens: int | None = None,
         force_text: bool = False,
+        stream: TextSink | None = None,
     ) -> LLMResponse:
         raise LLMNotConfiguredError("not configured", self.how_to_fix)
 

@@ -26,6 +26,7 @@ from starlette.routing import BaseRoute, Route
 
 from bruce_bot.web.artifacts import artifact_routes
 from bruce_bot.web.auth import AuthGate, WebAuth
+from bruce_bot.web.chat_stream import chat_stream_routes
 from bruce_bot.web.context import WebContext
 from bruce_bot.web.hosts import AllowedHosts, HostCheck
 from bruce_bot.web.lazy_routes import LazyRoutes
@@ -59,6 +60,7 @@ def create_app(context: WebContext) -> Starlette:
         *page_routes(context.app_name, context.timezone, signed_in=bool(context.auth_token)),
         LazyRoutes(API_PREFIX, lambda: _api_routes(context, auth)),
         *artifact_routes(context.stores.artifacts, context.data_dir / "artifacts"),
+        *chat_stream_routes(context.web_channel),
     ]
     hosts = AllowedHosts(context.public_url, context.allowed_hosts)
     return Starlette(

@@ -83,6 +83,7 @@ from tests.fakes.scripted_server import (
     ScriptedJSONServer,
     estimate_tokens,
 )
+from tests.fakes.sse import anthropic_frames, send_frames
 
 # Recorded Anthropic bodies (their origins are in the folder's README.md).
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic"
@@ -283,7 +284,10 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
         body, or `str`/`bytes` sent verbatim. Thinking blocks in it count as issued by the fake,
         so sending them back unchanged passes the signature check."""
         raw: Any = source
-        if isinstance(source, os.PathLike):
+        if isinstance(source, os.PathLike) and Path(source).suffix == ".sse":
+            # A recorded event stream: sent as it is, whatever the request asked.
+            raw, content_type = Path(source).read_bytes(), "text/event-stream"
+        elif isinstance(source, os.PathLike):
             raw = json.loads(Path(source).read_text(encoding="utf-8"))
         reply = AnthropicReply(
             raw=copy.deepcopy(raw),
@@ -475,6 +479,19 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
             self.request_headers.append(dict(request.headers))
             self._received.notify_all()
         answer = await self._answer(body)
+        if (
+            isinstance(body, dict)
+            and body.get("stream") is True
+            and not isinstance(answer, _VerbatimAnswer)
+            and answer.status == 200
+        ):
+            # Asked as a stream: the same answer, as the events the API sends for it.
+            return await send_frames(
+                request,
+                anthropic_frames(answer.body),
+                headers=answer.headers,
+                pause_seconds=self.stream_pause_seconds,
+            )
         if isinstance(answer, _VerbatimAnswer):
             return web.Response(
                 body=answer.payload,

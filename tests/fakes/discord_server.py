@@ -32,7 +32,10 @@ events dispatched while no session is connected so that a RESUME replays them.
 Buttons as Discord has them: a message's `components` are checked (action rows of at most five
 buttons; a non-link button needs a unique `custom_id` of 1-100 characters and a style 1-4, a
 label at most 80 characters; otherwise 400, code 50035) and kept; `PATCH` edits the bot's
-messages. `press` dispatches the recorded button INTERACTION_CREATE
+messages (over 2000 characters refused as a post is; every content a message had is kept in
+`edits`, the posted one first; `fail_edits(429, retry_after=...)` rate-limits the next edits the
+way Discord does, with `Via` and `retry_after`), and `DELETE` takes one down ("Unknown Message"
+once gone). `press` dispatches the recorded button INTERACTION_CREATE
 (guild_button_interaction_docs_2021.json) for a tap, ids adapted, the message as the fake holds
 it, and the fields Discord has added since 2021 (`channel`, `attachment_size_limit`...); in a DM
 the presser is `user` instead of `member`. `POST /interactions/{id}/{token}/callback` (no bot
@@ -196,8 +199,12 @@ class FakeDiscordServer:
         self.gateway_paths: list[str] = []  # the path of each websocket connection
         self.close_codes: list[int] = []  # codes the server closed sessions with
         self.interaction_responses: dict[str, dict[str, Any]] = {}  # id -> {"type", "data"}
+        self.edits: dict[int, list[str]] = {}  # message id -> every content it had, in order
+        self.deleted: list[int] = []  # ids of the bot's messages it deleted
+        self.edit_times: list[float] = []  # time.monotonic() of each edit that was accepted
         # Behaviour.
         self._failures: deque[_SendFailure] = deque()
+        self._edit_failures: deque[_SendFailure] = deque()
         self._interactions: dict[str, dict[str, Any]] = {}  # id -> the dispatched payload
         self._failing_callbacks = 0
         self._ids = itertools.count(1)
@@ -286,6 +293,10 @@ class FakeDiscordServer:
         """Answer the next `times` message posts (to `channel_id`, or any) with an error:
         429 (rate limited, with `Via` and `retry_after`), 403, 404, 500, 503..."""
         self._failures.extend(_SendFailure(status, retry_after, channel_id) for _ in range(times))
+
+    def fail_edits(self, status: int, *, times: int = 1, retry_after: float = 0.05) -> None:
+        """Answer the next `times` message edits with an error (429: rate limited)."""
+        self._edit_failures.extend(_SendFailure(status, retry_after, None) for _ in range(times))
 
     def fail_interaction_callbacks(self, times: int = 1) -> None:
         """The next `times` interaction responses get 404 "Unknown interaction" (too late)."""
@@ -635,6 +646,8 @@ class FakeDiscordServer:
                     return self._get_message(channel_id, int(parts[3]))
                 if method == "PATCH" and len(parts) == 4 and parts[2] == "messages":
                     return await self._edit_message(channel_id, int(parts[3]), request)
+                if method == "DELETE" and len(parts) == 4 and parts[2] == "messages":
+                    return await self._delete_message(channel_id, int(parts[3]))
         except (ValueError, KeyError) as exc:
             return _json({"message": f"Invalid Form Body ({exc})", "code": 50035}, 400)
         return _json({"message": "404: Not Found", "code": 0}, 404)
@@ -711,6 +724,7 @@ class FakeDiscordServer:
         for name, data in files:
             self.uploads.append((channel_id, name, data))
         self._messages[int(message["id"])] = message
+        self.edits[int(message["id"])] = [content]
         self.sent.append({**message, "allowed_mentions": body.get("allowed_mentions")})
         await self._changed_now()
         if self.echo_own_messages:
@@ -728,8 +742,25 @@ class FakeDiscordServer:
             return _json(
                 {"message": "Cannot edit a message authored by another user", "code": 50005}, 403
             )
+        if self._edit_failures:
+            return _failure_response(self._edit_failures.popleft())
         body = await request.json()
-        return _json(await self._update_message(message, body) or message)
+        if len(body.get("content") or "") > 2000:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        refused = await self._update_message(message, body)
+        if refused is None and "content" in body:
+            self.edits.setdefault(message_id, []).append(message["content"])
+            self.edit_times.append(time.monotonic())
+        return _json(refused or message)
+
+    async def _delete_message(self, channel_id: int, message_id: int) -> web.Response:
+        message = self._messages.get(message_id)
+        if message is None or int(message["channel_id"]) != channel_id:
+            return _json({"message": "Unknown Message", "code": 10008}, 404)
+        del self._messages[message_id]
+        self.deleted.append(message_id)
+        await self._changed_now()
+        return web.Response(status=204)
 
     async def _update_message(
         self, message: dict[str, Any], body: Mapping[str, Any]

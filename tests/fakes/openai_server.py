@@ -56,6 +56,7 @@ from tests.fakes.scripted_server import (
     ScriptedJSONServer,
     estimate_tokens,
 )
+from tests.fakes.sse import openai_frames
 
 # (name, arguments) or (name, arguments, id); arguments as a dict, or a string sent verbatim.
 ScriptedToolCall = tuple[str, Mapping[str, Any] | str] | tuple[str, Mapping[str, Any] | str, str]
@@ -98,6 +99,7 @@ class OpenAIReply:
     retry_after: float | None = None  # sent as the `retry-after` header (seconds)
     delay_seconds: float | None = None  # default: the server's delay_seconds
     raw: Mapping[str, Any] | None = None  # a recorded body, sent as is with `status`
+    raw_stream: bytes | None = None  # a recorded event stream (`.sse`), sent as is
     status: int = 200
     ignores_tool_choice: bool = False  # tool calls even with tool_choice "none"
 
@@ -182,7 +184,14 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
         delay_seconds: float | None = None,
         times: int = 1,
     ) -> OpenAIReply:
-        """Queue a recorded body (a dict, or the path of a JSON file) sent exactly as captured."""
+        """Queue a recorded body (a dict, or the path of a JSON file, or of a recorded event
+        stream `.sse`) sent exactly as captured."""
+        if isinstance(body, Path) and body.suffix == ".sse":
+            reply = OpenAIReply(
+                raw_stream=body.read_bytes(), retry_after=retry_after, delay_seconds=delay_seconds
+            )
+            self.enqueue(reply, times=times)
+            return reply
         if not isinstance(body, Mapping):
             body = json.loads(Path(body).read_text(encoding="utf-8"))
         reply = OpenAIReply(
@@ -197,6 +206,10 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
         if isinstance(reply, str):
             reply = OpenAIReply(text=reply)
         model = reply.model or str(body.get("model", ""))
+        if reply.raw_stream is not None:
+            return HTTPAnswer(
+                200, {}, {"x-request-id": f"req_fake{len(self.requests):06d}"}, sse=reply.raw_stream
+            )
         if reply.raw is not None:
             headers = {"x-request-id": f"req_fake{len(self.requests):06d}"}
             if reply.retry_after is not None:
@@ -273,6 +286,13 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
             "system_fingerprint": "fp_fake",
         }
         return HTTPAnswer(200, completion, {"x-request-id": f"req_fake{len(self.requests):06d}"})
+
+    def _stream_frames(self, answer: dict[str, Any], body: dict[str, Any]) -> list[bytes] | None:
+        if not isinstance(answer.get("choices"), list):
+            return None  # not a completion (an error body): it goes out whole
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        return openai_frames(answer, include_usage=include_usage)
 
     def _error(
         self,

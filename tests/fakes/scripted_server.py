@@ -20,6 +20,8 @@ from typing import Any, Generic, Self, TypeVar
 
 from aiohttp import web
 
+from tests.fakes.sse import send_frames
+
 ReplyT = TypeVar("ReplyT")
 
 # `(request_body) -> reply`, where the reply is the fake's reply dataclass or a plain string (a
@@ -34,6 +36,7 @@ class HTTPAnswer:
     status: int
     body: dict[str, Any]
     headers: Mapping[str, str] = field(default_factory=dict)
+    sse: bytes | None = None  # a recorded event stream sent as it is, instead of `body`
 
 
 class ScriptedJSONServer(Generic[ReplyT]):
@@ -57,6 +60,7 @@ class ScriptedJSONServer(Generic[ReplyT]):
         self._queue: deque[ReplyT] = deque()
         self._received = asyncio.Condition()
         self._stopping = asyncio.Event()  # cuts delays short, so stop() never waits on them
+        self.stream_pause_seconds = 0.0  # between the frames of a streamed answer
         self._runner: web.AppRunner | None = None
         self._root_url = ""
 
@@ -137,7 +141,25 @@ class ScriptedJSONServer(Generic[ReplyT]):
             self.request_headers.append(dict(request.headers))
             self._received.notify_all()
         answer = await self._answer(body)
+        if answer.sse is not None:  # a recorded stream, sent as it is
+            return web.Response(
+                body=answer.sse,
+                status=answer.status,
+                headers=dict(answer.headers),
+                content_type="text/event-stream",
+            )
+        if isinstance(body, dict) and body.get("stream") is True and answer.status == 200:
+            frames = self._stream_frames(answer.body, body)
+            if frames is not None:  # asked as a stream: the same answer, as the API streams it
+                return await send_frames(
+                    request, frames, headers=answer.headers, pause_seconds=self.stream_pause_seconds
+                )
         return web.json_response(answer.body, status=answer.status, headers=dict(answer.headers))
+
+    def _stream_frames(self, answer: dict[str, Any], body: dict[str, Any]) -> list[bytes] | None:
+        """The server-sent events of `answer` for a request that asked for a stream (None:
+        this fake cannot stream, the answer goes out whole)."""
+        return None
 
     async def _answer(self, body: Any) -> HTTPAnswer:
         if not isinstance(body, dict):

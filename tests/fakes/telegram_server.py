@@ -26,7 +26,18 @@ message was deleted with `delete_message`). answerCallbackQuery answers each que
 second answer, or an unknown id, gets "query is too old and response timeout expired or query
 ID is invalid"), editMessageReplyMarkup / editMessageText change the bot's own messages ("message
 to edit not found", "message is not modified", and "message can't be edited" after
-`forbid_edits`). While a webhook is set, getUpdates answers 409 and queued updates are POSTed to
+`forbid_edits`; every text a message had is kept in `SentMessage.edits`), deleteMessage takes a
+message down ("message to delete not found").
+
+Live replies (Bot API 9.3): sendMessageDraft streams a draft into a private chat, kept in
+`drafts` per chat (each `Draft` with its `draft_id` and text), the way the API documents it: a
+non-zero `draft_id`, 0-4096 characters after entity parsing (HTML parsed as for sendMessage),
+private chats only (a group gets a 400; the wording is this fake's: none was found captured).
+`refuse_drafts()` plays a Bot API server older than 9.3 (the method is unknown: 404 Not Found).
+`rate_limit_next(method, retry_after)` answers the next calls of any method with 429 and
+`parameters.retry_after`, as Telegram answers a bot that edits or drafts too fast.
+
+While a webhook is set, getUpdates answers 409 and queued updates are POSTed to
 the webhook URL with the `X-Telegram-Bot-Api-Secret-Token` header, retried until the receiver
 answers 200::
 
@@ -226,6 +237,7 @@ class SentMessage:
     received_at: float = 0.0  # time.time() when the fake took it (it is delivered from then on)
     answered_at: float | None = None  # time.time() when the bot was told; None: not yet
     client: str | None = None  # which bot sent it (`base_url_for`); None: the plain base_url
+    edits: list[str] = field(default_factory=list)  # every text it showed, the first one first
 
     @property
     def buttons(self) -> list[dict[str, Any]]:
@@ -243,6 +255,17 @@ class SentDocument:
     filename: str
     data: bytes
     thread_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """One sendMessageDraft call: the draft's text at that moment."""
+
+    chat_id: int
+    draft_id: int
+    text: str  # as sent
+    plain: str  # what the user sees
+    at: float  # time.time()
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +300,12 @@ class FakeTelegramServer:
         }
         self.sent: dict[int, list[SentMessage]] = {}
         self.documents: dict[int, list[SentDocument]] = {}  # sendDocument uploads, per chat
+        self.drafts: dict[int, list[Draft]] = {}
+        self._drafts_known = True
         self.chat_actions: list[tuple[int, str]] = []
         self.my_commands: list[dict[str, str]] | None = None
         self.calls: list[tuple[str, dict[str, str]]] = []
+        self.call_times: list[tuple[float, str]] = []  # (time.monotonic(), method) of each call
         self.get_updates_offsets: list[int] = []
         self.webhook_url = ""
         self.webhook_secret: str | None = None
@@ -371,13 +397,21 @@ class FakeTelegramServer:
 
     def rate_limit_next_send(self, retry_after: int = 1, times: int = 1) -> None:
         """The next `times` sendMessage calls get 429 with `parameters.retry_after`."""
+        self.rate_limit_next("sendMessage", retry_after, times)
+
+    def rate_limit_next(self, method: str, retry_after: int = 1, times: int = 1) -> None:
+        """The next `times` calls of `method` get 429 with `parameters.retry_after`."""
         body = {
             "ok": False,
             "error_code": 429,
             "description": f"Too Many Requests: retry after {retry_after}",
             "parameters": {"retry_after": retry_after},
         }
-        self._failures.setdefault("sendMessage", []).append(_Failure(429, body, times))
+        self._failures.setdefault(method, []).append(_Failure(429, body, times))
+
+    def refuse_drafts(self) -> None:
+        """sendMessageDraft is unknown from now on, as on a Bot API server before 9.3."""
+        self._drafts_known = False
 
     def reject_markup_next(self, times: int = 1) -> None:
         """The next `times` sendMessage calls with a parse_mode get "can't parse entities"."""
@@ -743,6 +777,7 @@ class FakeTelegramServer:
         _CLIENT.set(request.match_info.get("client"))
         params = await _params(request)
         self.calls.append((method, params))
+        self.call_times.append((time.monotonic(), method))
         self._notify()
         failure = self._next_failure(method)
         if failure is not None:
@@ -878,6 +913,7 @@ class FakeTelegramServer:
         )
         sent.received_at = time.time()
         sent.client = _CLIENT.get()
+        sent.edits.append(plain)
         self.sent.setdefault(chat_id, []).append(sent)
         if thread is not None:
             self._threads[(chat_id, message_id)] = thread
@@ -956,7 +992,44 @@ class FakeTelegramServer:
         if plain == sent.plain and markup == sent.reply_markup:
             raise _APIError(400, f"Bad Request: {_NOT_MODIFIED}")
         sent.text, sent.plain, sent.parse_mode, sent.reply_markup = text, plain, parse_mode, markup
+        sent.edits.append(plain)
+        self._notify()
         return self._pressed_message(sent)
+
+    async def _api_deleteMessage(self, params: dict[str, str]) -> Any:
+        chat_id = self._known_chat(params)
+        message_id = int(params.get("message_id") or 0)
+        found = any(m.message_id == message_id for m in self.sent.get(chat_id, []))
+        if not found or (chat_id, message_id) in self._deleted:
+            raise _APIError(400, "Bad Request: message to delete not found")
+        self._deleted.add((chat_id, message_id))
+        self._notify()
+        return True
+
+    async def _api_sendMessageDraft(self, params: dict[str, str]) -> Any:
+        if not self._drafts_known:
+            raise _APIError(404, "Not Found")
+        chat_id = self._known_chat(params)
+        if self._chats[chat_id].get("type") != "private":
+            raise _APIError(400, "Bad Request: drafts can be sent only to private chats")
+        try:
+            draft_id = int(params.get("draft_id", ""))
+        except ValueError:
+            raise _APIError(400, "Bad Request: draft_id is not specified") from None
+        if draft_id == 0:
+            raise _APIError(400, "Bad Request: draft_id must be non-zero")
+        text = params.get("text", "")
+        parse_mode = params.get("parse_mode") or None
+        try:
+            plain = parse_html(text) if parse_mode and parse_mode.upper() == "HTML" else text
+        except MarkupError as exc:
+            raise _APIError(400, f"Bad Request: can't parse entities: {exc}") from None
+        if utf16_len(plain) > TEXT_LIMIT:
+            raise _APIError(400, "Bad Request: message is too long")
+        draft = Draft(chat_id, draft_id, text, plain, time.time())
+        self.drafts.setdefault(chat_id, []).append(draft)
+        self._notify()
+        return True
 
     def _editable(self, params: dict[str, str]) -> SentMessage:
         """The bot's own message that an edit names (inline messages are not supported)."""

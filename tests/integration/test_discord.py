@@ -73,7 +73,8 @@ async def bruce_on_discord(
     does, unless `adapter` asks for constructor arguments) and the echoing fake model."""
     if anthropic_fake.responder is None:
         anthropic_fake.responder = echo
-    section = discord_fake.discord_config(list(allowed))
+    # The plain path: each reply posted once (live replies: test_discord_live.py).
+    section = discord_fake.discord_config(list(allowed), streaming=False)
     if token is not None:
         section["token"] = token
     config = make_config(
@@ -490,7 +491,7 @@ async def test_a_turn_running_at_shutdown_still_delivers_its_reply(
         tmp_path,
         anthropic_fake.base_url,
         web={"enabled": False},
-        channels={"discord": discord_fake.discord_config([OWNER_ID])},
+        channels={"discord": discord_fake.discord_config([OWNER_ID], streaming=False)},
     )
     bruce = Bruce(config, tools=ToolRegistry())
     await bruce.start()

@@ -63,7 +63,7 @@ async def bruce_on_discord(
         tmp_path,
         llm.base_url,
         web={"enabled": False},
-        channels={"discord": discord_fake.discord_config([OWNER_ID])},
+        channels={"discord": discord_fake.discord_config([OWNER_ID], streaming=False)},
         tools=tools,
     )
     async with running_bruce(config) as bruce:

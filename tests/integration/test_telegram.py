@@ -53,6 +53,8 @@ def telegram_config(
         "token": telegram.token,
         "base_url": telegram.base_url,
         "allowed_user_ids": [ALICE.id, BOB.id],
+        # The plain path: each reply one sendMessage (live replies: test_telegram_live.py).
+        "streaming": False,
         **channel,
     }
     return make_config(tmp_path, llm_url, web={"enabled": False}, channels={"telegram": settings})

@@ -60,6 +60,7 @@ async def bruce_on_telegram(
         "token": telegram.token,
         "base_url": telegram.base_url,
         "allowed_user_ids": [ALICE.id],
+        "streaming": False,  # the plain path (live replies: test_telegram_live.py)
     }
     # The page is on 127.0.0.1: this test lets web_fetch reach it.
     tools = {"web_fetch": {"allow_private_addresses": True}, "web_search": {"enabled": False}}

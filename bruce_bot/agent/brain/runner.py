@@ -48,7 +48,7 @@ from bruce_bot.domain import (
     SystemPrompt,
     ToolSpec,
 )
-from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.llm.base import LLMError, LLMService, TextSink
 from bruce_bot.storage.memories import MemoryStore, owner_key
 from bruce_bot.storage.messages import StoredMessage
 from bruce_bot.storage.sessions import SessionKind, SessionRecord
@@ -94,6 +94,7 @@ class BackgroundModel:
         model: str | None = None,
         max_tokens: int | None = None,
         force_text: bool = False,
+        stream: TextSink | None = None,
     ) -> LLMResponse:
         return await self._llm.complete(
             system,
@@ -102,6 +103,7 @@ class BackgroundModel:
             model=self._model,
             max_tokens=max_tokens or self._max_tokens,
             force_text=force_text,
+            stream=stream,
         )
 
     async def aclose(self) -> None:

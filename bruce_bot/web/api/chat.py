@@ -158,9 +158,10 @@ async def get_messages(call: Call[ChatQuery, None]) -> ChatMessages:
         }
         for r in rows
     ]
-    return ChatMessages.model_validate(
-        {"chat_id": chat_id, "typing": channel.is_typing(chat_id), "messages": messages}
-    )
+    # A reply stored and about to be delivered (a live reply finishing) ends the typing: the
+    # next poll would otherwise wait for a change that already happened to say so.
+    typing = channel.is_typing(chat_id) and not (rows and rows[-1].role == "assistant")
+    return ChatMessages.model_validate({"chat_id": chat_id, "typing": typing, "messages": messages})
 
 
 def _file_names(extra: dict[str, Any] | None) -> list[str]:
