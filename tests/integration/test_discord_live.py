@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,16 @@ def in_order(seen: list[str], *wanted: str) -> bool:
     return position == len(wanted)
 
 
+def posted_texts(discord_fake: FakeDiscordServer, channel_id: int) -> list[dict[str, Any]]:
+    """The bot's text messages in the channel (the report saved in the turn also arrives as
+    an attachment: see test_files_back.py)."""
+    return [
+        m
+        for m in discord_fake.sent
+        if int(m["channel_id"]) == channel_id and not m.get("attachments")
+    ]
+
+
 async def settled(tmp_path: Path) -> None:
     await wait_until(
         lambda: any(row["status"] == "sent" for row in messages_of(tmp_path, "assistant")), WITHIN
@@ -88,7 +99,7 @@ async def test_one_message_is_edited_as_the_answer_is_written_and_becomes_the_re
         await discord_fake.send_dm(OWNER, "write me a report on the weather in Lisbon")
         await settled(tmp_path)
         dm = discord_fake.dm_channel_id(OWNER_ID)
-        [posted] = [m for m in discord_fake.sent if int(m["channel_id"]) == dm]
+        [posted] = posted_texts(discord_fake, dm)
     history = discord_fake.edits[int(posted["id"])]
     assert in_order(history, PREAMBLE, STATUS, ANSWER)
     assert history[-1] == ANSWER  # the stored reply, as every reply is sent (Markdown)
@@ -107,7 +118,7 @@ async def test_a_long_answer_continues_in_new_messages_the_first_edited_in(
         await discord_fake.send_dm(OWNER, "a long report please")
         await settled(tmp_path)
         dm = discord_fake.dm_channel_id(OWNER_ID)
-        posted = [m for m in discord_fake.sent if int(m["channel_id"]) == dm]
+        posted = posted_texts(discord_fake, dm)
     first, *rest = posted
     finals = [discord_fake.edits[int(m["id"])][-1] for m in posted]
     assert rest and len(discord_fake.edits[int(first["id"])]) > 1  # the live one, edited in
@@ -125,6 +136,6 @@ async def test_a_rate_limited_edit_is_retried_and_the_reply_still_arrives(
         await discord_fake.send_dm(OWNER, "write me a report on the weather in Lisbon")
         await settled(tmp_path)
         dm = discord_fake.dm_channel_id(OWNER_ID)
-        [posted] = [m for m in discord_fake.sent if int(m["channel_id"]) == dm]
+        [posted] = posted_texts(discord_fake, dm)
     assert discord_fake.edits[int(posted["id"])][-1] == ANSWER
     assert ("PATCH", f"/channels/{dm}/messages/{posted['id']}") in discord_fake.rest_requests

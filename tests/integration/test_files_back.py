@@ -185,5 +185,6 @@ async def test_a_saved_report_arrives_on_discord_as_an_attachment(
     [(channel_id, filename, data)] = discord_fake.uploads
     assert (channel_id, filename, data.decode()) == (dm, "report.html", REPORT)
     text, upload = discord_fake.sent
-    assert LINK.search(text["content"])
+    # The reply was written into the message that showed it live (its last edit).
+    assert LINK.search((discord_fake.edits.get(int(text["id"])) or [text["content"]])[-1])
     assert upload["content"] == "" and upload["attachments"][0]["filename"] == "report.html"
