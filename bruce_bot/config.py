@@ -657,10 +657,12 @@ class Config(_Section):
                 )
         for name in ("telegram", "discord"):
             channel = getattr(self.channels, name)
-            if channel.enabled and not channel.allowed_user_ids:
+            # With pairing on, strangers get a code the owner approves: nobody listed is fine.
+            if channel.enabled and not channel.allowed_user_ids and not channel.pairing:
                 found.append(
                     f"channels.{name}.allowed_user_ids is empty: nobody can talk to Bruce on "
-                    f"{name.title()}. Add your user id to the list."
+                    f"{name.title()}. Add your user id to the list, or turn on "
+                    f"channels.{name}.pairing."
                 )
         return found
 

@@ -155,19 +155,13 @@ class PairingStore:
         self, code: str, *, now: datetime, by: str
     ) -> tuple[PendingCode, ApprovedUser] | None:
         """Let the holder of `code` (normalised) in and take the code away, in one commit; None
-        when no such code is valid at `now` (unknown, used, denied or expired)."""
+        when no such code is valid at `now` (unknown, used, denied or expired). The code is
+        taken first (a write from the first statement: two approvals at once, or the CLI
+        beside the daemon, find it once)."""
         async with self._engine.begin() as connection:
-            found = (
-                await connection.execute(
-                    select(*_PENDING).where(_codes.c.code == code, _codes.c.expires_at > now)
-                )
-            ).first()
-            if found is None:
+            pending = await _take(connection, code, now)
+            if pending is None:
                 return None
-            pending = from_row(PendingCode, found)
-            taken = await connection.execute(delete(_codes).where(_codes.c.code == code))
-            if taken.rowcount != 1:
-                return None  # approved (or denied) concurrently: once only
             await connection.execute(
                 delete(_approved).where(
                     _approved.c.channel == pending.channel,
@@ -183,25 +177,27 @@ class PairingStore:
     async def deny(self, code: str, *, now: datetime) -> PendingCode | None:
         """Take a valid code away without letting its holder in; None when there is none."""
         async with self._engine.begin() as connection:
-            found = (
-                await connection.execute(
-                    select(*_PENDING).where(_codes.c.code == code, _codes.c.expires_at > now)
-                )
-            ).first()
-            if found is None:
-                return None
-            await connection.execute(delete(_codes).where(_codes.c.code == code))
-        return from_row(PendingCode, found)
+            return await _take(connection, code, now)
 
     async def revoke(self, channel: str, user_id: int) -> ApprovedUser | None:
         """Shut an approved person out again; None when they were not approved here."""
-        where = (_approved.c.channel == channel, _approved.c.user_id == user_id)
+        query = (
+            delete(_approved)
+            .where(_approved.c.channel == channel, _approved.c.user_id == user_id)
+            .returning(*_APPROVED)
+        )
         async with self._engine.begin() as connection:
-            found = (await connection.execute(select(*_APPROVED).where(*where))).first()
-            if found is None:
-                return None
-            await connection.execute(delete(_approved).where(*where))
-        return from_row(ApprovedUser, found)
+            found = (await connection.execute(query)).first()
+        return from_row(ApprovedUser, found) if found else None
+
+
+async def _take(connection: AsyncConnection, code: str, now: datetime) -> PendingCode | None:
+    """Delete `code` if it is still valid at `now`, returning it."""
+    query = (
+        delete(_codes).where(_codes.c.code == code, _codes.c.expires_at > now).returning(*_PENDING)
+    )
+    found = (await connection.execute(query)).first()
+    return from_row(PendingCode, found) if found else None
 
 
 def _values(record: ApprovedUser | PendingCode) -> dict[str, object]:
