@@ -157,10 +157,6 @@ class ChannelPolicy:
         self._throttle = StrangerThrottle(self._clock, PAIRING_REPLY_INTERVAL_SECONDS)
 
     @property
-    def pairing(self) -> bool:
-        return self._pairing is not None
-
-    @property
     def allowed_users(self) -> int:
         """How many config.yml lets in (the approved ones are in the database)."""
         return len(self._allowed)
