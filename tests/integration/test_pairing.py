@@ -38,6 +38,7 @@ TRUDY = FakeTelegramServer.user(7777, "Trudy")
 STRANGERS = [FakeTelegramServer.user(8000 + n, f"Stranger{n}") for n in range(4)]
 TOKEN = "pairing-test-token-Zk4Lw9qXb2Rt7Nc5Vm8Hs3Jd"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON = {"Content-Type": "application/json"}  # what API writes must declare
 WITHIN = 15.0
 CODE = re.compile(r"pairing code is ([A-Z0-9]{4}-[A-Z0-9]{4}) \(valid for (\d+) minutes\)")
 
@@ -234,7 +235,9 @@ async def test_the_api_approves_and_the_person_is_told_and_answered(bruce: Runni
         assert malformed.status_code == 400 and "is not a pairing code" in malformed.json()["error"]
         empty = await http.post("/api/pairing/approve", json={})
         assert empty.status_code == 400 and "code" in empty.json()["error"]
-        not_json = await http.post("/api/pairing/approve", content=b"code=x")
+        not_json = await http.post(
+            "/api/pairing/approve", content=b"code=x", headers={"Content-Type": "text/plain"}
+        )
         assert not_json.status_code == 415
 
         people = (await http.get("/api/people")).json()
@@ -242,13 +245,13 @@ async def test_the_api_approves_and_the_person_is_told_and_answered(bruce: Runni
         trudy = next(p for p in people["people"] if p["user_id"] == str(TRUDY.id))
         assert trudy["source"] == "dashboard" and trudy["revocable"] and trudy["since"]
 
-        refused = await http.delete(f"/api/people/telegram/{ALICE.id}")
+        refused = await http.delete(f"/api/people/telegram/{ALICE.id}", headers=JSON)
         assert refused.status_code == 409 and "config.yml" in refused.json()["error"]
-        bad_channel = await http.delete(f"/api/people/fax/{TRUDY.id}")
+        bad_channel = await http.delete(f"/api/people/fax/{TRUDY.id}", headers=JSON)
         assert bad_channel.status_code == 400 and "channel" in bad_channel.json()["error"]
-        revoked = await http.delete(f"/api/people/telegram/{TRUDY.id}")
+        revoked = await http.delete(f"/api/people/telegram/{TRUDY.id}", headers=JSON)
         assert revoked.status_code == 200 and revoked.json()["revoked"]["name"] == "Trudy"
-        gone = await http.delete(f"/api/people/telegram/{TRUDY.id}")
+        gone = await http.delete(f"/api/people/telegram/{TRUDY.id}", headers=JSON)
         assert gone.status_code == 404
 
         telegram.private_text(TRUDY, "still there?")
