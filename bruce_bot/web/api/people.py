@@ -69,8 +69,8 @@ class PersonRevoked(BaseModel):
 
 
 class PersonKey(BaseModel):
-    channel: Channel
-    user_id: int = Field(ge=1, le=2**63 - 1)
+    channel: Channel = Field(description="the platform: telegram or discord")
+    user_id: int = Field(ge=1, le=2**63 - 1, description="their user id on it (GET /api/people)")
 
 
 def _service(context: WebContext) -> PairingService:
