@@ -221,6 +221,7 @@ class Bruce:
                 allowed_hosts=tuple(web.allowed_hosts),
                 session_max_age_days=web.session_max_age_days,
                 clock=self._overrides.clock,
+                pairing=parts.pairing,
             )
         )
         return WebServer(app, web.host, web.port)

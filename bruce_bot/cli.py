@@ -1,4 +1,5 @@
-"""The `bruce` command: run, chat, db upgrade, check-config, token (the CLI contract, DESIGN §6b).
+"""The `bruce` command: run, chat, db upgrade, check-config, token, pairing (the CLI contract,
+DESIGN §6b; `bruce pairing` is pairing_cli.py).
 
 Every command loads the configuration first; an invalid one is printed as a list of problems
 (key, what is wrong, fix) with exit status 2, never as a traceback, and never with the value of a
@@ -110,6 +111,12 @@ def _cmd_db_check(args: argparse.Namespace) -> int:
     return 1
 
 
+def _cmd_pairing(args: argparse.Namespace) -> int:
+    from bruce_bot import pairing_cli
+
+    return pairing_cli.run(_load(args.config, quiet=True), args)
+
+
 def _cmd_token(_args: argparse.Namespace) -> int:
     print(secrets.token_urlsafe(TOKEN_BYTES))
     return 0
@@ -161,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(
         commands.add_parser("check-config", help="validate the configuration and exit")
     ).set_defaults(handler=_cmd_check_config)
+    from bruce_bot.pairing_cli import add_commands as add_pairing_commands
+
+    add_pairing_commands(commands, with_config, _cmd_pairing)
     commands.add_parser(
         "token", help="print a new random token for web.auth_token and exit"
     ).set_defaults(handler=_cmd_token)

@@ -401,6 +401,9 @@ class TelegramConfig(_Section):
     mode: Literal["polling", "webhook"] = "polling"
     webhook: TelegramWebhookConfig = Field(default_factory=TelegramWebhookConfig)
     allowed_user_ids: list[int] = Field(default_factory=list)
+    # A stranger gets a one-time code the owner approves (dashboard People, `bruce pairing`);
+    # false: they are told once an hour to have their id added to allowed_user_ids.
+    pairing: bool = True
     # Live replies: the answer shown while it is written (a draft in private chats, an edited
     # message in groups), a status line while tools run.
     streaming: bool = True
@@ -414,6 +417,7 @@ class DiscordConfig(_Section):
     api_base_url: str | None = None
     gateway_url: str | None = None
     allowed_user_ids: list[int] = Field(default_factory=list)
+    pairing: bool = True  # strangers get a one-time code the owner approves (see telegram)
     streaming: bool = True  # live replies: one message edited as the answer is written
 
     _check_api = field_validator("api_base_url")(classmethod(lambda cls, v: _check_url(v)))
@@ -653,10 +657,12 @@ class Config(_Section):
                 )
         for name in ("telegram", "discord"):
             channel = getattr(self.channels, name)
-            if channel.enabled and not channel.allowed_user_ids:
+            # With pairing on, strangers get a code the owner approves: nobody listed is fine.
+            if channel.enabled and not channel.allowed_user_ids and not channel.pairing:
                 found.append(
                     f"channels.{name}.allowed_user_ids is empty: nobody can talk to Bruce on "
-                    f"{name.title()}. Add your user id to the list."
+                    f"{name.title()}. Add your user id to the list, or turn on "
+                    f"channels.{name}.pairing."
                 )
         return found
 

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol, runtime_checkable
 
 from bruce_bot.agent.brain.library import Library
 from bruce_bot.agent.brain.runner import AnalyticalBrain, BrainRunner
@@ -26,6 +27,7 @@ from bruce_bot.agent.turn import (
     kind_of,
 )
 from bruce_bot.channels.base import ChannelAdapter
+from bruce_bot.channels.policy import PairingPort
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
@@ -38,6 +40,7 @@ from bruce_bot.llm.transcription import Transcriber
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
 from bruce_bot.outbox import FileSending, Outbox
+from bruce_bot.pairing import PairingService
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
@@ -81,6 +84,7 @@ class Parts:
     gateway: Gateway
     brain: AnalyticalBrain | None
     shared: bool  # other processes may use the same database (PostgreSQL)
+    pairing: PairingService
     web_channel: WebChannel | None = None
     adapters: list[ChannelAdapter] = field(default_factory=list)
     transcriber: Transcriber | None = None
@@ -233,6 +237,59 @@ def _brain(
     return AnalyticalBrain(runner, max_concurrent=config.agent.max_concurrent_sessions)
 
 
+@runtime_checkable
+class PairingChannel(Protocol):
+    """A platform channel whose strangers may pair (Telegram, Discord)."""
+
+    name: str
+
+    def use_pairing(self, pairing: PairingPort) -> None: ...
+
+
+def pairing_allowlists(config: Config) -> dict[str, list[int]]:
+    """config.yml's `allowed_user_ids` of each platform channel, enabled or not."""
+    channels = config.channels
+    return {
+        "telegram": list(channels.telegram.allowed_user_ids),
+        "discord": list(channels.discord.allowed_user_ids),
+    }
+
+
+def pairing_enabled(config: Config) -> list[str]:
+    """The enabled platform channels with `pairing: true`."""
+    channels = config.channels
+    return [
+        name
+        for name, section in (("telegram", channels.telegram), ("discord", channels.discord))
+        if section.enabled and section.pairing
+    ]
+
+
+def _pair(
+    config: Config,
+    stores: Stores,
+    outbox: Outbox,
+    platform: Sequence[ChannelAdapter],
+    clock: Callable[[], datetime],
+) -> PairingService:
+    """The pairing service, injected into each platform channel with `pairing: true` (channels
+    never see the database: they ask this port)."""
+    names = {adapter.name for adapter in platform}
+    enabled = [name for name in pairing_enabled(config) if name in names]
+    pairing = PairingService(
+        stores,
+        pairing_allowlists(config),
+        outbox=outbox,
+        sending=names,
+        clock=clock,
+        enabled=enabled,
+    )
+    for adapter in platform:
+        if adapter.name in enabled and isinstance(adapter, PairingChannel):
+            adapter.use_pairing(pairing)
+    return pairing
+
+
 def _connect_feed(
     feed: ChangeFeed, inbox: Inbox, web_channel: WebChannel | None, shared: bool
 ) -> None:
@@ -269,6 +326,7 @@ def build_parts(
         files=_file_sending(config),
     )
     brain = _brain(config, llm, stores, library)
+    pairing = _pair(config, stores, outbox, platform, overrides.clock)
     inbox = Inbox(
         stores,
         # A bare yes/no may answer a task confirmation; the confirmations pass the rest on.
@@ -317,6 +375,7 @@ def build_parts(
         gateway=gateway,
         brain=brain,
         shared=shared,
+        pairing=pairing,
         web_channel=web_channel,
         adapters=adapters,
         transcriber=transcriber,

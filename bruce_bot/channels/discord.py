@@ -9,8 +9,9 @@ logged once in words that say what to fix, and the channel stays off.
 
 Bruce answers direct messages, and guild messages (threads included) addressed to it: a mention
 of Bruce or of its role, or a reply to one of its messages (discord_messages.py). Each channel
-or thread is one session. The allowlist is checked right after that: a stranger gets one polite
-refusal per hour naming their user id, and nothing of theirs is stored or shown to an LLM.
+or thread is one session. The allowlist is checked right after that: a stranger gets their
+pairing code (or, with `pairing: false`, one polite refusal per hour naming their user id), and
+nothing of theirs is stored or shown to an LLM.
 `/new`, `/reminders` and `/help` (or `!new`, ...) are answered without the LLM. Who may talk, the
 refusals and the commands are the channel policy's (policy.py).
 
@@ -65,6 +66,7 @@ from bruce_bot.channels.policy import (
     RESTARTING,
     ChannelPolicy,
     CommandCall,
+    PairingPort,
     Press,
 )
 from bruce_bot.channels.recent import Recent
@@ -106,6 +108,10 @@ class DiscordChannel:
         self._handled_ids: Recent[int] = Recent()  # messages answered (Discord may send twice)
         self._session_started = False  # the current client reached a gateway session
         self.gave_up: str | None = None  # why the channel stopped for good, if it did
+
+    def use_pairing(self, pairing: PairingPort) -> None:
+        """Strangers get a pairing code; the people the owner approves are heard."""
+        self._policy.pair_with(pairing)
 
     # ---- life cycle ---------------------------------------------------------------------------
 
@@ -276,7 +282,9 @@ class DiscordChannel:
             return
         self._handled_ids.add(message.id)
         channel = message.channel
-        admission = self._policy.admit(message.author.id, chat_id=channel.id)
+        admission = await self._policy.admit(
+            message.author.id, chat_id=channel.id, user_name=message.author.display_name
+        )
         if admission.refusal is not None:
             await self._out.say(channel, admission.refusal)
         if not admission.allowed:

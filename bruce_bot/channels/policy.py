@@ -1,7 +1,10 @@
 """What every chat adapter decides the same way, whatever the platform it speaks to.
 
-Who may talk to Bruce (the allowlist), how often a stranger is told that they may not (once an
-hour per sender: ten messages get one polite reply, and nothing of theirs is stored), the chat
+Who may talk to Bruce (config.yml's allowlist, then the people the owner approved, which the
+policy asks its `PairingPort` about for each message: an approval counts from the next message,
+without a restart), what a stranger is told and how often (with pairing on, their one-time
+pairing code, at most once per `PAIRING_REPLY_INTERVAL_SECONDS`; without it, once an hour that
+they may not talk to Bruce: ten messages get one reply, and nothing of theirs is stored), the chat
 commands answered without the model (`/new`, `/reminders`, `/help`...), and what a press on one
 of Bruce's buttons gets. An adapter reads its platform's event into the plain values here
 (`CommandCall`, `Press`), asks its `ChannelPolicy`, and turns the answer into its platform's
@@ -14,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
@@ -23,6 +27,9 @@ from bruce_bot.channels.recent import Recent
 log = structlog.get_logger(__name__)
 
 STRANGER_REPLY_INTERVAL_SECONDS = 3600.0
+# A stranger with a pairing code may ask for it again (they lost the message) after this long;
+# more often, their messages get no reply, so a spammer cannot make Bruce talk.
+PAIRING_REPLY_INTERVAL_SECONDS = 600.0
 USED_BUTTONS_KEPT = 2000
 
 RESTARTING = "I'm restarting right now. Please try again in a minute."
@@ -31,6 +38,19 @@ COMMAND_FAILED = "Sorry, that didn't work on my side. It has been logged; please
 PRESS_NOT_ALLOWED = "Sorry, only people my owner has allowed can use these buttons."
 BUTTON_INACTIVE = "This button is no longer active."
 PRESS_FAILED = "Sorry, that didn't work on my side. Please try again, or answer in words."
+PAIRING_CODE = (
+    "Hi! I'm a private assistant and only talk to people my owner has let in. Your pairing "
+    "code is {code} (valid for {minutes} minutes). Send it to my owner: they approve it in my "
+    "dashboard (People) or with `bruce pairing approve {code}`, and then I'll answer you."
+)
+PAIRING_FULL = (
+    "Hi! I'm a private assistant and only talk to people my owner has let in. Too many people "
+    "are waiting for my owner's approval right now; please try again later."
+)
+PAIRING_FAILED = (
+    "Hi! I'm a private assistant and only talk to people my owner has let in. I couldn't make "
+    "you a pairing code just now; please try again in a few minutes."
+)
 
 ChatId = str | int | None  # for the logs: whatever id the platform gave the chat
 
@@ -41,6 +61,9 @@ class PolicyTexts:
     go in config.yml; "{user_id}" in it is replaced by the stranger's id."""
 
     stranger: str
+    pairing_code: str = PAIRING_CODE  # "{code}" and "{minutes}" are filled in
+    pairing_full: str = PAIRING_FULL
+    pairing_failed: str = PAIRING_FAILED
     restarting: str = RESTARTING
     command_failed: str = COMMAND_FAILED
     press_not_allowed: str = PRESS_NOT_ALLOWED
@@ -49,6 +72,29 @@ class PolicyTexts:
 
 
 # ---- who may talk ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PairingOffer:
+    """A stranger's pairing code as they are shown it (`K7QM-3XPA`), and how long it is valid;
+    `code` is None when too many strangers of the channel are waiting already."""
+
+    code: str | None
+    minutes_left: int = 0
+
+
+class PairingPort(Protocol):
+    """Who the owner let in besides config.yml, and the codes strangers are given (the core's
+    pairing service, injected by parts.py: a channel never sees the database)."""
+
+    async def is_approved(self, channel: str, user_id: int) -> bool:
+        """Whether the owner approved `user_id` on `channel` (and did not revoke them)."""
+        ...
+
+    async def offer(self, channel: str, user_id: int, user_name: str, chat_id: str) -> PairingOffer:
+        """The stranger's pairing code: their still-valid one, else a new one; `chat_id` is the
+        conversation they are told in when approved."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,23 +144,69 @@ class ChannelPolicy:
         self.channel = channel
         self._allowed = frozenset(allowed_user_ids)
         self._texts = texts
+        self._clock = clock
         self._throttle = StrangerThrottle(clock)
+        self._pairing: PairingPort | None = None
         self.commands = ChatCommands(channel, commands, texts)
         self.presses = Presses(self, texts)
 
+    def pair_with(self, pairing: PairingPort) -> None:
+        """Strangers get a pairing code, and the people it let in are heard (parts.py calls
+        this when `channels.<name>.pairing` is on)."""
+        self._pairing = pairing
+        self._throttle = StrangerThrottle(self._clock, PAIRING_REPLY_INTERVAL_SECONDS)
+
     @property
     def allowed_users(self) -> int:
+        """How many config.yml lets in (the approved ones are in the database)."""
         return len(self._allowed)
 
-    def allows(self, user_id: int | None) -> bool:
-        """Whether `user_id` is on the allowlist (an empty allowlist lets nobody in)."""
-        return user_id is not None and user_id in self._allowed
+    async def allows(self, user_id: int | None) -> bool:
+        """Whether `user_id` may talk: on config.yml's allowlist, or approved by the owner."""
+        if user_id is None:
+            return False
+        if user_id in self._allowed:
+            return True
+        if self._pairing is None:
+            return False
+        try:
+            return await self._pairing.is_approved(self.channel, user_id)
+        except Exception:
+            # The database is away: nobody new is let in meanwhile (config.yml's still are).
+            log.exception("pairing_check_failed", channel=self.channel, user_id=user_id)
+            return False
 
-    def admit(self, user_id: int, *, chat_id: ChatId = None) -> Admission:
-        """Whether the sender of a message may be heard; a stranger is refused."""
-        if self.allows(user_id):
+    async def admit(
+        self, user_id: int, *, chat_id: ChatId = None, user_name: str = ""
+    ) -> Admission:
+        """Whether the sender of a message may be heard; a stranger is refused (with pairing
+        on, given their pairing code)."""
+        if await self.allows(user_id):
             return Admission(True)
-        return self.refuse(user_id, self._texts.stranger.format(user_id=user_id), chat_id=chat_id)
+        if self._pairing is None:
+            reply = self._texts.stranger.format(user_id=user_id)
+            return self.refuse(user_id, reply, chat_id=chat_id)
+        if not self._throttle.due(user_id):
+            log.debug("stranger_ignored", channel=self.channel, sender_id=user_id, chat_id=chat_id)
+            return Admission(False)
+        try:
+            offer = await self._pairing.offer(
+                self.channel, user_id, user_name, "" if chat_id is None else str(chat_id)
+            )
+        except Exception:
+            log.exception("pairing_offer_failed", channel=self.channel, sender_id=user_id)
+            return Admission(False, self._texts.pairing_failed)
+        log.warning(
+            "stranger_offered_pairing",
+            channel=self.channel,
+            sender_id=user_id,
+            chat_id=chat_id,
+            full=offer.code is None,
+        )
+        if offer.code is None:
+            return Admission(False, self._texts.pairing_full)
+        text = self._texts.pairing_code.format(code=offer.code, minutes=offer.minutes_left)
+        return Admission(False, text)
 
     def refuse(self, sender_id: int, reply: str, *, chat_id: ChatId = None) -> Admission:
         """A sender Bruce may not answer (a stranger, or someone it cannot tell apart, such as
@@ -128,12 +220,13 @@ class ChannelPolicy:
         return Admission(False, reply)
 
     def warn_if_nobody_allowed(self) -> None:
-        if not self._allowed:
+        if not self._allowed and self._pairing is None:
             log.warning(
                 "allowlist_empty",
                 channel=self.channel,
                 hint=f"nobody can talk to Bruce on {self.channel}: add user ids to "
-                f"channels.{self.channel}.allowed_user_ids in config.yml",
+                f"channels.{self.channel}.allowed_user_ids in config.yml, or turn on "
+                f"channels.{self.channel}.pairing",
             )
 
 
@@ -271,7 +364,7 @@ class Presses:
 
     async def answer(self, press: Press, inbox: InboxPort | None) -> PressAnswer:
         channel, texts = self._policy.channel, self._texts
-        if not self._policy.allows(press.user_id):
+        if not await self._policy.allows(press.user_id):
             log.info(
                 "stranger_press_refused",
                 channel=channel,

@@ -7,8 +7,9 @@ a group, an @mention, a text_mention or a reply to one of the bot's messages: se
 telegram_messages.py) passes the allowlist first, then becomes an `InboundMessage` that the
 inbox stores before the update is acknowledged (see telegram_intake.py); the updates of a batch
 are handled concurrently, each chat's in order (telegram_app.py). Who may talk, the
-stranger's one polite reply an hour naming their user id, and the commands `/start`, `/help`,
-`/new` and `/reminders` are the channel policy's (policy.py); nothing of a stranger's is stored.
+stranger's pairing code (or, with `pairing: false`, one polite reply an hour naming their user
+id), and the commands `/start`, `/help`, `/new` and `/reminders` are the channel policy's
+(policy.py); nothing of a stranger's is stored.
 Replies go out through telegram_sending.py; failures become `DeliveryError`s, and the outbox is
 the one place that retries them.
 
@@ -42,7 +43,7 @@ from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, T
 from telegram.ext import Application, ContextTypes, TypeHandler
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
-from bruce_bot.channels.policy import ChannelPolicy, Press
+from bruce_bot.channels.policy import ChannelPolicy, PairingPort, Press
 from bruce_bot.channels.telegram_albums import AlbumBook
 from bruce_bot.channels.telegram_app import (
     UpdateCheckingRequest,
@@ -61,6 +62,7 @@ from bruce_bot.channels.telegram_messages import (
     Heard,
     address_of,
     album_part,
+    display_name,
     has_content,
     hear,
     migration_of,
@@ -98,6 +100,7 @@ class TelegramChannel:
     def __init__(
         self, config: TelegramConfig, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
+        # `pairing` (channels.telegram.pairing) is read by parts.py, which calls `use_pairing`.
         self._config = config
         self._policy = ChannelPolicy(
             TELEGRAM_CHANNEL, config.allowed_user_ids, COMMANDS, TEXTS, clock=clock
@@ -114,6 +117,10 @@ class TelegramChannel:
         self._updates_request: UpdateCheckingRequest | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._menu: asyncio.Task[None] | None = None
+
+    def use_pairing(self, pairing: PairingPort) -> None:
+        """Strangers get a pairing code; the people the owner approves are heard."""
+        self._policy.pair_with(pairing)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -266,7 +273,9 @@ class TelegramChannel:
                 message.sender_chat.id, ANONYMOUS_REPLY, chat_id=chat_id
             )
         else:
-            admission = self._policy.admit(heard.user.id, chat_id=chat_id)
+            admission = await self._policy.admit(
+                heard.user.id, chat_id=str(heard.address), user_name=display_name(heard.user)
+            )
         if admission.refusal is not None:
             await self._out.reply(message, admission.refusal)
         return admission.allowed
@@ -356,7 +365,7 @@ class TelegramChannel:
     async def _tell_unreadable(self, unreadable: UnreadableMessage) -> None:
         """The notice for an update PTB could not parse, for an allowed sender only."""
         chat_id = str(unreadable.address)
-        if not self._policy.allows(unreadable.sender_id) or not unreadable.addressed_to(
+        if not await self._policy.allows(unreadable.sender_id) or not unreadable.addressed_to(
             self._bot_username, self._bot_id
         ):
             log.info("telegram_unreadable_not_answered", chat_id=chat_id)

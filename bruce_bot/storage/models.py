@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Column,
     CursorResult,
     DateTime,
@@ -438,4 +439,38 @@ class WebSessionRow(Base):
     client_address: Mapped[str] = mapped_column(BoundedString(64), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+
+
+class ApprovedUserRow(Base):
+    """Someone the owner let in on a chat platform (a pairing code approved in the dashboard or
+    with `bruce pairing approve`), besides the `allowed_user_ids` of config.yml. Platform user
+    ids are 64-bit (Discord's snowflakes), hence BigInteger."""
+
+    __tablename__ = "approved_users"
+
+    channel: Mapped[str] = mapped_column(BoundedString(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(BoundedString(200), default="")
+    chat_id: Mapped[str] = mapped_column(BoundedString(128), default="")
+    approved_by: Mapped[str] = mapped_column(BoundedString(32), default="dashboard")
+    approved_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PairingCodeRow(Base):
+    """A one-time code a stranger was given, waiting for the owner's approval until
+    `expires_at`. One per stranger and channel: asking again gives the same code."""
+
+    __tablename__ = "pairing_codes"
+    __table_args__ = (
+        UniqueConstraint("channel", "user_id", name="uq_pairing_codes_channel_user"),
+        Index("ix_pairing_codes_expires_at", "expires_at"),
+    )
+
+    code: Mapped[str] = mapped_column(BoundedString(16), primary_key=True)
+    channel: Mapped[str] = mapped_column(BoundedString(32))
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    name: Mapped[str] = mapped_column(BoundedString(200), default="")
+    chat_id: Mapped[str] = mapped_column(BoundedString(128), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]

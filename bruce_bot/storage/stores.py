@@ -17,6 +17,7 @@ from bruce_bot.storage.goals import GoalStore
 from bruce_bot.storage.leases import Claimant
 from bruce_bot.storage.memories import MemoryStore
 from bruce_bot.storage.messages import MessageStore
+from bruce_bot.storage.pairing import PairingStore
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
 from bruce_bot.storage.summaries import SummaryStore
@@ -38,6 +39,7 @@ class Stores:
     goals: GoalStore
     web_sessions: WebSessionStore
     memories: MemoryStore
+    pairing: PairingStore
     feed: ChangeFeed = field(default_factory=LocalFeed)
 
     @classmethod
@@ -67,5 +69,6 @@ class Stores:
             goals=GoalStore(engine, feed),
             web_sessions=WebSessionStore(engine),
             memories=MemoryStore(engine),
+            pairing=PairingStore(engine),
             feed=feed,
         )

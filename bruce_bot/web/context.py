@@ -13,6 +13,7 @@ from bruce_bot.domain import utcnow
 from bruce_bot.storage.stores import Stores
 
 if TYPE_CHECKING:
+    from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
 
 
@@ -35,3 +36,5 @@ class WebContext:
     session_max_age_days: int = 30  # web.session_max_age_days, from the last use
     # Sign-in sessions, the failed-sign-in throttle and which days the usage page counts.
     clock: Callable[[], datetime] = utcnow
+    # Who may talk on the chat platforms and the pairing codes waiting (the People page).
+    pairing: PairingService | None = None

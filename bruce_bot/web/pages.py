@@ -60,6 +60,7 @@ PAGES = (
     Page("/schedules", "Schedules", "schedules.html"),
     Page("/artifacts", "Artifacts", "artifacts.html"),
     Page("/memory", "Memory", "memory.html"),
+    Page("/people", "People", "people.html"),
     Page("/logs", "Logs", "logs.html"),
     Page("/settings", "Settings", "settings.html"),
     Page("/usage", "Usage", "usage.html"),

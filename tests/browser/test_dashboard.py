@@ -33,7 +33,17 @@ TIMEOUT_MS = 20_000
 SAO_PAULO = ZoneInfo("America/Sao_Paulo")
 # Markup in data (a message, a tool's error, a task and an artifact title) must stay text.
 INJECTION = '<img src=x onerror="window.__pwned = 1"><b>bold?</b>'
-PAGES = ["Chat", "Sessions", "Schedules", "Artifacts", "Memory", "Logs", "Settings", "Usage"]
+PAGES = [
+    "Chat",
+    "Sessions",
+    "Schedules",
+    "Artifacts",
+    "Memory",
+    "People",
+    "Logs",
+    "Settings",
+    "Usage",
+]
 expect.set_options(timeout=TIMEOUT_MS)
 
 

@@ -422,3 +422,65 @@ async def test_python_m_bruce_bot_is_the_same_entry_point(tmp_path: Path) -> Non
 
 async def test_the_bruce_script_is_installed() -> None:
     assert SCRIPT.exists(), f"{SCRIPT} is missing: install the project with pip install -e ."
+
+
+# ---- pairing ---------------------------------------------------------------------------------
+
+
+async def test_pairing_commands_work_on_the_database_without_the_daemon(tmp_path: Path) -> None:
+    from bruce_bot.pairing import PairingService
+    from bruce_bot.storage.database import Database, upgrade_schema
+    from bruce_bot.storage.stores import Stores
+
+    path = write_config(tmp_path, channels={"telegram": {"allowed_user_ids": [42]}})
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'bruce.db'}"
+    (tmp_path / "data").mkdir()
+    await upgrade_schema(url)
+    database = Database(url)
+    try:
+        # What the Telegram channel does when a stranger writes.
+        offer = await PairingService(Stores.open(database), {}).offer(
+            "telegram", 6666, "Mallory", "6666"
+        )
+    finally:
+        await database.dispose()
+    assert offer.code is not None
+
+    listed = await bruce("pairing", "list", "--config", str(path), cwd=tmp_path)
+    assert listed.code == 0, listed.err
+    assert "allowed (1):" in listed.out and "42" in listed.out and "config.yml" in listed.out
+    assert "pending codes (1):" in listed.out and offer.code in listed.out
+    assert "pairing is off" in listed.out  # telegram is not enabled in this config
+
+    approved = await bruce(
+        "pairing", "approve", offer.code.lower(), "--config", str(path), cwd=tmp_path
+    )
+    assert approved.code == 0, approved.err
+    assert "approved telegram user 6666 (Mallory)" in approved.out
+    with sqlite3.connect(tmp_path / "data" / "bruce.db") as connection:
+        rows = connection.execute(
+            "SELECT channel, user_id, approved_by FROM approved_users"
+        ).fetchall()
+        welcome = connection.execute(
+            "SELECT content, status FROM messages WHERE role = 'assistant'"
+        ).fetchall()
+    assert rows == [("telegram", 6666, "cli")]
+    assert (
+        len(welcome) == 1 and welcome[0][0].startswith("You're in") and welcome[0][1] == "pending"
+    )
+
+    for args, expected in (
+        (("approve", offer.code), "no pending pairing code"),
+        (("deny", "nope"), "is not a pairing code"),
+        (("revoke", "telegram", "42"), "channels.telegram.allowed_user_ids in config.yml"),
+        (("revoke", "discord", "6666"), "was not approved"),
+    ):
+        refused = await bruce("pairing", *args, "--config", str(path), cwd=tmp_path)
+        assert refused.code == 1 and expected in refused.out, (args, refused.out)
+        refused.assert_no_traceback()
+    revoked = await bruce(
+        "pairing", "revoke", "telegram", "6666", "--config", str(path), cwd=tmp_path
+    )
+    assert revoked.code == 0 and "revoked telegram user 6666" in revoked.out
+    bad = await bruce("pairing", "revoke", "fax", "1", "--config", str(path), cwd=tmp_path)
+    assert bad.code == 2 and "invalid choice: 'fax'" in bad.err

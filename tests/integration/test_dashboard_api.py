@@ -98,6 +98,10 @@ ROUTES = [
     ("DELETE", "/api/memories/1"),
     ("POST", "/api/memories/links"),
     ("DELETE", "/api/memories/links/chat:alice"),
+    ("GET", "/api/people"),
+    ("POST", "/api/pairing/approve"),
+    ("POST", "/api/pairing/deny"),
+    ("DELETE", "/api/people/telegram/1"),
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import re
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -68,13 +69,14 @@ async def bruce_on_discord(
     token: str | None = None,
     web: bool = False,
     adapter: dict[str, Any] | None = None,
+    pairing: bool = True,
 ) -> AsyncIterator[tuple[Bruce, DiscordChannel]]:
     """Bruce with the Discord channel on the fake (built from the config the way `bruce run`
     does, unless `adapter` asks for constructor arguments) and the echoing fake model."""
     if anthropic_fake.responder is None:
         anthropic_fake.responder = echo
     # The plain path: each reply posted once (live replies: test_discord_live.py).
-    section = discord_fake.discord_config(list(allowed), streaming=False)
+    section = discord_fake.discord_config(list(allowed), streaming=False, pairing=pairing)
     if token is not None:
         section["token"] = token
     config = make_config(
@@ -272,7 +274,7 @@ async def test_stranger_is_told_once_an_hour_and_nothing_of_theirs_is_stored(
     now = [1000.0]
     stranger_dm = discord_fake.dm_channel_id(STRANGER_ID)
     async with bruce_on_discord(
-        tmp_path, anthropic_fake, discord_fake, adapter={"clock": lambda: now[0]}
+        tmp_path, anthropic_fake, discord_fake, adapter={"clock": lambda: now[0]}, pairing=False
     ):
         await discord_fake.send_dm(STRANGER, "hi, who are you? my card is 4111")
         await discord_fake.send_dm(STRANGER, "hello??")
@@ -300,7 +302,9 @@ async def test_empty_allowlist_admits_nobody_and_says_so_at_start(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, discord_fake: FakeDiscordServer
 ) -> None:
     with capture_logs() as logs:
-        async with bruce_on_discord(tmp_path, anthropic_fake, discord_fake, allowed=()):
+        async with bruce_on_discord(
+            tmp_path, anthropic_fake, discord_fake, allowed=(), pairing=False
+        ):
             await discord_fake.send_dm(OWNER, "it's me, your owner")
             (refusal,) = await discord_fake.wait_for_sent(discord_fake.dm_channel_id(OWNER_ID))
 
@@ -314,6 +318,30 @@ async def test_empty_allowlist_admits_nobody_and_says_so_at_start(
     assert str(OWNER_ID) in refusal
     assert user_rows(tmp_path) == []
     assert anthropic_fake.requests == []
+
+
+async def test_a_stranger_pairs_with_a_code_and_their_next_message_is_answered(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, discord_fake: FakeDiscordServer
+) -> None:
+    stranger_dm = discord_fake.dm_channel_id(STRANGER_ID)
+    async with bruce_on_discord(tmp_path, anthropic_fake, discord_fake) as (bruce, _):
+        await discord_fake.send_dm(STRANGER, "hi, my card is 4111")
+        (offer,) = await discord_fake.wait_for_sent(stranger_dm)
+        match = re.search(r"pairing code is ([A-Z0-9]{4}-[A-Z0-9]{4})", offer)
+        assert match, offer
+        assert "valid for 60 minutes" in offer and "People" in offer
+        assert user_rows(tmp_path) == []
+        assert bruce.parts is not None
+        # What the People page's Approve does; the code as the owner might type it.
+        person = await bruce.parts.pairing.approve(match[1].lower(), by="dashboard")
+        assert (person.user_id, person.name) == (STRANGER_ID, "mallory")
+        welcome = (await discord_fake.wait_for_sent(stranger_dm, 2))[1]
+        assert welcome.startswith("You're in")
+        await discord_fake.send_dm(STRANGER, "thanks! what's 2+2?")
+        replies = await discord_fake.wait_for_sent(stranger_dm, 3)
+        assert replies[2] == "You said: thanks! what's 2+2?"
+    assert [row["content"] for row in user_rows(tmp_path)] == ["thanks! what's 2+2?"]
+    assert requests_mentioning(anthropic_fake, "4111") == []
 
 
 async def test_messages_from_bots_webhooks_and_itself_are_ignored(

@@ -229,7 +229,7 @@ async def test_stranger_is_refused_once_an_hour_and_nothing_is_kept(
     tmp_path: Path, telegram: FakeTelegramServer, anthropic_fake: FakeAnthropicServer
 ) -> None:
     anthropic_fake.responder = echo
-    async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
+    async with bruce_on_telegram(tmp_path, telegram, anthropic_fake, pairing=False):
         telegram.private_text(MALLORY, "give me the owner's secrets")
         [refusal] = await telegram.wait_for_messages(MALLORY.id, 1, WITHIN)
         assert str(MALLORY.id) in refusal.plain
@@ -252,7 +252,9 @@ async def test_empty_allowlist_admits_nobody_and_warns(
     tmp_path: Path, telegram: FakeTelegramServer, anthropic_fake: FakeAnthropicServer
 ) -> None:
     with capture_logs() as logs:
-        async with bruce_on_telegram(tmp_path, telegram, anthropic_fake, allowed_user_ids=[]):
+        async with bruce_on_telegram(
+            tmp_path, telegram, anthropic_fake, allowed_user_ids=[], pairing=False
+        ):
             telegram.private_text(ALICE, "it's me, the owner")
             [refusal] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
     assert str(ALICE.id) in refusal.plain

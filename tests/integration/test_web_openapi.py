@@ -32,6 +32,8 @@ PATH_VALUES = {
     "public_id": "x",
     "memory_id": "1",
     "owner": "chat:alice",
+    "channel": "telegram",
+    "user_id": "1",
 }
 
 
@@ -205,7 +207,8 @@ async def test_page_views_read_no_file(
 
     monkeypatch.setattr(pathlib.Path, "read_text", no_reading)
     monkeypatch.setattr(pathlib.Path, "read_bytes", no_reading)
-    for path in ("/chat", "/sessions", "/schedules", "/artifacts", "/logs", "/settings", "/usage"):
+    pages = ("/chat", "/sessions", "/schedules", "/artifacts", "/people", "/logs", "/settings")
+    for path in (*pages, "/usage"):
         response = await client.get(path)
         assert response.status_code == 200, path
         assert 'aria-current="page"' in response.text

@@ -13,6 +13,8 @@ from bruce_bot.channels.policy import (
     BUTTON_INACTIVE,
     COMMAND_FAILED,
     NEW_CONVERSATION,
+    PAIRING_FULL,
+    PAIRING_REPLY_INTERVAL_SECONDS,
     PRESS_FAILED,
     PRESS_NOT_ALLOWED,
     REMINDERS,
@@ -21,6 +23,7 @@ from bruce_bot.channels.policy import (
     ChannelPolicy,
     Command,
     CommandCall,
+    PairingOffer,
     PolicyTexts,
     Press,
     PressAnswer,
@@ -100,46 +103,118 @@ def call(name: str, **fields: object) -> CommandCall:
 # ---- who may talk ----------------------------------------------------------------------------
 
 
-def test_an_allowed_user_is_admitted_and_nothing_is_said() -> None:
-    admission = policy().admit(OWNER, chat_id="chat-9")
+async def test_an_allowed_user_is_admitted_and_nothing_is_said() -> None:
+    admission = await policy().admit(OWNER, chat_id="chat-9")
     assert admission.allowed and admission.refusal is None
 
 
-def test_a_stranger_is_told_once_an_hour_naming_their_id() -> None:
+async def test_a_stranger_is_told_once_an_hour_naming_their_id() -> None:
     clock = Clock()
     chatland = policy(clock=clock)
-    first = chatland.admit(STRANGER)
+    first = await chatland.admit(STRANGER)
     assert not first.allowed and first.refusal == STRANGER_TEXT.format(user_id=STRANGER)
     clock.now += HOUR - 1
-    assert chatland.admit(STRANGER).refusal is None  # still refused, in silence
-    assert not chatland.admit(STRANGER).allowed
+    assert (await chatland.admit(STRANGER)).refusal is None  # still refused, in silence
+    assert not (await chatland.admit(STRANGER)).allowed
     clock.now += 1
-    assert chatland.admit(STRANGER).refusal is not None
+    assert (await chatland.admit(STRANGER)).refusal is not None
 
 
-def test_each_stranger_has_their_own_hour() -> None:
+async def test_each_stranger_has_their_own_hour() -> None:
     chatland = policy()
-    assert chatland.admit(STRANGER).refusal is not None
-    assert chatland.admit(STRANGER + 1).refusal is not None
-    assert chatland.admit(STRANGER).refusal is None
+    assert (await chatland.admit(STRANGER)).refusal is not None
+    assert (await chatland.admit(STRANGER + 1)).refusal is not None
+    assert (await chatland.admit(STRANGER)).refusal is None
 
 
-def test_a_sender_refused_for_another_reason_counts_against_the_same_hour() -> None:
+async def test_a_sender_refused_for_another_reason_counts_against_the_same_hour() -> None:
     chatland = policy()
     anonymous = chatland.refuse(STRANGER, "I can't tell who you are.")
     assert anonymous == Admission(False, "I can't tell who you are.")
-    assert chatland.admit(STRANGER).refusal is None
+    assert (await chatland.admit(STRANGER)).refusal is None
 
 
-def test_an_empty_allowlist_admits_nobody_and_says_so_at_start() -> None:
+async def test_an_empty_allowlist_admits_nobody_and_says_so_at_start() -> None:
     chatland = policy(allowed=())
     with capture_logs() as logs:
         chatland.warn_if_nobody_allowed()
-    assert not chatland.admit(OWNER).allowed
-    assert not chatland.allows(None)
+    assert not (await chatland.admit(OWNER)).allowed
+    assert not await chatland.allows(None)
     (warning,) = [entry for entry in logs if entry["event"] == "allowlist_empty"]
     assert warning["log_level"] == "warning" and warning["channel"] == "chatland"
     assert "channels.chatland.allowed_user_ids" in warning["hint"]
+
+
+class FakePairing:
+    """The PairingPort a policy asks (the real one, over the database: test_pairing.py)."""
+
+    def __init__(self) -> None:
+        self.approved: set[int] = set()
+        self.offers: list[tuple[str, int, str, str]] = []
+        self.full = False
+        self.fail = False
+
+    async def is_approved(self, channel: str, user_id: int) -> bool:
+        if self.fail:
+            raise RuntimeError("database gone")
+        return user_id in self.approved
+
+    async def offer(self, channel: str, user_id: int, user_name: str, chat_id: str) -> PairingOffer:
+        self.offers.append((channel, user_id, user_name, chat_id))
+        return PairingOffer(None) if self.full else PairingOffer("K7QM-X3PA", 60)
+
+
+async def test_with_pairing_a_stranger_gets_a_code_at_most_every_ten_minutes() -> None:
+    clock, pairing = Clock(), FakePairing()
+    chatland = policy(clock=clock)
+    chatland.pair_with(pairing)
+    first = await chatland.admit(STRANGER, chat_id=42, user_name="Mallory")
+    assert not first.allowed
+    assert (
+        first.refusal is not None and "K7QM-X3PA" in first.refusal and "60 minutes" in first.refusal
+    )
+    assert "bruce pairing approve K7QM-X3PA" in first.refusal
+    assert pairing.offers == [("chatland", STRANGER, "Mallory", "42")]
+    assert (await chatland.admit(STRANGER)).refusal is None  # a flood gets no more replies
+    clock.now += PAIRING_REPLY_INTERVAL_SECONDS
+    assert (await chatland.admit(STRANGER)).refusal is not None
+    assert len(pairing.offers) == 2
+
+
+async def test_with_pairing_an_approved_person_is_heard_and_may_press_buttons() -> None:
+    pairing = FakePairing()
+    chatland = policy(allowed=())
+    chatland.pair_with(pairing)
+    assert not await chatland.allows(STRANGER)
+    pairing.approved.add(STRANGER)
+    assert (await chatland.admit(STRANGER)) == Admission(True)
+    press = Press(STRANGER, "chat-9", 5, "confirm:7")
+    assert (await chatland.presses.answer(press, FakeInbox())).reply == "Confirmed."
+    pairing.approved.clear()  # revoked: shut out from the next message on
+    assert not (await chatland.admit(STRANGER)).allowed
+
+
+async def test_with_pairing_a_full_channel_says_later_and_a_broken_store_admits_no_one_new() -> (
+    None
+):
+    pairing = FakePairing()
+    chatland = policy()
+    chatland.pair_with(pairing)
+    pairing.full = True
+    assert (await chatland.admit(STRANGER)).refusal == PAIRING_FULL
+    pairing.fail = True
+    with capture_logs() as logs:
+        assert (await chatland.admit(STRANGER + 1)).allowed is False
+        assert await chatland.allows(OWNER)  # config.yml's people still are
+    assert any(entry["event"] == "pairing_check_failed" for entry in logs)
+
+
+def test_with_pairing_an_empty_allowlist_does_not_warn() -> None:
+    chatland = policy(allowed=())
+    chatland.pair_with(FakePairing())
+    with capture_logs() as logs:
+        chatland.warn_if_nobody_allowed()
+    assert not [entry for entry in logs if entry["event"] == "allowlist_empty"]
 
 
 def test_a_filled_allowlist_does_not_warn() -> None:

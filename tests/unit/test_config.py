@@ -479,7 +479,7 @@ def test_warning_for_enabled_channel_with_empty_allowlist() -> None:
         {
             "llm": {"api_key": "sk-test"},
             "channels": {
-                "telegram": {"enabled": True, "token": "123:abc"},
+                "telegram": {"enabled": True, "token": "123:abc", "pairing": False},
                 "discord": {"enabled": True, "token": "dc-token", "allowed_user_ids": [42]},
             },
         }
@@ -488,6 +488,24 @@ def test_warning_for_enabled_channel_with_empty_allowlist() -> None:
     (warning,) = config.warnings()
 
     assert "channels.telegram.allowed_user_ids" in warning
+    assert "channels.telegram.pairing" in warning
+
+
+def test_with_pairing_an_empty_allowlist_is_no_warning() -> None:
+    config = Config.model_validate(
+        {
+            "llm": {"api_key": "sk-test"},
+            "channels": {"telegram": {"enabled": True, "token": "123:abc"}},
+        }
+    )
+
+    assert config.channels.telegram.pairing is True
+    assert config.warnings() == []
+
+
+def test_pairing_must_be_true_or_false(tmp_path: Path) -> None:
+    message = error_of(tmp_path, "channels:\n  discord:\n    pairing: sometimes\n")
+    assert "channels.discord.pairing" in message
 
 
 def test_complete_config_has_no_warnings() -> None:

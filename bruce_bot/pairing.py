@@ -1,0 +1,232 @@
+"""Pairing: how a stranger on a chat platform gets in without the owner editing config.yml.
+
+A stranger who writes to Bruce is given a one-time code (8 characters of an alphabet without
+look-alikes, shown `K7QM-3XPA`), valid for `CODE_VALID_FOR`; a channel has at most
+`MAX_PENDING` strangers waiting, and the same stranger asking again gets the code they have.
+The owner approves the code in the dashboard (People) or with `bruce pairing approve CODE`:
+the code is taken away (it works once), the person is stored in `approved_users`, the
+channels hear them from their next message on (they ask `is_approved` for each message of
+someone not in config.yml, so an approval made in another process counts too), and they are
+told "You're in" in the chat they wrote from, through the outbox (from the CLI the reply is
+stored and the daemon's redelivery sends it within a minute). Codes are read case-insensitively,
+with or without the dash. People in config.yml's `allowed_user_ids` are listed too, but only
+the file lets them out.
+
+`PairingService` is the channels' `PairingPort` (channels/policy.py) and what the web API and
+the CLI call; it has no SDK and no web in it.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal, cast
+
+import structlog
+
+from bruce_bot.channels.policy import PairingOffer
+from bruce_bot.domain import OutboundMessage, SessionKey, utcnow
+from bruce_bot.outbox import Outbox
+from bruce_bot.storage.pairing import ApprovedUser, PendingCode
+from bruce_bot.storage.stores import Stores
+
+log = structlog.get_logger(__name__)
+
+# No 0/O, 1/I/L, 5/S or 8/B: a code read aloud or copied by hand comes out right.
+ALPHABET = "ACDEFGHJKMNPQRTUVWXY234679"
+CODE_LENGTH = 8
+CODE_VALID_FOR = timedelta(hours=1)
+MAX_PENDING = 3
+WELCOME = "You're in — my owner approved you. Say hi!"
+CHANNELS = ("telegram", "discord")
+Source = Literal["config", "dashboard", "cli"]
+
+
+class PairingError(Exception):
+    """A request the owner can fix (a code that is malformed or no longer valid, a person who
+    is in config.yml); the message says what to do. `not_found` tells the API a 404 apart."""
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+
+
+def shown(code: str) -> str:
+    """`K7QMX3PA` as people see it: `K7QM-X3PA`."""
+    half = len(code) // 2
+    return f"{code[:half]}-{code[half:]}"
+
+
+def normalised(text: str) -> str:
+    """A code as typed (any case, a dash or spaces anywhere) in the form it is stored in;
+    raises PairingError naming what is wrong."""
+    code = "".join(text.split()).replace("-", "").upper()
+    wrong = sorted({char for char in code if char not in ALPHABET})
+    if len(code) != CODE_LENGTH or wrong:
+        what = f"it has {len(code)} letters and digits" if len(code) != CODE_LENGTH else ""
+        if wrong:
+            what = f"{what}{' and ' if what else ''}'{''.join(wrong)[:20]}' never appear in codes"
+        raise PairingError(
+            f"'{text.strip()[:40]}' is not a pairing code: {what}. A code has {CODE_LENGTH} "
+            f"letters and digits, like {shown('K7QMX3PA')}; copy it from the stranger's message."
+        )
+    return code
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    """Someone allowed on a channel: from config.yml (`source` "config", `since` None) or
+    approved here (`source` "dashboard" or "cli")."""
+
+    channel: str
+    user_id: int
+    name: str
+    source: Source
+    since: datetime | None
+
+    @property
+    def revocable(self) -> bool:
+        return self.source != "config"
+
+
+class PairingService:
+    def __init__(
+        self,
+        stores: Stores,
+        allowlists: Mapping[str, Sequence[int]],
+        *,
+        outbox: Outbox | None = None,
+        sending: Collection[str] = (),
+        clock: Callable[[], datetime] = utcnow,
+        enabled: Sequence[str] = CHANNELS,
+    ) -> None:
+        """`allowlists`: config.yml's `allowed_user_ids` per channel; `outbox`: how this process
+        sends through `sending`, its channels (None in the CLI, or a channel another process
+        runs: the welcome is stored, and a redelivery sends it); `enabled`: the channels with
+        pairing on."""
+        self._stores = stores
+        self._allowlists = {name: frozenset(ids) for name, ids in allowlists.items()}
+        self._outbox = outbox
+        self._sending = frozenset(sending)
+        self._clock = clock
+        self.enabled = tuple(enabled)
+
+    # ---- the channels' port ----------------------------------------------------------------
+
+    async def is_approved(self, channel: str, user_id: int) -> bool:
+        return await self._stores.pairing.is_approved(channel, user_id)
+
+    async def offer(self, channel: str, user_id: int, user_name: str, chat_id: str) -> PairingOffer:
+        now = self._clock()
+        offered = await self._stores.pairing.offer(
+            channel,
+            user_id,
+            user_name,
+            chat_id,
+            now=now,
+            valid_for=CODE_VALID_FOR,
+            max_pending=MAX_PENDING,
+            new_code=new_code,
+        )
+        code = offered.code
+        if code is None:
+            log.warning("pairing_full", channel=channel, sender_id=user_id, max=MAX_PENDING)
+            return PairingOffer(None)
+        if offered.fresh:
+            log.info("pairing_code_made", channel=channel, sender_id=user_id, chat_id=chat_id)
+        minutes = max(1, math.ceil((code.expires_at - now).total_seconds() / 60))
+        return PairingOffer(shown(code.code), minutes)
+
+    # ---- the owner's side ------------------------------------------------------------------
+
+    async def pending(self) -> list[PendingCode]:
+        return await self._stores.pairing.pending(self._clock())
+
+    async def people(self) -> list[Person]:
+        """Everyone allowed: config.yml's first, then those approved, per channel."""
+        people = [
+            Person(channel, user_id, "", "config", None)
+            for channel, ids in sorted(self._allowlists.items())
+            for user_id in sorted(ids)
+        ]
+        for approved in await self._stores.pairing.approved():
+            if approved.user_id not in self._allowlists.get(approved.channel, ()):
+                people.append(
+                    Person(
+                        approved.channel,
+                        approved.user_id,
+                        approved.name,
+                        cast(Source, approved.approved_by),
+                        approved.approved_at,
+                    )
+                )
+        return people
+
+    async def approve(self, text: str, *, by: str) -> ApprovedUser:
+        """Let the holder of the code in and tell them; raises PairingError when the code is
+        malformed or not valid (any more)."""
+        code = normalised(text)
+        result = await self._stores.pairing.approve(code, now=self._clock(), by=by)
+        if result is None:
+            raise _no_such(code)
+        pending, person = result
+        log.info("pairing_approved", channel=person.channel, user_id=person.user_id, by=by)
+        await self._welcome(pending)
+        return person
+
+    async def deny(self, text: str) -> PendingCode:
+        code = normalised(text)
+        pending = await self._stores.pairing.deny(code, now=self._clock())
+        if pending is None:
+            raise _no_such(code)
+        log.info("pairing_denied", channel=pending.channel, user_id=pending.user_id)
+        return pending
+
+    async def revoke(self, channel: str, user_id: int) -> ApprovedUser:
+        if user_id in self._allowlists.get(channel, ()):
+            raise PairingError(
+                f"{channel} user {user_id} is in channels.{channel}.allowed_user_ids in "
+                "config.yml: remove the id there (and restart) to shut them out."
+            )
+        person = await self._stores.pairing.revoke(channel, user_id)
+        if person is None:
+            raise PairingError(
+                f"{channel} user {user_id} was not approved, so there is nothing to revoke "
+                "(`bruce pairing list` shows who is).",
+                not_found=True,
+            )
+        log.info("pairing_revoked", channel=channel, user_id=user_id)
+        return person
+
+    async def _welcome(self, pending: PendingCode) -> None:
+        """ "You're in", in the chat the stranger wrote from; a failure is logged (they are
+        approved all the same, and hear from Bruce when they write)."""
+        if not pending.chat_id:
+            return
+        try:
+            session = await self._stores.sessions.get_or_create(
+                SessionKey(pending.channel, pending.chat_id)
+            )
+            message_id = await self._stores.messages.add_outbound(session.id, WELCOME, "notice")
+            if self._outbox is not None and pending.channel in self._sending:
+                await self._outbox.deliver(
+                    OutboundMessage(pending.channel, pending.chat_id, WELCOME, message_id, "notice")
+                )
+        except Exception:
+            log.exception("pairing_welcome_failed", channel=pending.channel)
+
+
+def _no_such(code: str) -> PairingError:
+    return PairingError(
+        f"no pending pairing code {shown(code)}: it was used, denied or has expired (codes "
+        f"last {int(CODE_VALID_FOR.total_seconds() // 60)} minutes). Ask the person to write "
+        "to Bruce again for a new one.",
+        not_found=True,
+    )

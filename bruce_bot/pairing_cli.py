@@ -1,0 +1,128 @@
+"""`bruce pairing list | approve CODE | deny CODE | revoke CHANNEL USER_ID`: the People page of
+the dashboard in a terminal (bruce_bot/pairing.py does the work).
+
+Each command opens the database of the configuration, does its one thing and closes it, while
+the daemon runs or not: the daemon asks the database about each message of someone not in
+config.yml, so an approval or a revocation counts from the next message. An approved person's
+"You're in" is stored here and sent by the daemon's redelivery (within a minute; at its next
+start if it is not running). A refusal (a code that is malformed, used, denied or expired; a
+person from config.yml) prints what to do and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from bruce_bot.config import Config
+
+if TYPE_CHECKING:  # imported when a pairing command runs: `bruce --help` stays light
+    from bruce_bot.pairing import PairingService
+
+EXIT_REFUSED = 1
+
+
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    with_config: Callable[[argparse.ArgumentParser], argparse.ArgumentParser],
+    handler: Callable[[argparse.Namespace], int],
+) -> None:
+    """`bruce pairing ...`, each calling `handler` (which loads the config and calls `run`)."""
+    pairing = commands.add_parser(
+        "pairing", help="let people in on Telegram/Discord: pairing codes and who is allowed"
+    )
+    sub = pairing.add_subparsers(dest="pairing_command", required=True)
+    with_config(sub.add_parser("list", help="who is allowed, and the codes waiting")).set_defaults(
+        handler=handler
+    )
+    approve = with_config(sub.add_parser("approve", help="let the holder of a code in"))
+    approve.add_argument("code", help="the code the person was given, e.g. K7QM-X3PA")
+    approve.set_defaults(handler=handler)
+    deny = with_config(sub.add_parser("deny", help="throw a code away, letting nobody in"))
+    deny.add_argument("code")
+    deny.set_defaults(handler=handler)
+    revoke = with_config(sub.add_parser("revoke", help="shut an approved person out again"))
+    revoke.add_argument("channel", choices=("telegram", "discord"))
+    revoke.add_argument("user_id", type=int, help="their user id (`bruce pairing list`)")
+    revoke.set_defaults(handler=handler)
+
+
+def run(config: Config, args: argparse.Namespace) -> int:
+    return asyncio.run(_run(config, args))
+
+
+async def _run(config: Config, args: argparse.Namespace) -> int:
+    from bruce_bot.pairing import PairingError, PairingService
+    from bruce_bot.parts import pairing_allowlists, pairing_enabled
+    from bruce_bot.storage.database import Database, upgrade_schema
+    from bruce_bot.storage.stores import Stores
+
+    await upgrade_schema(config.database_url)
+    database = Database(config.database_url)
+    try:
+        service = PairingService(
+            Stores.open(database), pairing_allowlists(config), enabled=pairing_enabled(config)
+        )
+        command: dict[str, Callable[[], Awaitable[None]]] = {
+            "list": lambda: _list(service),
+            "approve": lambda: _approve(service, args.code),
+            "deny": lambda: _deny(service, args.code),
+            "revoke": lambda: _revoke(service, args.channel, args.user_id),
+        }
+        try:
+            await command[args.pairing_command]()
+        except PairingError as exc:
+            print(f"bruce: {exc}")
+            return EXIT_REFUSED
+        return 0
+    finally:
+        await database.dispose()
+
+
+def _when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M UTC") if at is not None else "-"
+
+
+async def _list(service: PairingService) -> None:
+    from bruce_bot.pairing import shown
+
+    people = await service.people()
+    print(f"allowed ({len(people)}):")
+    for person in people:
+        where = "config.yml" if person.source == "config" else f"approved ({person.source})"
+        name = f" {person.name}" if person.name else ""
+        since = _when(person.since)
+        print(f"  {person.channel:<9} {person.user_id:<20}{name}  {where}, since {since}")
+    pending = await service.pending()
+    print(f"pending codes ({len(pending)}):")
+    for code in pending:
+        print(
+            f"  {shown(code.code)}  {code.channel:<9} {code.user_id:<20} {code.name}  "
+            f"expires {_when(code.expires_at)}"
+        )
+    if not service.enabled:
+        print("pairing is off on every enabled channel (channels.<name>.pairing)")
+
+
+async def _approve(service: PairingService, code: str) -> None:
+    person = await service.approve(code, by="cli")
+    name = f" ({person.name})" if person.name else ""
+    print(
+        f"approved {person.channel} user {person.user_id}{name}: Bruce answers them from their "
+        "next message; they are told in their chat."
+    )
+
+
+async def _deny(service: PairingService, code: str) -> None:
+    from bruce_bot.pairing import shown
+
+    pending = await service.deny(code)
+    print(f"denied {shown(pending.code)} ({pending.channel} user {pending.user_id})")
+
+
+async def _revoke(service: PairingService, channel: str, user_id: int) -> None:
+    await service.revoke(channel, user_id)
+    print(f"revoked {channel} user {user_id}: Bruce no longer answers them.")
