@@ -138,6 +138,11 @@ class BudgetWatch:
         """Read the month once now (in the background)."""
         self._spawn()
 
+    async def settled(self) -> None:
+        """Wait for the check under way, if any (and the one it asked for after it)."""
+        while self._check is not None and not self._check.done():
+            await asyncio.shield(self._check)
+
     async def stop(self) -> None:
         if self._check is not None:
             self._check.cancel()

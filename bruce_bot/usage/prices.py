@@ -2,12 +2,14 @@
 cache write), looked up by the longest matching name or prefix.
 
 The built-in table holds the published prices of the current Anthropic and OpenAI models;
-`usage.prices` in the config extends and overrides it. A model served by a local server (the
-configured `llm.base_url` on a loopback or private address, a `localhost`/`.local`/`.internal`/
-`.lan` name, or a dot-less name such as Docker's `ollama`) costs nothing: the configured models
-get a price of zero, and so does any model without a price while the server is local. Any other
-model without a price has none: its tokens are shown without cost, and the dashboard says which
-models those are and how to price them.
+`usage.prices` in the config extends and overrides it. A model served by a local
+OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio: provider `openai` with
+`llm.base_url` on a loopback or private address, a `localhost`/`.local`/`.internal`/`.lan` name,
+or a dot-less name such as Docker's `ollama`) costs nothing: while the server is local, a model
+without a price is priced at zero. A model whose name has a price keeps it (a local proxy in
+front of a paid API still costs), and an Anthropic base URL on loopback is taken for such a
+proxy. Any other model without a price has none: its tokens are shown without cost, and the
+dashboard says which models those are and how to price them.
 """
 
 from __future__ import annotations
@@ -163,10 +165,8 @@ class PriceTable:
         entries = {
             key: PriceEntry(key, price, "built-in") for key, price in BUILT_IN_PRICES.items()
         }
-        local = llm is not None and is_local_url(llm.base_url)
-        if local and llm is not None:
-            for model in {llm.model, llm.effective_background_model}:
-                entries[model.lower()] = PriceEntry(model.lower(), FREE, "local server")
+        # An Anthropic base URL on loopback is a proxy to the paid API, not a model server.
+        local = llm is not None and llm.provider == "openai" and is_local_url(llm.base_url)
         for key, entry in usage.prices.items():
             entries[key] = PriceEntry(key, _configured(key, entry), "config")
         return cls(entries.values(), local_server=local)
