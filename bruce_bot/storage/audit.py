@@ -43,21 +43,6 @@ _EXECUTION_COLUMNS = columns_for(_executions, ToolExecutionRecord)
 
 
 @dataclass(frozen=True, slots=True)
-class DailyUsage:
-    """LLM calls of one day (in the caller's timezone), model and purpose."""
-
-    day: date
-    model: str
-    purpose: str
-    calls: int
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    errors: int
-
-
-@dataclass(frozen=True, slots=True)
 class UsageGroup:
     """LLM calls of one day (in the caller's timezone), model, purpose and session."""
 
@@ -189,33 +174,14 @@ class AuditStore:
         async with self._engine.connect() as connection:
             return [from_row(ToolExecutionRecord, row) for row in await connection.execute(query)]
 
-    async def usage_by_day(self, days: Sequence[tuple[date, datetime]]) -> list[DailyUsage]:
-        """LLM calls per day × model × purpose, newest day first.
+    async def usage_groups(self, days: Sequence[tuple[date, datetime]]) -> list[UsageGroup]:
+        """LLM calls per day × model × purpose × session, oldest day first: the finest grouping,
+        which the dashboard sums up each way and prices.
 
         `days` are (day, its start as an aware datetime), oldest first; a day ends where the next
         begins and the last one at its start plus the time up to now. Passing the boundaries in
         lets the caller count days in its own timezone (DST included) on every database.
         """
-        if not days:
-            return []
-        day_of = _day_of(days)
-        query = (
-            select(day_of, _calls.c.model, _calls.c.purpose, *_counts(), func.count(_calls.c.error))
-            .where(_calls.c.created_at >= days[0][1])
-            # By the label: PostgreSQL would see the CASE's parameters twice and refuse it.
-            .group_by("day", _calls.c.model, _calls.c.purpose)
-            .order_by(day_of.desc(), _calls.c.model, _calls.c.purpose)
-        )
-        async with self._engine.connect() as connection:
-            rows: list[Any] = list(await connection.execute(query))
-        return [
-            DailyUsage(date.fromisoformat(row[0]), row[1], row[2], *map(int, row[3:]))
-            for row in rows
-        ]
-
-    async def usage_groups(self, days: Sequence[tuple[date, datetime]]) -> list[UsageGroup]:
-        """LLM calls per day × model × purpose × session (`days` as for `usage_by_day`), oldest
-        day first: the finest grouping, which the dashboard sums up each way and prices."""
         if not days:
             return []
         day_of = _day_of(days)
@@ -230,6 +196,7 @@ class AuditStore:
                 func.count(_calls.c.error),
             )
             .where(_calls.c.created_at >= days[0][1])
+            # By the label: PostgreSQL would see the CASE's parameters twice and refuse it.
             .group_by("day", _calls.c.model, _calls.c.purpose, session)
             .order_by(day_of, _calls.c.model, _calls.c.purpose, session)
         )

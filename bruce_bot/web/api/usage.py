@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -173,7 +173,7 @@ def _tallied(tally: Tally) -> Tallied:
     return Tallied.model_validate(tally)
 
 
-def _fields(tally: Tally) -> dict[str, object]:
+def _fields(tally: Tally) -> dict[str, Any]:
     return dict(_tallied(tally))
 
 

@@ -153,7 +153,8 @@ const Bruce = (() => {
     const text = data.level === "exceeded"
       ? `Monthly LLM budget exceeded: an estimated ${spent} this month (${data.month}).`
       : `Monthly LLM budget at ${Math.round(data.percent)} %: an estimated ${spent} this month (${data.month}).`;
-    main.prepend(h("div", { id: "budget-banner", className: `budget-banner ${data.level}`, role: "status" },
+    // Before <main>, not in it: the chat page fills its <main> with the conversation.
+    main.before(h("div", { id: "budget-banner", className: `budget-banner ${data.level}`, role: "status" },
       text, " ", h("a", { href: "/usage" }, "See usage")));
   }
   document.addEventListener("DOMContentLoaded", () => { budgetBanner(); });
