@@ -591,8 +591,8 @@ class MemoryConfig(_Section):
 
 class PriceConfig(_Section):
     """What one model (or every model whose name starts with the key) costs, in USD per million
-    tokens. `cache_read` and `cache_write` default to the built-in entry of the same key, else to
-    `input`; `input_includes_cache_read`: the provider counts cache reads inside the input
+    tokens. `cache_read` and `cache_write` default to the built-in entry that would price the key,
+    else to `input`; `input_includes_cache_read`: the provider counts cache reads inside the input
     tokens (OpenAI does, Anthropic does not), so they are priced once, at `cache_read`."""
 
     input: float

@@ -139,9 +139,11 @@ def is_local_url(url: str | None) -> bool:
 
 
 def _configured(key: str, entry: PriceConfig) -> Price:
-    """A `usage.prices` entry; what it leaves out comes from the built-in entry of the same key,
-    else the cache is priced as input and counted apart from it."""
-    base = BUILT_IN_PRICES.get(key)
+    """A `usage.prices` entry; what it leaves out comes from the built-in entry that would price
+    the key (`claude-sonnet-4-6` from `claude-sonnet-4`), else the cache is priced as input and
+    counted apart from it."""
+    built_in = _BUILT_IN.lookup(key)
+    base = built_in.price if built_in is not None else None
     cache_read = entry.cache_read
     if cache_read is None:
         cache_read = base.cache_read if base else entry.input
@@ -206,3 +208,6 @@ class PriceTable:
         if entry is None:
             return None
         return entry.price.cost(input_tokens, output_tokens, cache_read, cache_write)
+
+
+_BUILT_IN = PriceTable(PriceEntry(key, price, "built-in") for key, price in BUILT_IN_PRICES.items())

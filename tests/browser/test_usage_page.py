@@ -123,9 +123,9 @@ async def test_the_chart_shows_cost_per_day_with_the_totals(
     chart = await page.evaluate(CHART)
     assert chart["stacked"] is True and len(chart["labels"]) == 30
     by_label = {d["label"]: d["data"] for d in chart["datasets"]}
-    assert set(by_label) == {model, UNPRICED}
+    assert set(by_label) == {model, f"{UNPRICED} (no price)"}
     assert sum(by_label[model]) == pytest.approx(cost)  # the priced model's bars add up
-    assert sum(by_label[UNPRICED]) == 0  # no price: no cost drawn
+    assert sum(by_label[f"{UNPRICED} (no price)"]) == 0  # no price: no cost drawn
     box = await page.locator("#usage-chart").bounding_box()
     assert box is not None and box["width"] > 200 and box["height"] > 150
 
@@ -155,6 +155,18 @@ async def test_the_chart_shows_cost_per_day_with_the_totals(
     assert errors == [], errors
 
 
+async def test_the_price_table_opens_with_the_built_in_prices(
+    browser: Browser, dashboard: Dashboard
+) -> None:
+    page, errors = await open_page(browser, dashboard, "desktop")
+    await page.locator("#prices summary").click()
+    row = page.locator("#price-table tr", has_text="claude-sonnet-4")
+    await expect(row.first).to_contain_text("built-in")
+    await expect(row.first.locator("td.num").first).to_have_text("3")
+    await page.context.close()
+    assert errors == [], errors
+
+
 async def test_the_budget_banner_shows_on_other_pages(
     browser: Browser, dashboard: Dashboard
 ) -> None:
@@ -177,3 +189,34 @@ async def test_the_chart_library_is_served_same_origin(
     for name in ("vendor/README.md", "vendor/chart.js-LICENSE.md", "vendor/../app.py"):
         assert (await page.request.get(f"/static/{name}")).status == 404, name
     await page.context.close()
+
+
+async def test_with_no_price_at_all_the_chart_shows_tokens_and_says_so(
+    browser: Browser, tmp_path: Path
+) -> None:
+    async with running_dashboard(tmp_path, TOKEN) as dashboard:
+        stores = dashboard.bruce.stores
+        assert stores is not None
+        row = {
+            "session_id": None,
+            "purpose": "brain",
+            "model": UNPRICED,
+            "input_tokens": 5000,
+            "output_tokens": 250,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "error": None,
+            "created_at": utcnow(),
+        }
+        async with stores.database.engine.begin() as connection:
+            await connection.execute(LLMCallRow.__table__.insert(), [row])
+        page, errors = await open_page(browser, dashboard, "desktop")
+        await expect(page.locator("#usage-chart")).to_have_attribute("data-measure", "tokens")
+        await expect(page.locator("#total-cost")).to_have_text("no price")
+        await expect(page.locator("#total-tokens")).to_have_text("5,250")
+        await expect(page.locator("#unpriced")).to_contain_text(f"No price for {UNPRICED}.")
+        chart = await page.evaluate(CHART)
+        assert [(d["label"], sum(d["data"])) for d in chart["datasets"]] == [(UNPRICED, 5250)]
+        await expect(page.locator("#budget-banner")).to_have_count(0)  # no budget, no banner
+        await page.context.close()
+        assert errors == [], errors
