@@ -1,7 +1,7 @@
 """The monthly budget against a running Bruce (real SQLite, the real outbox and a recording
 channel): the owner gets one message at 80 % and one at 100 % of the month's estimated cost,
-each exactly once — also when the watch starts again after a restart with the month already
-past a level — only the 100 % one when the month jumps past both at once, and none again in the
+each exactly once — also when Bruce restarts on the same database with the month already past
+a level — only the 100 % one when the month jumps past both at once, and none again in the
 month; a new month starts from nothing. The clock is Bruce's injected one."""
 
 from __future__ import annotations
@@ -85,42 +85,46 @@ def told(dashboard: Dashboard) -> list[str]:
 
 
 async def test_80_and_100_percent_are_told_once_each_also_after_a_restart(
-    dashboard: Dashboard, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     clock = Clock(datetime(2026, 12, 10, 12, tzinfo=SAO_PAULO))
-    watch = watch_of(dashboard, clock)
-    watch.start()
-    await watch.settled()
-    await spend(dashboard, watch, clock, 7.0)
-    assert told(dashboard) == []
-    await spend(dashboard, watch, clock, 1.5)  # $8.50 of $10
-    await wait_until(lambda: len(told(dashboard)) == 1)
-    [warning] = told(dashboard)
-    assert "$8.50 of your $10.00 monthly budget (85 %)" in warning and "2026-12" in warning
-    await spend(dashboard, watch, clock, 0.5)  # still between 80 and 100 %
-    assert len(told(dashboard)) == 1
+    async with running_dashboard(tmp_path, TOKEN) as first:
+        watch = watch_of(first, clock)
+        watch.start()
+        await watch.settled()
+        await spend(first, watch, clock, 7.0)
+        assert told(first) == []
+        await spend(first, watch, clock, 1.5)  # $8.50 of $10
+        await wait_until(lambda: len(told(first)) == 1)
+        [warning] = told(first)
+        assert "$8.50 of your $10.00 monthly budget (85 %)" in warning and "2026-12" in warning
+        await spend(first, watch, clock, 0.5)  # still between 80 and 100 %
+        assert len(told(first)) == 1
 
-    # A restart: a new watch knows nothing, reads the month (90 %) and finds 80 % told.
-    restarted = watch_of(dashboard, clock)
-    restarted.start()
-    await restarted.settled()
-    assert len(told(dashboard)) == 1
-    await spend(dashboard, restarted, clock, 1.5)  # $10.50
-    await wait_until(lambda: len(told(dashboard)) == 2)
-    assert "budget reached" in told(dashboard)[1] and "(105 %)" in told(dashboard)[1]
+    # Bruce restarts on the same database: its watch knows nothing, reads the month (90 %)
+    # and finds 80 % told already.
+    async with running_dashboard(tmp_path, TOKEN) as second:
+        restarted = watch_of(second, clock)
+        restarted.start()
+        await restarted.settled()
+        assert told(second) == []
+        await spend(second, restarted, clock, 1.5)  # $10.50
+        await wait_until(lambda: len(told(second)) == 1)
+        [reached] = told(second)
+        assert "budget reached" in reached and "(105 %)" in reached
 
-    again = watch_of(dashboard, clock)
-    again.start()
-    await again.settled()
-    await spend(dashboard, again, clock, 5.0)
-    assert len(told(dashboard)) == 2
+        again = watch_of(second, clock)  # and once more, within the same process
+        again.start()
+        await again.settled()
+        await spend(second, again, clock, 5.0)
+        assert len(told(second)) == 1
 
     # Stored before sent, like a reminder: two notices, delivered; two marks in settings.
     notices = db_rows(
         tmp_path, "SELECT content, status FROM messages WHERE kind = 'notice' ORDER BY id"
     )
     assert [n["status"] for n in notices] == ["sent", "sent"]
-    assert [n["content"] for n in notices] == told(dashboard)
+    assert [n["content"] for n in notices] == [warning, reached]
     marks = db_rows(
         tmp_path, "SELECT key FROM settings WHERE key LIKE 'usage.budget%' ORDER BY key"
     )
@@ -174,3 +178,11 @@ async def test_a_turns_usage_reaches_the_configured_watch(tmp_path: Path) -> Non
         await parts.budget.settled()
         status = await parts.budget.check()
         assert status.level == 100 and status.spent == pytest.approx(parts.budget.spent)
+        # Usage the audit store records at once (summaries, the brain, sub-agents) counts too:
+        # 1000 input tokens at $3 a million.
+        stores = dashboard.bruce.stores
+        assert stores is not None
+        before = parts.budget.spent
+        summary = LLMCallRecord("summary", "claude-sonnet-4-6", Usage(input_tokens=1000))
+        await stores.audit.record_usage(None, [summary])
+        assert parts.budget.spent == pytest.approx(before + 0.003)
