@@ -136,6 +136,8 @@ class Bruce:
         await parts.inbox.recover()
         await self._start_channels(parts)
         await parts.outbox.redeliver()
+        if parts.budget is not None:
+            parts.budget.start()  # the month read once: a level reached while down is told
         await parts.tasks.start()
         if web is not None:
             await self._start_web(web)
@@ -222,6 +224,9 @@ class Bruce:
                 session_max_age_days=web.session_max_age_days,
                 clock=self._overrides.clock,
                 pairing=parts.pairing,
+                prices=parts.prices,
+                monthly_budget=config.usage.monthly_budget,
+                budget_chat=config.budget_chat(),
             )
         )
         return WebServer(app, web.host, web.port)
@@ -238,6 +243,8 @@ class Bruce:
         parts = self.parts
         if parts is not None:
             await self._stop_intake_and_work(parts)
+        if parts is not None and parts.budget is not None:
+            await parts.budget.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -593,6 +593,74 @@ class MemoryConfig(_Section):
     prompt_chars: int = Field(default=2_000, ge=100, le=50_000)
 
 
+class PriceConfig(_Section):
+    """What one model (or every model whose name starts with the key) costs, in USD per million
+    tokens. `cache_read` and `cache_write` default to the built-in entry that would price the key,
+    else to `input`; `input_includes_cache_read`: the provider counts cache reads inside the input
+    tokens (OpenAI does, Anthropic does not), so they are priced once, at `cache_read`."""
+
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
+    input_includes_cache_read: bool | None = None
+
+    @field_validator("input", "output", "cache_read", "cache_write")
+    @classmethod
+    def _not_negative(cls, value: float | None) -> float | None:
+        if value is not None and value < 0:
+            raise ValueError("is negative; a price is USD per million tokens, 0 or more")
+        return value
+
+
+class UsageNotifyConfig(_Section):
+    """Where the monthly budget's warnings go (`usage.notify`); empty: the first allowed user of
+    Telegram when it is enabled (a private chat's id is the user's id), else nowhere."""
+
+    channel: Literal["", "telegram", "discord"] = ""
+    chat_id: str = ""
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> UsageNotifyConfig:
+        if bool(self.channel) != bool(self.chat_id.strip()):
+            raise ValueError(
+                "set both usage.notify.channel and usage.notify.chat_id (the chat the budget "
+                "warnings go to), or neither"
+            )
+        return self
+
+
+class UsageConfig(_Section):
+    """LLM usage and its estimated cost (README "Usage and cost")."""
+
+    # Model name or prefix (the longest matching prefix wins) -> price; they extend and override
+    # the built-in table (bruce_bot/usage/prices.py).
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    monthly_budget: float | None = None  # USD a calendar month (app.timezone); None: no budget
+    notify: UsageNotifyConfig = Field(default_factory=UsageNotifyConfig)
+
+    @field_validator("prices")
+    @classmethod
+    def _model_names(cls, value: dict[str, PriceConfig]) -> dict[str, PriceConfig]:
+        names: dict[str, PriceConfig] = {}
+        for name, price in value.items():
+            key = str(name).strip().lower()
+            if not key:
+                raise ValueError(
+                    "has an empty model name; write the model's name or a prefix of it "
+                    "(like claude-sonnet-4 or gpt-4o) before the colon"
+                )
+            names[key] = price
+        return names
+
+    @field_validator("monthly_budget")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("must be more than 0 (USD a month); leave it out for no budget")
+        return value
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_output: bool = Field(default=False, alias="json")
@@ -615,11 +683,24 @@ class Config(_Section):
     documents: DocumentsConfig = Field(default_factory=DocumentsConfig)
     transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property
     def database_url(self) -> str:
         return self.database.url or f"sqlite+aiosqlite:///{self.app.data_dir / 'bruce.db'}"
+
+    def budget_chat(self) -> tuple[str, str] | None:
+        """The (channel, chat id) the monthly budget's warnings go to: `usage.notify`, else the
+        first allowed user of an enabled Telegram (a private chat's id is the user's id); None:
+        the dashboard's banner only. Discord has no such default: a user id is no channel id."""
+        notify = self.usage.notify
+        if notify.channel:
+            return notify.channel, notify.chat_id.strip()
+        telegram = self.channels.telegram
+        if telegram.enabled and telegram.allowed_user_ids:
+            return "telegram", str(telegram.allowed_user_ids[0])
+        return None
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, so logs can scrub them wherever they appear."""
@@ -654,6 +735,19 @@ class Config(_Section):
                 found.append(
                     f"web.auth_token is weak ({weakness}): fine while web.host is loopback, but "
                     f"Bruce will refuse it on any other address; {TOKEN_HOW_TO}"
+                )
+        if self.usage.monthly_budget is not None:
+            chat = self.budget_chat()
+            if chat is None:
+                found.append(
+                    "usage.monthly_budget is set but no chat gets its warnings; set "
+                    "usage.notify.channel and usage.notify.chat_id (or enable Telegram with "
+                    "allowed_user_ids). The dashboard shows them either way."
+                )
+            elif not getattr(self.channels, chat[0]).enabled:
+                found.append(
+                    f"usage.notify.channel is {chat[0]!r} but that channel is not enabled: the "
+                    "budget warnings cannot be sent; enable it or name another."
                 )
         for name in ("telegram", "discord"):
             channel = getattr(self.channels, name)

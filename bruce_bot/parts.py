@@ -52,6 +52,8 @@ from bruce_bot.tools.artifacts import artifact_file
 from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.usage.budget import BudgetWatch
+from bruce_bot.usage.prices import PriceTable
 
 INBOX_TOPIC = "inbox"  # change feed: a session got a message another process should take
 WEB_TOPIC = "web-chat"  # change feed: a reply was delivered in a web chat
@@ -88,6 +90,8 @@ class Parts:
     web_channel: WebChannel | None = None
     adapters: list[ChannelAdapter] = field(default_factory=list)
     transcriber: Transcriber | None = None
+    prices: PriceTable = field(default_factory=PriceTable.built_in)
+    budget: BudgetWatch | None = None  # usage.monthly_budget is set
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -290,6 +294,30 @@ def _pair(
     return pairing
 
 
+def _budget(
+    config: Config,
+    stores: Stores,
+    outbox: Outbox,
+    prices: PriceTable,
+    clock: Callable[[], datetime],
+) -> BudgetWatch | None:
+    """The monthly budget's watch, told of every LLM call the stores record."""
+    if config.usage.monthly_budget is None:
+        return None
+    watch = BudgetWatch(
+        stores,
+        outbox,
+        prices,
+        config.usage.monthly_budget,
+        config.app.zone,
+        config.budget_chat(),
+        clock=clock,
+    )
+    stores.audit.usage_recorded = watch.recorded
+    stores.messages.usage_recorded = watch.recorded
+    return watch
+
+
 def _connect_feed(
     feed: ChangeFeed, inbox: Inbox, web_channel: WebChannel | None, shared: bool
 ) -> None:
@@ -360,6 +388,8 @@ def build_parts(
     turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media)
     gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)
     _connect_feed(feed, inbox, web_channel, shared)
+    prices = PriceTable.from_config(config.usage, config.llm)
+    budget = _budget(config, stores, outbox, prices, overrides.clock)
     return Parts(
         database=database,
         feed=feed,
@@ -379,4 +409,6 @@ def build_parts(
         web_channel=web_channel,
         adapters=adapters,
         transcriber=transcriber,
+        prices=prices,
+        budget=budget,
     )

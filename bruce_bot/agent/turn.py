@@ -430,6 +430,8 @@ class TurnRunner:
             observer=turn.recorder,
             max_tokens=self._settings.budget.reply_reserve(),
             live=turn.live,
+            # The Usage page tells a scheduled briefing's calls from chat turns.
+            purpose="briefing" if turn.kind is BRIEFING_TURN else "agent",
         )
 
     async def _system_prompt(

@@ -1,14 +1,19 @@
 """The audit store: every tool execution (DESIGN §1.4) and every LLM call's token usage, and the
-dashboard's queries over them (the tool log, usage per day)."""
+dashboard's queries over them (the tool log, usage per day, model, purpose and session).
+
+Whoever wants to hear of usage as it is recorded (the monthly budget's watch) sets
+`usage_recorded`; `MessageStore.finish_turn`, which records a turn's usage in its own commit,
+has the same hook.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import case, func, literal, select
+from sqlalchemy import ColumnElement, case, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import LLMCallRecord, utcnow
@@ -38,12 +43,13 @@ _EXECUTION_COLUMNS = columns_for(_executions, ToolExecutionRecord)
 
 
 @dataclass(frozen=True, slots=True)
-class DailyUsage:
-    """LLM calls of one day (in the caller's timezone), model and purpose."""
+class UsageGroup:
+    """LLM calls of one day (in the caller's timezone), model, purpose and session."""
 
     day: date
     model: str
     purpose: str
+    session_id: int | None
     calls: int
     input_tokens: int
     output_tokens: int
@@ -52,9 +58,47 @@ class DailyUsage:
     errors: int
 
 
+@dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """The tokens one model used over a stretch of time (what its cost is computed from)."""
+
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+
+UsageListener = Callable[[Sequence[LLMCallRecord]], None]
+
+
+def _counts() -> list[ColumnElement[Any]]:
+    return [
+        func.count(),
+        func.coalesce(func.sum(_calls.c.input_tokens), 0),
+        func.coalesce(func.sum(_calls.c.output_tokens), 0),
+        func.coalesce(func.sum(_calls.c.cache_read_tokens), 0),
+        func.coalesce(func.sum(_calls.c.cache_write_tokens), 0),
+    ]
+
+
+def _day_of(days: Sequence[tuple[date, datetime]]) -> ColumnElement[Any]:
+    """The day (ISO text) a call's `created_at` falls in, from the days' starts: a day ends
+    where the next begins, the last one now."""
+    created = _calls.c.created_at
+    starts = [start for _, start in days]
+    last_day = literal(days[-1][0].isoformat())
+    whens = [
+        (created < end, day.isoformat()) for (day, _), end in zip(days, starts[1:], strict=False)
+    ]
+    return (case(*whens, else_=last_day) if whens else last_day).label("day")
+
+
 class AuditStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self.usage_recorded: UsageListener | None = None
 
     async def record_tool_execution(
         self,
@@ -104,6 +148,8 @@ class AuditStore:
                 _calls.insert(),
                 [usage_row(session_id, record, now) for record in usage],
             )
+        if self.usage_recorded is not None:
+            self.usage_recorded(usage)
 
     async def tool_executions(
         self,
@@ -128,8 +174,9 @@ class AuditStore:
         async with self._engine.connect() as connection:
             return [from_row(ToolExecutionRecord, row) for row in await connection.execute(query)]
 
-    async def usage_by_day(self, days: Sequence[tuple[date, datetime]]) -> list[DailyUsage]:
-        """LLM calls per day × model × purpose, newest day first.
+    async def usage_groups(self, days: Sequence[tuple[date, datetime]]) -> list[UsageGroup]:
+        """LLM calls per day × model × purpose × session, oldest day first: the finest grouping,
+        which the dashboard sums up each way and prices.
 
         `days` are (day, its start as an aware datetime), oldest first; a day ends where the next
         begins and the last one at its start plus the time up to now. Passing the boundaries in
@@ -137,34 +184,37 @@ class AuditStore:
         """
         if not days:
             return []
-        created = _calls.c.created_at
-        starts = [start for _, start in days]
-        last_day = literal(days[-1][0].isoformat())
-        whens = [
-            (created < end, day.isoformat())
-            for (day, _), end in zip(days, starts[1:], strict=False)
-        ]
-        day_of = (case(*whens, else_=last_day) if whens else last_day).label("day")
+        day_of = _day_of(days)
+        session = _calls.c.session_id
         query = (
             select(
                 day_of,
                 _calls.c.model,
                 _calls.c.purpose,
-                func.count(),
-                func.coalesce(func.sum(_calls.c.input_tokens), 0),
-                func.coalesce(func.sum(_calls.c.output_tokens), 0),
-                func.coalesce(func.sum(_calls.c.cache_read_tokens), 0),
-                func.coalesce(func.sum(_calls.c.cache_write_tokens), 0),
+                session,
+                *_counts(),
                 func.count(_calls.c.error),
             )
-            .where(created >= starts[0])
+            .where(_calls.c.created_at >= days[0][1])
             # By the label: PostgreSQL would see the CASE's parameters twice and refuse it.
-            .group_by("day", _calls.c.model, _calls.c.purpose)
-            .order_by(day_of.desc(), _calls.c.model, _calls.c.purpose)
+            .group_by("day", _calls.c.model, _calls.c.purpose, session)
+            .order_by(day_of, _calls.c.model, _calls.c.purpose, session)
         )
         async with self._engine.connect() as connection:
             rows: list[Any] = list(await connection.execute(query))
         return [
-            DailyUsage(date.fromisoformat(row[0]), row[1], row[2], *map(int, row[3:]))
+            UsageGroup(date.fromisoformat(row[0]), row[1], row[2], row[3], *map(int, row[4:]))
             for row in rows
         ]
+
+    async def usage_by_model_since(self, start: datetime) -> list[ModelUsage]:
+        """Tokens per model of the calls made from `start` on (the month's cost so far)."""
+        query = (
+            select(_calls.c.model, *_counts())
+            .where(_calls.c.created_at >= start)
+            .group_by(_calls.c.model)
+            .order_by(_calls.c.model)
+        )
+        async with self._engine.connect() as connection:
+            rows: list[Any] = list(await connection.execute(query))
+        return [ModelUsage(row[0], *map(int, row[1:])) for row in rows]

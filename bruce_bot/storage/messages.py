@@ -8,12 +8,13 @@ statuses and usage in one commit), and record the delivery.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bruce_bot.domain import (
@@ -27,7 +28,14 @@ from bruce_bot.domain import (
 )
 from bruce_bot.storage.group_commit import GroupCommit
 from bruce_bot.storage.leases import Claimant, default_claimant
-from bruce_bot.storage.models import LLMCallRow, MessageRow, SessionRow, inserted_id, table_of
+from bruce_bot.storage.models import (
+    LLMCallRow,
+    MessageRow,
+    SessionRow,
+    SettingRow,
+    inserted_id,
+    table_of,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +99,7 @@ def usage_row(session_id: int | None, record: LLMCallRecord, at: datetime) -> di
 
 _messages = table_of(MessageRow)
 _sessions = table_of(SessionRow)
+_settings = table_of(SettingRow)  # the marks of messages stored once (add_outbound_once)
 # The statuses of a user message no turn has finished.
 UNANSWERED: tuple[MessageStatus, ...] = ("pending", "processing")
 _COLUMNS = (
@@ -264,6 +273,8 @@ class MessageStore:
         # Messages arriving together (a getUpdates batch) are stored in one commit.
         self._group = GroupCommit(engine)
         self._insert_new_inbound = _insert_unless_duplicate(engine.dialect.name)
+        # Told of the usage a turn's commit recorded (the monthly budget's watch).
+        self.usage_recorded: Callable[[Sequence[LLMCallRecord]], None] | None = None
 
     async def add_inbound(self, session_id: int, message: InboundMessage, text: str) -> int | None:
         """Persist a user message as `pending`; None when its platform id was already stored."""
@@ -464,7 +475,39 @@ class MessageStore:
                 await connection.execute(
                     INSERT_LLM_CALLS, [usage_row(session_id, record, now) for record in usage]
                 )
+        if usage and self.usage_recorded is not None:
+            self.usage_recorded(usage)
         return reply_id, now
+
+    async def add_outbound_once(
+        self, session_id: int, text: str, kind: MessageKind, once_key: str
+    ) -> int | None:
+        """Store a message Bruce sends on its own, unless one was stored under `once_key`
+        before: the key goes into `settings` in the same commit, so the message is stored once,
+        also across restarts and processes. Its id, or None when it was stored before."""
+        now = utcnow()
+        row = {
+            "session_id": session_id,
+            "role": "assistant",
+            "kind": kind,
+            "content": text,
+            "status": "pending",
+            "created_at": now,
+            **self._claimant.stamp(),
+        }
+        mark = {"key": once_key, "value": now.isoformat(), "updated_at": now}
+        try:
+            async with self._engine.begin() as connection:
+                seen = await connection.execute(
+                    select(_settings.c.key).where(_settings.c.key == once_key)
+                )
+                if seen.first() is not None:
+                    return None
+                await connection.execute(_settings.insert(), mark)
+                result = await connection.execute(INSERT_MESSAGE, row)
+        except IntegrityError:  # another process stored it at the same moment
+            return None
+        return inserted_id(result)
 
     async def add_settled(
         self, session_id: int, role: Role, content: str, status: MessageStatus

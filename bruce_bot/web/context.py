@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.stores import Stores
+from bruce_bot.usage.prices import PriceTable
 
 if TYPE_CHECKING:
     from bruce_bot.pairing import PairingService
@@ -38,3 +39,8 @@ class WebContext:
     clock: Callable[[], datetime] = utcnow
     # Who may talk on the chat platforms and the pairing codes waiting (the People page).
     pairing: PairingService | None = None
+    # The Usage page's prices (usage.prices over the built-in table) and monthly budget (USD;
+    # None: none), and the chat its warnings go to (None: the dashboard's banner only).
+    prices: PriceTable = field(default_factory=PriceTable.built_in)
+    monthly_budget: float | None = None
+    budget_chat: tuple[str, str] | None = None

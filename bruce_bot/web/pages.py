@@ -29,7 +29,13 @@ from bruce_bot.web.paths import DOCS_PATH
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC_DIR = Path(__file__).parent / "static"
 # Files the pages share, served at /static/<name> without login (nothing secret in them).
-ASSETS = {"dashboard.css": "text/css", "dashboard.js": "text/javascript", "chat.css": "text/css"}
+ASSETS = {
+    "dashboard.css": "text/css",
+    "dashboard.js": "text/javascript",
+    "chat.css": "text/css",
+    # Vendored libraries (static/vendor/README.md says which version, from where).
+    "vendor/chart.umd.min.js": "text/javascript",
+}
 PAGE_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self' 'unsafe-inline'; "
@@ -50,6 +56,7 @@ class Page:
     title: str
     template: str  # in templates/: the page's <main> and script
     styles: tuple[str, ...] = ()  # its own stylesheets in static/, after dashboard.css
+    scripts: tuple[str, ...] = ()  # its own scripts in static/, loaded before the page's own
     in_nav: bool = True
 
 
@@ -63,7 +70,7 @@ PAGES = (
     Page("/people", "People", "people.html"),
     Page("/logs", "Logs", "logs.html"),
     Page("/settings", "Settings", "settings.html"),
-    Page("/usage", "Usage", "usage.html"),
+    Page("/usage", "Usage", "usage.html", scripts=("vendor/chart.umd.min.js",)),
     Page(DOCS_PATH, "API", "api_docs.html", in_nav=False),
 )
 
@@ -83,7 +90,8 @@ def render(page: Page, app_name: str, timezone: str, *, signed_in: bool) -> str:
         "timezone": html.escape(timezone),
         "title": html.escape(page.title),
         "nav": nav(page.path, signed_in=signed_in),
-        "styles": "".join(f'<link rel="stylesheet" href="/static/{s}">\n' for s in page.styles),
+        "styles": "".join(f'<link rel="stylesheet" href="/static/{s}">\n' for s in page.styles)
+        + "".join(f'<script src="/static/{s}"></script>\n' for s in page.scripts),
     }
     text = LAYOUT.replace("{{main}}", MAINS[page.template])
     return _PLACEHOLDER.sub(lambda match: values[match[1]], text)  # one pass: values stay as is
@@ -110,7 +118,7 @@ def page_routes(app_name: str, timezone: str, *, signed_in: bool) -> list[BaseRo
         Route(page.path, _send(render(page, app_name, timezone, signed_in=signed_in)))
         for page in PAGES
     ]
-    return [Route("/", _to_chat), *pages, Route("/static/{name}", _asset)]
+    return [Route("/", _to_chat), *pages, Route("/static/{name:path}", _asset)]
 
 
 def _send(text: str) -> Callable[[Request], Coroutine[Any, Any, Response]]:

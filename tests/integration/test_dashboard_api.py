@@ -92,6 +92,9 @@ ROUTES = [
     ("PUT", f"/api/settings/{SYSTEM_PROMPT_SETTING}"),
     ("DELETE", f"/api/settings/{SYSTEM_PROMPT_SETTING}"),
     ("GET", "/api/usage"),
+    ("GET", "/api/usage/summary"),
+    ("GET", "/api/usage/budget"),
+    ("GET", "/api/usage/prices"),
     ("GET", "/api/memories/people"),
     ("GET", "/api/memories"),
     ("PUT", "/api/memories/1"),
@@ -670,6 +673,13 @@ async def test_the_dashboard_queries_run_on_postgresql(tmp_path: Path, postgres_
         [row] = (await get_json(client, "/api/usage", days=3))["rows"]
         assert row["day"] in {today.isoformat(), datetime.now(SAO_PAULO).date().isoformat()}
         assert row["calls"] == len(dashboard.fake.requests)
+        # The finer grouping (per session too) and the month's cost run there as well.
+        summary = await get_json(client, "/api/usage/summary", days=3)
+        assert summary["totals"]["calls"] == len(dashboard.fake.requests)
+        assert summary["totals"]["cost_usd"] > 0  # claude-sonnet-4-6: a built-in price
+        assert {s["chat_id"] for s in summary["by_session"]} == {"alice", "gone"}
+        budget = await get_json(client, "/api/usage/budget")
+        assert budget["spent_usd"] == pytest.approx(summary["totals"]["cost_usd"])
 
         response = await client.post(f"/api/tasks/{later.id}/cancel", headers=JSON)
         assert response.status_code == 200, response.text

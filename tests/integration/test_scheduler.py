@@ -365,6 +365,10 @@ async def test_agent_briefing_runs_the_instruction_without_scheduling_tools(
     )
     assert [r["kind"] for r in answer] == ["briefing"]
     assert task_row(tmp_path, task_id)["status"] == "done"
+    # The Usage page tells the briefing's LLM call from the chat turn that set it up.
+    purposes = db_rows(tmp_path, "SELECT purpose FROM llm_calls ORDER BY id")
+    assert [r["purpose"] for r in purposes][-1] == "briefing"
+    assert {r["purpose"] for r in purposes[:-1]} == {"agent"}
 
 
 async def test_agent_briefing_that_fails_tells_the_user_and_records_the_failure(

@@ -55,6 +55,8 @@ def chain(importer: str, imported: str) -> list[str] | None:
         ("bruce_bot.storage", "bruce_bot.channels"),
         ("bruce_bot.llm", "bruce_bot.storage"),
         ("bruce_bot.domain", "bruce_bot.storage"),
+        ("bruce_bot.usage", "bruce_bot.agent"),
+        ("bruce_bot.usage", "bruce_bot.web"),
     ],
 )
 def test_a_layer_never_imports_what_it_must_not(importer: str, forbidden: str) -> None:

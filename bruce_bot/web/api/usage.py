@@ -1,16 +1,34 @@
-"""`/api/usage`: LLM calls and tokens per day (in `app.timezone`), model and purpose."""
+"""`/api/usage`: LLM calls, tokens and their estimated cost per day (in `app.timezone`), model,
+purpose and session; the price table they are priced with; the monthly budget's state.
+
+A model without a price shows its tokens with no cost (`cost_usd` null) and is named in
+`unpriced_models`, with `how_to_price` saying how to add one.
+"""
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from bruce_bot.web.api.endpoint import Call, Endpoint
+from bruce_bot.storage.audit import UsageGroup
+from bruce_bot.usage.budget import LEVELS, month_status
+from bruce_bot.usage.costs import Tally, summarise
+from bruce_bot.usage.prices import PriceTable
+from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
+from bruce_bot.web.context import WebContext
 
 MAX_USAGE_DAYS = 366
+HOW_TO_PRICE = (
+    "Their tokens are counted but not priced. Add a price under usage.prices in config.yml "
+    "(USD per million tokens; a key may be a model name or a prefix of it), for example\n"
+    "usage:\n  prices:\n    {model}: {{input: 1.0, output: 2.0}}\n"
+    "then restart Bruce. A model served by your own machine or network costs 0: write "
+    "{{input: 0, output: 0}}."
+)
 
 
 def usage_days(days: int, zone: ZoneInfo, now: datetime) -> list[tuple[date, datetime]]:
@@ -30,6 +48,9 @@ class UsageTotals(BaseModel):
     cache_read_tokens: int
     cache_write_tokens: int
     errors: int
+    cost_usd: float | None = Field(
+        None, description="estimated cost in USD; null when none of these calls has a price"
+    )
 
 
 class UsageRow(UsageTotals):
@@ -43,25 +64,262 @@ class UsageAnswer(BaseModel):
     timezone: str = Field(description="app.timezone: the days are its days")
     rows: list[UsageRow]
     totals: UsageTotals
+    unpriced_models: list[str] = Field(description="models with calls here and no price")
 
 
 class UsageQuery(BaseModel):
     days: int = Field(30, ge=1, le=MAX_USAGE_DAYS, description="how many days back, today included")
 
 
+class Tallied(BaseModel):
+    """Calls, tokens and estimated cost of a part of the usage."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    tokens: int = Field(description="the four token counts added up")
+    errors: int
+    cost_usd: float | None = Field(description="estimated USD; null: none of them has a price")
+    unpriced_calls: int = Field(description="calls of models without a price (not in the cost)")
+
+
+class DayUsage(Tallied):
+    day: date
+    by_model: dict[str, Tallied]
+    by_purpose: dict[str, Tallied]
+
+
+class ModelUsageRow(Tallied):
+    model: str
+    price_key: str | None = Field(description="the price table's entry it was priced by")
+    price_source: Literal["built-in", "config", "local server"] | None
+
+
+class PurposeUsage(Tallied):
+    purpose: str = Field(
+        description="agent (chat turns), briefing, summary, brain, subagent, or another caller"
+    )
+
+
+class SessionUsage(Tallied):
+    session_id: int | None = Field(description="null: calls no session made")
+    title: str | None
+    channel: str | None
+    chat_id: str | None
+
+
+class BudgetAnswer(BaseModel):
+    monthly_budget: float | None = Field(description="usage.monthly_budget, USD; null: none")
+    month: str = Field(description="the calendar month in app.timezone, like 2026-12")
+    spent_usd: float = Field(description="the month's estimated cost so far")
+    percent: float | None
+    level: Literal["none", "warning", "exceeded"] = Field(
+        description="warning from 80 %, exceeded from 100 % of the budget"
+    )
+    notify: str | None = Field(description="the chat the warnings go to; null: nowhere")
+    unpriced_models: list[str] = Field(description="this month's models without a price")
+
+
+class UsageSummary(BaseModel):
+    days: int
+    timezone: str = Field(description="app.timezone: the days are its days")
+    currency: Literal["USD"] = "USD"
+    totals: Tallied
+    by_day: list[DayUsage] = Field(description="every day of the range, oldest first")
+    by_model: list[ModelUsageRow] = Field(description="the most expensive first")
+    by_purpose: list[PurposeUsage]
+    by_session: list[SessionUsage] = Field(description="the most expensive first")
+    unpriced_models: list[str] = Field(description="models with calls here and no price")
+    how_to_price: str | None = Field(description="how to price them; null when all have a price")
+    budget: BudgetAnswer
+
+
+class PriceRow(BaseModel):
+    key: str = Field(description="a model name or a prefix of one (the longest match wins)")
+    input: float = Field(description="USD per million input tokens")
+    output: float
+    cache_read: float
+    cache_write: float
+    input_includes_cache_read: bool = Field(
+        description="the provider counts cache reads inside the input tokens (OpenAI)"
+    )
+    source: Literal["built-in", "config", "local server"]
+
+
+class PriceList(BaseModel):
+    prices: list[PriceRow]
+    local_server: bool = Field(
+        description="llm.base_url is local: models without a price are priced at 0"
+    )
+
+
+def _total(tally: Tally) -> UsageTotals:
+    return UsageTotals(
+        calls=tally.calls,
+        input_tokens=tally.input_tokens,
+        output_tokens=tally.output_tokens,
+        cache_read_tokens=tally.cache_read_tokens,
+        cache_write_tokens=tally.cache_write_tokens,
+        errors=tally.errors,
+        cost_usd=tally.cost_usd,
+    )
+
+
+def _tallied(tally: Tally) -> Tallied:
+    return Tallied.model_validate(tally)
+
+
+def _fields(tally: Tally) -> dict[str, Any]:
+    return dict(_tallied(tally))
+
+
+K = TypeVar("K")
+
+
+def _by_cost(items: Mapping[K, Tally]) -> list[tuple[K, Tally]]:
+    return sorted(items.items(), key=lambda item: (-(item[1].cost_usd or 0.0), -item[1].tokens))
+
+
+def how_to_price(models: list[str]) -> str | None:
+    return HOW_TO_PRICE.format(model=models[0]) if models else None
+
+
 async def usage(call: Call[UsageQuery, None]) -> UsageAnswer:
+    """The original rows (day × model × purpose, newest day first), now with their cost."""
     context, days = call.context, call.params.days
     window = usage_days(days, ZoneInfo(context.timezone), context.clock())
+    groups = await context.stores.audit.usage_groups(window)
+    report = summarise([day for day, _ in window], groups, context.prices)
     rows = [
-        UsageRow.model_validate(dataclasses.asdict(row))
-        for row in await context.stores.audit.usage_by_day(window)
+        UsageRow(day=day, model=model, purpose=purpose, **dict(_total(tally)))
+        for (day, model, purpose), tally in _rows(groups, context.prices).items()
     ]
-    totals = {name: sum(getattr(row, name) for row in rows) for name in UsageTotals.model_fields}
     return UsageAnswer(
         days=days,
         timezone=context.timezone,
-        rows=rows,
-        totals=UsageTotals.model_validate(totals),
+        rows=sorted(rows, key=lambda r: (-r.day.toordinal(), r.model, r.purpose)),
+        totals=_total(report.totals),
+        unpriced_models=report.unpriced_models,
+    )
+
+
+def _rows(groups: Sequence[UsageGroup], prices: PriceTable) -> dict[tuple[date, str, str], Tally]:
+    rows: dict[tuple[date, str, str], Tally] = {}
+    for group in groups:
+        cost = prices.cost(
+            group.model,
+            group.input_tokens,
+            group.output_tokens,
+            group.cache_read_tokens,
+            group.cache_write_tokens,
+        )
+        rows.setdefault((group.day, group.model, group.purpose), Tally()).add(group, cost)
+    return rows
+
+
+async def budget_answer(context: WebContext) -> BudgetAnswer:
+    zone = ZoneInfo(context.timezone)
+    budget = context.monthly_budget
+    status = await month_status(
+        context.stores, context.prices, budget or 1.0, zone, context.clock()
+    )
+    level: Literal["none", "warning", "exceeded"] = "none"
+    percent = None
+    if budget is not None:
+        percent = round(status.percent, 1)
+        level = "exceeded" if status.level >= LEVELS[-1] else "warning" if status.level else "none"
+    chat = context.budget_chat
+    return BudgetAnswer(
+        monthly_budget=budget,
+        month=status.month,
+        spent_usd=round(status.spent, 6),
+        percent=percent,
+        level=level,
+        notify=f"{chat[0]} · {chat[1]}" if chat and budget is not None else None,
+        unpriced_models=list(status.unpriced_models),
+    )
+
+
+async def summary(call: Call[UsageQuery, None]) -> UsageSummary:
+    context, days = call.context, call.params.days
+    window = usage_days(days, ZoneInfo(context.timezone), context.clock())
+    groups = await context.stores.audit.usage_groups(window)
+    report = summarise([day for day, _ in window], groups, context.prices)
+    by_day = [
+        DayUsage(
+            day=day,
+            by_model={m: _tallied(t) for (d, m), t in report.by_day_model.items() if d == day},
+            by_purpose={p: _tallied(t) for (d, p), t in report.by_day_purpose.items() if d == day},
+            **_fields(report.by_day[day]),
+        )
+        for day in report.days
+    ]
+    models = []
+    for model, tally in _by_cost(report.by_model):
+        entry = context.prices.lookup(model)
+        models.append(
+            ModelUsageRow(
+                model=model,
+                price_key=entry.key if entry else None,
+                price_source=entry.source if entry else None,
+                **_fields(tally),
+            )
+        )
+    session_ids = [sid for sid in report.by_session if sid is not None]
+    sessions = await context.stores.sessions.get_many(session_ids)
+    by_session = []
+    for session_id, tally in _by_cost(report.by_session):
+        record = sessions.get(session_id) if session_id is not None else None
+        by_session.append(
+            SessionUsage(
+                session_id=session_id,
+                title=record.title if record else None,
+                channel=record.channel if record else None,
+                chat_id=record.chat_id if record else None,
+                **_fields(tally),
+            )
+        )
+    return UsageSummary(
+        days=days,
+        timezone=context.timezone,
+        totals=_tallied(report.totals),
+        by_day=by_day,
+        by_model=models,
+        by_purpose=[
+            PurposeUsage(purpose=purpose, **_fields(tally))
+            for purpose, tally in _by_cost(report.by_purpose)
+        ],
+        by_session=by_session,
+        unpriced_models=report.unpriced_models,
+        how_to_price=how_to_price(report.unpriced_models),
+        budget=await budget_answer(context),
+    )
+
+
+async def budget(call: Call[NoParams, None]) -> BudgetAnswer:
+    return await budget_answer(call.context)
+
+
+async def prices(call: Call[NoParams, None]) -> PriceList:
+    table = call.context.prices
+    return PriceList(
+        prices=[
+            PriceRow(
+                key=entry.key,
+                input=entry.price.input,
+                output=entry.price.output,
+                cache_read=entry.price.cache_read,
+                cache_write=entry.price.cache_write,
+                input_includes_cache_read=entry.price.input_includes_cache_read,
+                source=entry.source,
+            )
+            for entry in table.entries()
+        ],
+        local_server=table.local_server,
     )
 
 
@@ -71,7 +329,29 @@ ENDPOINTS = (
         "/api/usage",
         usage,
         UsageAnswer,
-        "LLM calls per day, model and purpose, with totals",
+        "LLM calls per day, model and purpose, with their estimated cost and totals",
         params=UsageQuery,
+    ),
+    Endpoint(
+        "GET",
+        "/api/usage/summary",
+        summary,
+        UsageSummary,
+        "Tokens and estimated cost per day, model, purpose and session, and the budget",
+        params=UsageQuery,
+    ),
+    Endpoint(
+        "GET",
+        "/api/usage/budget",
+        budget,
+        BudgetAnswer,
+        "The monthly budget: the month's estimated cost so far and the warning level",
+    ),
+    Endpoint(
+        "GET",
+        "/api/usage/prices",
+        prices,
+        PriceList,
+        "The price table (built-in, usage.prices, local server) usage is priced with",
     ),
 )

@@ -128,5 +128,36 @@ const Bruce = (() => {
     if (box) box.textContent = error ? error.message || String(error) : "";
   }
 
-  return { zone, h, fill, api, time, number, bytes, badge, table, linkify, listing, where, showError };
+  /* "$1.23"; small amounts keep four decimals ("$0.0042"); "—" for no cost (no price). */
+  function usd(value) {
+    if (value === null || value === undefined) return "—";
+    const digits = value !== 0 && Math.abs(value) < 0.01 ? 4 : 2;
+    return "$" + Number(value).toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  }
+
+  /* The monthly budget's warning (usage.monthly_budget) at the top of every page, from 80 %.
+     Plain fetch, failures ignored: a page must never fail, or sign out, over its banner. */
+  async function budgetBanner() {
+    const main = document.querySelector("main");
+    if (!main) return;
+    let data;
+    try {
+      const response = await fetch("/api/usage/budget", { credentials: "same-origin" });
+      if (!response.ok) return;
+      data = await response.json();
+    } catch (e) {
+      return;
+    }
+    if (!data || data.level === "none" || data.monthly_budget === null) return;
+    const spent = `${usd(data.spent_usd)} of ${usd(data.monthly_budget)} (${Math.round(data.percent)} %)`;
+    const text = data.level === "exceeded"
+      ? `Monthly LLM budget exceeded: an estimated ${spent} this month (${data.month}).`
+      : `Monthly LLM budget at ${Math.round(data.percent)} %: an estimated ${spent} this month (${data.month}).`;
+    // Before <main>, not in it: the chat page fills its <main> with the conversation.
+    main.before(h("div", { id: "budget-banner", className: `budget-banner ${data.level}`, role: "status" },
+      text, " ", h("a", { href: "/usage" }, "See usage")));
+  }
+  document.addEventListener("DOMContentLoaded", () => { budgetBanner(); });
+
+  return { zone, h, fill, api, time, number, bytes, badge, table, linkify, listing, where, showError, usd };
 })();
