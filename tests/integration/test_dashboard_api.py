@@ -81,6 +81,8 @@ def session_of(sessions: list[dict[str, Any]], chat_id: str) -> dict[str, Any]:
 
 ROUTES = [
     ("GET", "/api/sessions"),
+    ("GET", "/api/sessions/1"),
+    ("DELETE", "/api/sessions/1"),
     ("GET", "/api/sessions/1/messages"),
     ("GET", "/api/tasks"),
     ("GET", "/api/tasks/1/runs"),

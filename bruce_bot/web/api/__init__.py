@@ -1,7 +1,7 @@
-"""The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions and their
-messages, scheduled tasks, artifacts, what Bruce remembers about people, the logs (tool calls,
-failed deliveries), editable settings, token usage and signed-in browsers;
-`/api/openapi.json` describes them all.
+"""The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions (one in
+detail, deleting one) and their messages with their tool calls, scheduled tasks, artifacts,
+what Bruce remembers about people, the logs (tool calls, failed deliveries), editable settings,
+token usage and signed-in browsers; `/api/openapi.json` describes them all.
 
 Every route sits behind the app's auth middleware and is an `Endpoint` value: its parameters,
 body and answer are pydantic models. Parameters are validated before any query runs (a bad one
@@ -19,6 +19,7 @@ from bruce_bot.web.api import (
     chat,
     logs,
     memories,
+    session_detail,
     sessions,
     settings,
     tasks,
@@ -38,6 +39,7 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
     (
         *chat.ENDPOINTS,
         *sessions.ENDPOINTS,
+        *session_detail.ENDPOINTS,
         *tasks.ENDPOINTS,
         *artifacts.ENDPOINTS,
         *memories.ENDPOINTS,
