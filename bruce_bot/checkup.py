@@ -99,7 +99,7 @@ def examine(
 async def _services(config: Config, clock: Callable[[], float]) -> list[Check]:
     probes: list[tuple[str, Callable[[], Awaitable[list[Check]]]]] = [
         ("database", lambda: _database(config)),
-        ("disk", lambda: _disk(config.app.data_dir)),
+        ("disk", lambda: disk_check(config.app.data_dir)),
         ("llm", lambda: _llm(config, clock)),
     ]
     if config.channels.telegram.enabled:
@@ -164,7 +164,7 @@ async def _database(config: Config) -> list[Check]:
         ]
     finally:
         await engine.dispose()
-    return [Check("database", "ok", f"reachable: {where}"), _revision_check(revision)]
+    return [Check("database", "ok", f"reachable: {where}"), revision_check(revision)]
 
 
 def _sqlite_file(path: Path) -> list[Check]:
@@ -211,11 +211,12 @@ def _sqlite_file(path: Path) -> list[Check]:
         ]
     return [
         Check("database", "ok", f"{path} (integrity ok)"),
-        _revision_check(revision[0] if revision else None),
+        revision_check(revision[0] if revision else None),
     ]
 
 
-def _revision_check(revision: str | None) -> Check:
+def revision_check(revision: str | None) -> Check:
+    """The schema's alembic revision against the newest this Bruce knows (`SCHEMA_HEAD`)."""
     if revision == SCHEMA_HEAD:
         return Check("migrations", "ok", f"schema at the newest migration ({SCHEMA_HEAD})")
     if revision is None:
@@ -238,16 +239,17 @@ def _revision_check(revision: str | None) -> Check:
 # ---- disk ------------------------------------------------------------------------------------
 
 
-async def _disk(data_dir: Path) -> list[Check]:
+async def disk_check(data_dir: Path, minimum: int = MIN_FREE_BYTES) -> list[Check]:
+    """Free space where `data_dir` is (or will be made); a warning below `minimum` bytes."""
     free = await asyncio.to_thread(_free_bytes, data_dir)
     detail = f"{_size(free)} free in {data_dir}"
-    if free < MIN_FREE_BYTES:
+    if free < minimum:
         return [
             Check(
                 "disk",
                 "warn",
                 f"only {detail}",
-                f"free space (at least {_size(MIN_FREE_BYTES)}) or move app.data_dir",
+                f"free space (at least {_size(minimum)}) or move app.data_dir",
             )
         ]
     return [Check("disk", "ok", detail)]

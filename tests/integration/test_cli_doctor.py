@@ -15,10 +15,17 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bruce_bot.checkup import MAX_CLOCK_SKEW_SECONDS, clock_check
+from bruce_bot.checkup import (
+    MAX_CLOCK_SKEW_SECONDS,
+    clock_check,
+    disk_check,
+    revision_check,
+)
+from bruce_bot.storage.database import SCHEMA_HEAD
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer
+from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 from tests.integration.test_cli import Finished, bruce, write_config
 
 SECRET_KEY = "sk-test-cli-key"
@@ -254,3 +261,56 @@ def test_the_clock_check_warns_above_the_allowed_skew_and_passes_below() -> None
     behind = clock_check(date, server_time - MAX_CLOCK_SKEW_SECONDS - 90, "the LLM server")
     assert behind.status == "warn" and "behind" in behind.detail and "NTP" in behind.fix
     assert clock_check(None, server_time, "the LLM server").status == "warn"
+
+
+async def test_doctor_checks_a_postgresql_database_and_names_database_url_when_unreachable(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811 (the fixture)
+    services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer],
+) -> None:
+    llm, telegram, discord = services
+    path = healthy_config(tmp_path, llm, telegram, discord, database={"url": postgres_url})
+    assert (await bruce("db", "upgrade", "--config", str(path), cwd=tmp_path)).code == 0
+
+    result = await bruce("doctor", "--config", str(path), cwd=tmp_path)
+    assert result.code == 0, result.out
+    assert status_of(result, "database") == "✓" and status_of(result, "migrations") == "✓"
+
+    nowhere = f"postgresql+asyncpg://bruce:pw@127.0.0.1:{free_port()}/bruce"
+    path = healthy_config(tmp_path, llm, telegram, discord, database={"url": nowhere})
+    result = await bruce("doctor", "--config", str(path), cwd=tmp_path)
+    assert result.code == 1 and status_of(result, "database") == "✗"
+    assert "database.url" in "\n".join(lines_of(result, "database"))
+    assert ":pw@" not in result.out
+    result.assert_no_traceback()
+
+
+async def test_an_unreachable_transcription_endpoint_fails_its_check(
+    tmp_path: Path, services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer]
+) -> None:
+    llm, telegram, discord = services
+    nowhere = f"http://127.0.0.1:{free_port()}/v1"
+    path = healthy_config(
+        tmp_path, llm, telegram, discord, transcription={"base_url": nowhere, "api_key": "k-1"}
+    )
+    result = await bruce("doctor", "--config", str(path), cwd=tmp_path)
+    assert result.code == 1 and status_of(result, "transcription") == "✗"
+    assert "transcription.base_url" in "\n".join(lines_of(result, "transcription"))
+
+
+async def test_little_free_disk_space_is_a_warning_that_says_how_much_is_left(
+    tmp_path: Path,
+) -> None:
+    [plenty] = await disk_check(tmp_path / "data", minimum=1)
+    assert plenty.status == "ok" and "free in" in plenty.detail
+    [short] = await disk_check(tmp_path / "data", minimum=10**18)  # more than any disk has
+    assert short.status == "warn" and short.detail.startswith("only ")
+    assert "app.data_dir" in short.fix
+
+
+def test_an_older_schema_warns_to_upgrade_and_a_newer_one_fails() -> None:
+    assert revision_check(SCHEMA_HEAD).status == "ok"
+    older = revision_check("0001")
+    assert older.status == "warn" and "bruce db upgrade" in older.fix
+    assert revision_check("9999").status == "fail"
+    assert revision_check(None).status == "warn"
