@@ -17,6 +17,7 @@ import pytest
 
 from bruce_bot.domain import SessionKey, utcnow
 from bruce_bot.scheduler.service import job_id
+from tests.conftest import wait_until
 from tests.integration.dashboard_support import Dashboard, running_dashboard
 from tests.integration.support import db_rows
 
@@ -240,3 +241,28 @@ async def test_a_task_awaiting_confirmation_is_listed_as_such(
     assert [t["id"] for t in only] == [waiting.id]
     refused = await client.post(f"/api/tasks/{waiting.id}/run", headers=JSON)
     assert refused.status_code == 409
+
+
+async def test_running_a_briefing_now_has_bruce_answer_it_in_the_chat(
+    client: httpx.AsyncClient, dashboard: Dashboard
+) -> None:
+    body = {
+        "session_id": await alice(dashboard),
+        "title": "Briefing",
+        "mode": "agent",
+        "content": "Summarise the day",
+        "cron": "0 7 * * *",
+        "timezone": "Europe/Berlin",
+    }
+    task = (await write(client, "POST", "/api/tasks", body, 201))["task"]
+    await write(client, "POST", f"/api/tasks/{task['id']}/run")
+    # The briefing's turn goes through the inbox and the (fake) model, then to the chat.
+    await wait_until(
+        lambda: any("Summarise the day" in t for t in dashboard.channel.texts("alice"))
+    )
+
+    async def delivered() -> bool:
+        runs = (await client.get(f"/api/tasks/{task['id']}/runs")).json()["runs"]
+        return bool(runs) and runs[0]["status"] == "delivered"
+
+    await wait_until(delivered)

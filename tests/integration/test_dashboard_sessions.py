@@ -19,6 +19,7 @@ from bruce_bot.scheduler.service import job_id
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import last_user_text
 from tests.integration.dashboard_support import Dashboard, create_task, running_dashboard
+from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 from tests.integration.support import db_rows
 
 TOKEN = "hF3kY8wq2Zp0Lr5Tn7Vb1Xc4Md6Js9Ga-QeUuIoP0aS"
@@ -209,3 +210,33 @@ async def test_a_session_bruce_is_answering_is_not_deleted_and_unknown_ones_are_
     assert missing.status_code == 404 and "/api/sessions" in missing.json()["error"]
     bad = await client.delete("/api/sessions/zero", headers=JSON)
     assert bad.status_code == 400 and "'session_id'" in bad.json()["error"]
+
+
+async def test_the_session_page_and_its_delete_work_on_postgresql(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811 (the fixture)
+) -> None:
+    async with (
+        running_dashboard(tmp_path, TOKEN, database={"url": postgres_url}) as dashboard,
+        httpx.AsyncClient(base_url=dashboard.url, headers=AUTH, timeout=20) as client,
+    ):
+        await dashboard.use_tool("alice", "add", {"a": 2, "b": 2})
+        await create_task(dashboard, "alice", title="Daily", content="Hi", cron="0 8 * * *")
+        stores = dashboard.bruce.stores
+        assert stores is not None
+        session_id = await session_id_of(dashboard, "alice")
+        child = await stores.sessions.create_child(session_id, SessionKey("chat", "alice/sub"))
+        await stores.goals.add(session_id, "A goal", None)
+
+        detail = await get_json(client, f"/api/sessions/{session_id}")
+        assert [c["id"] for c in detail["children"]] == [child.id]
+        assert [t["title"] for t in detail["tasks"]] == ["Daily"] and len(detail["goals"]) == 1
+        messages = (await get_json(client, f"/api/sessions/{session_id}/messages"))["messages"]
+        assert [len(m["tool_calls"]) for m in messages] == [0, 1]
+
+        response = await client.delete(f"/api/sessions/{session_id}", headers=JSON)
+        assert response.status_code == 200, response.text
+        assert response.json()["session_ids"] == [session_id, child.id]
+        assert response.json()["tasks_cancelled"] == 1
+        assert (await client.get(f"/api/sessions/{session_id}")).status_code == 404
+        assert await dashboard.chat("alice", "again") == "You said: again"
