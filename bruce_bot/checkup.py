@@ -89,10 +89,8 @@ def examine(
 ) -> Report:
     """The whole check-up of a loaded configuration (`source`: the file it came from)."""
     checks = [Check("config", "ok", f"valid ({source or 'built-in defaults'})")]
-    checks += [
-        Check("config", "warn", warning, "see the key named in the warning")
-        for warning in config.warnings()
-    ]
+    # Each warning names its key and says what to do already.
+    checks += [Check("config", "warn", warning) for warning in config.warnings()]
     return Report(checks + asyncio.run(_services(config, clock)))
 
 
