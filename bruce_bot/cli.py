@@ -1,11 +1,13 @@
-"""The `bruce` command: run, chat, db upgrade, check-config, token, pairing (the CLI contract,
-DESIGN §6b; `bruce pairing` is pairing_cli.py).
+"""The `bruce` command: run, chat, db upgrade/check, check-config, doctor, token, pairing (the CLI
+contract, DESIGN §6b; `bruce pairing` is pairing_cli.py).
 
 Every command loads the configuration first; an invalid one is printed as a list of problems
 (key, what is wrong, fix) with exit status 2, never as a traceback, and never with the value of a
 key that may hold a secret. Everything the command writes to stderr, the traceback of an
 unexpected error included, goes through the log scrubber, so configured secrets and URL passwords
-come out as `***`. `bruce token` prints a new random token for `web.auth_token`.
+come out as `***`. `bruce doctor` checks everything Bruce depends on (`checkup.py`): exit
+status 0 when nothing failed, 1 otherwise. `bruce token` prints a new random token for
+`web.auth_token`.
 
 `bruce run` imports and builds Bruce with Python's cyclic garbage collector paused: that creates
 some 200,000 objects that live as long as the process (modules, classes, models), and each
@@ -117,6 +119,30 @@ def _cmd_pairing(args: argparse.Namespace) -> int:
     return pairing_cli.run(_load(args.config, quiet=True), args)
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from bruce_bot.checkup import config_failure, examine
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        report = config_failure(exc)
+    else:
+        # Only errors: a refused probe is reported as a check, not as a log line too.
+        configure_logging("error", config.logging.json_output, config.secrets())
+        report = examine(config, resolve_path(args.config))
+    # A server's error may quote a token or key back: configured secrets are printed as ***.
+    if args.json:
+        print(scrubber.scrub(json.dumps(report.as_json(), ensure_ascii=False, indent=2)))
+    else:
+        for check in report.checks:
+            print(scrubber.scrub(check.render()))
+        failed = sum(check.status == "fail" for check in report.checks)
+        print("all checks passed" if report.ok else f"{failed} check(s) failed")
+    return 0 if report.ok else 1
+
+
 def _cmd_token(_args: argparse.Namespace) -> int:
     print(secrets.token_urlsafe(TOKEN_BYTES))
     return 0
@@ -171,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     from bruce_bot.pairing_cli import add_commands as add_pairing_commands
 
     add_pairing_commands(commands, with_config, _cmd_pairing)
+    doctor = with_config(
+        commands.add_parser("doctor", help="check config, database, LLM, channels, port, clock")
+    )
+    doctor.add_argument("--json", action="store_true", help="the report as JSON, for machines")
+    doctor.set_defaults(handler=_cmd_doctor)
     commands.add_parser(
         "token", help="print a new random token for web.auth_token and exit"
     ).set_defaults(handler=_cmd_token)

@@ -54,11 +54,11 @@ class TaskPlanner:
                 "give exactly one of run_at (a one-shot time) or cron (a recurring schedule)"
             )
         zone = zone_of(new.timezone) if new.timezone else self._context.app_zone
-        first = self._first_run(new, zone)
+        first = self.first_run(new, zone)
         async with self._creating:  # the count and the insert as one step: calls run at once
             if made := await self._made_by(new):
                 return made
-            await self._check_room(new.session_id)
+            await self.check_room(new.session_id)
             task = await self._tasks.create(
                 session_id=new.session_id,
                 channel=new.channel,
@@ -94,7 +94,8 @@ class TaskPlanner:
             log.info("task_create_repeated", task_id=made.id, origin=new.origin)
         return made
 
-    def _first_run(self, new: NewTask, zone: ZoneInfo) -> datetime:
+    def first_run(self, new: NewTask, zone: ZoneInfo) -> datetime:
+        """When `new` would first fire; ScheduleError when it never would, or too often."""
         now = self._context.clock()
         if new.run_at:
             return parse_run_at(new.run_at, zone, now)
@@ -117,7 +118,7 @@ class TaskPlanner:
                 "execution_mode 'message' for a plain reminder."
             )
 
-    async def _check_room(self, session_id: int) -> None:
+    async def check_room(self, session_id: int) -> None:
         most = self._context.rules.max_active_tasks_per_chat
         if await self._tasks.count_open(session_id) >= most:
             raise ScheduleError(

@@ -1,7 +1,8 @@
-"""The task service: proactive tasks made, listed and cancelled, and fired when due.
+"""The task service: proactive tasks made, listed, edited and cancelled, and fired when due.
 
 A thin facade over the scheduler's parts, each in a module of its own: `job_store` (APScheduler
-and one job per task), `planner` (the scheduling tools' side), `firing` (a due firing delivered
+and one job per task), `planner` (the scheduling tools' side), `editing` (the dashboard's:
+edit, pause, resume, run now), `firing` (a due firing delivered
 at most once), `runs` (closing runs from their messages' fates), `reconcile` (start-up and
 election: the rows are the truth). `proactive_tasks` rows are the source of truth; APScheduler
 only decides when `jobs.fire_task(task_id)` runs.
@@ -26,6 +27,7 @@ from bruce_bot.inbox import Inbox
 from bruce_bot.outbox import Outbox
 from bruce_bot.scheduler import jobs
 from bruce_bot.scheduler.context import SchedulerContext
+from bruce_bot.scheduler.editing import TaskEditor
 from bruce_bot.scheduler.firing import TaskFiring
 from bruce_bot.scheduler.job_store import (
     JOBSTORE_TABLE,
@@ -77,6 +79,7 @@ class TaskService:
         self._firing = firing = TaskFiring(context, inbox, outbox, channels)
         self._reconciler = Reconciler(context, firing)
         self.planner = TaskPlanner(context, firing)
+        self.editor = TaskEditor(context, firing, self.planner)
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -180,6 +183,20 @@ class TaskService:
 
     async def cancel(self, task_id: int, session_id: int) -> TaskRecord:
         return await self.planner.cancel(task_id, session_id)
+
+    # ---- the dashboard's side, done by `editor` -------------------------------------------
+
+    async def edit(self, task_id: int, new: NewTask) -> TaskRecord:
+        return await self.editor.edit(task_id, new)
+
+    async def pause(self, task_id: int) -> TaskRecord:
+        return await self.editor.pause(task_id)
+
+    async def resume(self, task_id: int) -> TaskRecord:
+        return await self.editor.resume(task_id)
+
+    async def run_now(self, task_id: int) -> TaskRecord:
+        return await self.editor.run_now(task_id)
 
     def describe_next_run(self, task: TaskRecord) -> str:
         return self.planner.describe_next_run(task)

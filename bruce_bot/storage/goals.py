@@ -118,6 +118,16 @@ class GoalStore:
             self._open[session_id] = tree
         return tree
 
+    async def of_session(self, session_id: int) -> list[Goal]:
+        """Every goal of the session, done ones too, oldest first (for the dashboard)."""
+        query = select(*_COLUMNS).where(_goals.c.session_id == session_id).order_by(_goals.c.id)
+        async with self._engine.connect() as connection:
+            return [from_row(Goal, row) for row in await connection.execute(query)]
+
+    def forget(self, session_id: int) -> None:
+        """The session was deleted: drop what is cached of it (its id may be used again)."""
+        self._changed(session_id)
+
     async def get(self, goal_id: int) -> Goal | None:
         async with self._engine.connect() as connection:
             row = (await connection.execute(ONE, {"gid": goal_id})).first()

@@ -305,6 +305,21 @@ class SessionStore:
         async with self._engine.connect() as connection:
             return [from_row(SessionRecord, row) for row in await connection.execute(query)]
 
+    async def children(self, parent_id: int) -> list[SessionRecord]:
+        """The sub-agents' sessions under `parent_id`, oldest first."""
+        query = select(*_COLUMNS).where(_table.c.parent_id == parent_id).order_by(_table.c.id)
+        async with self._engine.connect() as connection:
+            return [from_row(SessionRecord, row) for row in await connection.execute(query)]
+
+    def forget(self, session_ids: Iterable[int]) -> None:
+        """These sessions were deleted (storage/session_removal.py): the next message of their
+        chat makes a new session instead of finding the cached record."""
+        self._epoch += 1
+        for session_id in session_ids:
+            self._stale.discard(session_id)
+            if session_id in self._by_id:
+                self._forget(session_id)
+
     # ---- what the analytical brain maintains ---------------------------------------------------
 
     async def create_child(self, parent_id: int, key: SessionKey) -> SessionRecord:

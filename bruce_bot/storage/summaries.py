@@ -55,6 +55,11 @@ class SummaryStore:
         else:
             self._latest.pop(session_id, None)
 
+    def forget(self, session_id: int) -> None:
+        """The session was deleted: drop its cached summary (its id may be used again)."""
+        self._epoch += 1
+        self._latest.pop(session_id, None)
+
     async def latest(self, session_id: int) -> Summary | None:
         if session_id in self._latest:
             return self._latest[session_id]

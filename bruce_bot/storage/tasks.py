@@ -155,13 +155,17 @@ class TaskStore:
         async with self._engine.connect() as connection:
             return [from_row(TaskRecord, row) for row in await connection.execute(query)]
 
-    async def listing(self, status: TaskStatus | None = None, limit: int = 100) -> list[TaskRecord]:
+    async def listing(
+        self, status: TaskStatus | None = None, limit: int = 100, session_id: int | None = None
+    ) -> list[TaskRecord]:
         """Tasks for the dashboard: active and paused ones first, soonest next run first, then
-        the others newest first; only those with `status` when given."""
+        the others newest first; only those with `status` (of `session_id`) when given."""
         waiting = case((_tasks.c.status.in_(("active", "paused")), 0), else_=1)
         query = select(*_COLUMNS)
         if status is not None:
             query = query.where(_tasks.c.status == status)
+        if session_id is not None:
+            query = query.where(_tasks.c.session_id == session_id)
         query = query.order_by(
             waiting, _tasks.c.next_run_at.asc().nulls_last(), _tasks.c.id.desc()
         ).limit(limit)

@@ -81,10 +81,18 @@ def session_of(sessions: list[dict[str, Any]], chat_id: str) -> dict[str, Any]:
 
 ROUTES = [
     ("GET", "/api/sessions"),
+    ("GET", "/api/sessions/1"),
+    ("DELETE", "/api/sessions/1"),
     ("GET", "/api/sessions/1/messages"),
     ("GET", "/api/tasks"),
     ("GET", "/api/tasks/1/runs"),
     ("POST", "/api/tasks/1/cancel"),
+    ("POST", "/api/tasks"),
+    ("PUT", "/api/tasks/1"),
+    ("DELETE", "/api/tasks/1"),
+    ("POST", "/api/tasks/1/run"),
+    ("POST", "/api/tasks/1/pause"),
+    ("POST", "/api/tasks/1/resume"),
     ("GET", "/api/artifacts"),
     ("GET", "/api/tool-executions"),
     ("GET", "/api/deliveries"),

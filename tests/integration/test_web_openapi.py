@@ -172,7 +172,7 @@ async def test_a_bad_parameter_message_says_what_is_allowed(client: httpx.AsyncC
     response = await client.get("/api/tasks", params={"status": "bogus", "limit": "0"})
     assert response.status_code == 400
     message = response.json()["error"]
-    assert "'status' must be one of active, paused, done, cancelled, missed" in message
+    assert "'status' must be one of active, paused, unconfirmed, done, cancelled, missed" in message
     assert "'limit' must be an integer from 1 to 500" in message
     assert "not 'bogus'" in message and "not '0'" in message
 

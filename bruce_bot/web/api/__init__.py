@@ -1,7 +1,8 @@
-"""The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions and their
-messages, scheduled tasks, artifacts, what Bruce remembers about people, the logs (tool calls,
-failed deliveries), editable settings, who may talk on the chat platforms (pairing), token
-usage and signed-in browsers; `/api/openapi.json` describes them all.
+"""The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions (one in
+detail, deleting one) and their messages with their tool calls, scheduled tasks, artifacts,
+what Bruce remembers about people, the logs (tool calls, failed deliveries), editable settings,
+who may talk on the chat platforms (pairing), token usage and signed-in browsers;
+`/api/openapi.json` describes them all.
 
 Every route sits behind the app's auth middleware and is an `Endpoint` value: its parameters,
 body and answer are pydantic models. Parameters are validated before any query runs (a bad one
@@ -20,8 +21,10 @@ from bruce_bot.web.api import (
     logs,
     memories,
     people,
+    session_detail,
     sessions,
     settings,
+    task_writes,
     tasks,
     usage,
     web_sessions,
@@ -39,7 +42,9 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
     (
         *chat.ENDPOINTS,
         *sessions.ENDPOINTS,
+        *session_detail.ENDPOINTS,
         *tasks.ENDPOINTS,
+        *task_writes.ENDPOINTS,
         *artifacts.ENDPOINTS,
         *memories.ENDPOINTS,
         *logs.ENDPOINTS,

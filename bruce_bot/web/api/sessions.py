@@ -1,4 +1,8 @@
-"""`/api/sessions`: the conversations, most recent activity first, and a session's messages."""
+"""`/api/sessions`: the conversations, most recent activity first, and a session's messages, each
+reply with the tool calls of the turn that wrote it (`tool_executions.answers_message_id` names
+the last user message a turn answered; the reply lists those it answers in `extra["answers"]`).
+A turn that wrote no reply (cut short, or still running) shows its tool calls under the user
+message it was answering."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
+from bruce_bot.storage.messages import ANSWERS, StoredMessage
 from bruce_bot.web.api.endpoint import FROM_RECORD, Call, Endpoint
 from bruce_bot.web.api.params import MAX_ID, Id, limit
 from bruce_bot.web.context import WebContext
@@ -27,6 +32,20 @@ class SessionList(BaseModel):
     sessions: list[SessionAnswer]
 
 
+class ToolCallAnswer(BaseModel):
+    """One tool the model called in the turn, with what it was given and what came back."""
+
+    model_config = FROM_RECORD
+
+    id: int
+    tool_name: str
+    input: str = Field(description="the arguments, as JSON text")
+    output: str | None
+    error: str | None
+    duration_ms: float
+    created_at: Time
+
+
 class MessageAnswer(BaseModel):
     model_config = FROM_RECORD
 
@@ -37,6 +56,9 @@ class MessageAnswer(BaseModel):
     content: str
     status: str
     created_at: Time
+    tool_calls: list[ToolCallAnswer] = Field(
+        default_factory=list, description="the tools called by the turn that wrote this reply"
+    )
 
 
 class SessionMessages(BaseModel):
@@ -89,9 +111,30 @@ async def session_messages(call: Call[MessagesQuery, None]) -> SessionMessages:
     rows = await stores.messages.recent(params.session_id, params.after, params.limit)
     return SessionMessages(
         session=SessionAnswer.model_validate(session),
-        messages=[MessageAnswer.model_validate(m) for m in rows],
+        messages=await with_tool_calls(call.context, rows),
         next_after=rows[-1].id if len(rows) == params.limit else None,
     )
+
+
+async def with_tool_calls(context: WebContext, rows: list[StoredMessage]) -> list[MessageAnswer]:
+    """The messages, each reply carrying the tool calls of its turn (see the module)."""
+    user_ids = [m.id for m in rows if m.role == "user"]
+    executions = await context.stores.audit.executions_answering(user_ids) if user_ids else []
+    by_answered: dict[int, list[ToolCallAnswer]] = {}
+    for execution in executions:
+        if execution.answers_message_id is not None:
+            call = ToolCallAnswer.model_validate(execution)
+            by_answered.setdefault(execution.answers_message_id, []).append(call)
+    answers = [MessageAnswer.model_validate(m) for m in rows]
+    for row, message in zip(rows, answers, strict=True):
+        answered = (row.extra or {}).get(ANSWERS) if row.role == "assistant" else None
+        if isinstance(answered, list) and answered:
+            for message_id in answered:
+                message.tool_calls += by_answered.pop(message_id, [])
+    for row, message in zip(rows, answers, strict=True):  # turns that wrote no reply (yet)
+        if row.role == "user":
+            message.tool_calls += by_answered.pop(row.id, [])
+    return answers
 
 
 ENDPOINTS = (

@@ -1,4 +1,5 @@
-"""`/api/tasks`: reminders and briefings (proactive tasks), their firings, and cancelling one."""
+"""`/api/tasks`: reminders and briefings (proactive tasks), their firings, and cancelling one
+(creating, editing, pausing, running and deleting one: `task_writes.py`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from bruce_bot.scheduler.cron_words import describe_schedule
 from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.web.api.endpoint import Call, Endpoint
@@ -14,8 +16,9 @@ from bruce_bot.web.api.params import BLANK_IS_NONE, Id, limit
 from bruce_bot.web.context import WebContext
 from bruce_bot.web.wire import ApiError, Time, iso
 
-TaskStatus = Literal["active", "paused", "done", "cancelled", "missed"]
+TaskStatus = Literal["active", "paused", "unconfirmed", "done", "cancelled", "missed"]
 CANCELLABLE = ("active", "paused")
+UNCONFIRMED = "unconfirmed"  # scheduler/planner.py: waits for the user's yes in the chat
 
 
 class RunAnswer(BaseModel):
@@ -38,6 +41,12 @@ class TaskAnswer(BaseModel):
     mode: str
     content: str
     schedule: str = Field(description='"once" or "cron <expression>"')
+    schedule_words: str = Field(
+        description='the schedule in words, e.g. "every weekday at 08:00 America/Sao_Paulo"'
+    )
+    awaiting_confirmation: bool = Field(
+        description="set up after Bruce read web content: it runs once the user says yes"
+    )
     cron: str | None
     run_at: Time | None
     timezone: str
@@ -84,6 +93,8 @@ def task_answer(
     fields = {
         **dataclasses.asdict(task),
         "schedule": f"cron {task.cron}" if task.cron else "once",
+        "schedule_words": describe_schedule(task.cron, task.run_at, task.timezone),
+        "awaiting_confirmation": task.status == UNCONFIRMED,
         "next_run": service.describe_next_run(task) if service else iso(task.next_run_at),
         "last_run": last_run,
     }
@@ -100,7 +111,7 @@ async def list_tasks(call: Call[TasksQuery, None]) -> TaskList:
     )
 
 
-async def _existing(context: WebContext, task_id: int) -> TaskRecord:
+async def existing_task(context: WebContext, task_id: int) -> TaskRecord:
     task = await context.stores.tasks.get(task_id)
     if task is None:
         raise ApiError(f"there is no task {task_id}; GET /api/tasks lists them", 404)
@@ -109,7 +120,7 @@ async def _existing(context: WebContext, task_id: int) -> TaskRecord:
 
 async def task_runs(call: Call[RunsQuery, None]) -> TaskRuns:
     task_id = call.params.task_id
-    await _existing(call.context, task_id)
+    await existing_task(call.context, task_id)
     runs = await call.context.stores.tasks.recent_runs(task_id, call.params.limit)
     return TaskRuns(task_id=task_id, runs=[RunAnswer.model_validate(run) for run in runs])
 
@@ -118,7 +129,7 @@ async def cancel_task(call: Call[TaskId, None]) -> CancelledTask:
     context, task_id = call.context, call.params.task_id
     if context.tasks is None:
         raise ApiError("the scheduler is not running; start Bruce with `bruce run`", 503)
-    task = await _existing(context, task_id)
+    task = await existing_task(context, task_id)
     if task.status not in CANCELLABLE:
         raise ApiError(
             f"task {task_id} is {task.status}; only active or paused tasks can be cancelled", 409
@@ -127,7 +138,7 @@ async def cancel_task(call: Call[TaskId, None]) -> CancelledTask:
         await context.tasks.cancel(task_id, task.session_id)
     except ScheduleError:  # it finished (or was cancelled) in the meantime
         raise ApiError(f"task {task_id} is no longer active; reload the list", 409) from None
-    cancelled = await _existing(context, task_id)
+    cancelled = await existing_task(context, task_id)
     last_runs = await context.stores.tasks.last_runs([task_id])
     return CancelledTask(task=task_answer(context, cancelled, last_runs.get(task_id)))
 

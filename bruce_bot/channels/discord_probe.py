@@ -1,0 +1,43 @@
+"""Discord's side of `bruce doctor`: the REST login discord.py does first (`GET /users/@me`
+with the bot token), without opening the gateway, answering with the bot's name or a
+`ProbeError` that names the key."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import discord
+
+from bruce_bot.channels.discord_gateway import point_library_at
+from bruce_bot.channels.probe import ProbeError
+from bruce_bot.config import DiscordConfig
+
+
+async def discord_bot_name(config: DiscordConfig) -> str:
+    """The bot's user name; ProbeError when Discord refuses the token or cannot be reached.
+
+    discord.py retries a connection error a few times on its own; the caller bounds the whole
+    probe with a timeout."""
+    point_library_at(config)
+    http = discord.http.HTTPClient(asyncio.get_running_loop())
+    try:
+        user = await http.static_login(config.token)
+        return str(user.get("username") or user.get("id") or "?")
+    except discord.LoginFailure as exc:
+        raise ProbeError(
+            "Discord refused the token (401 Unauthorized)",
+            "set channels.discord.token to the bot token of your application (Developer Portal)",
+        ) from exc
+    except discord.HTTPException as exc:
+        raise ProbeError(
+            f"Discord answered {exc.status}: {exc.text or exc}",
+            "check channels.discord.token and channels.discord.api_base_url",
+        ) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise ProbeError(
+            f"Discord unreachable: {exc}",
+            "check the network (or channels.discord.api_base_url)",
+        ) from exc
+    finally:
+        await http.close()

@@ -1,0 +1,446 @@
+"""`bruce doctor`: is everything Bruce needs in place? One check per dependency, each with a fix.
+
+It loads and validates the configuration, then, at the same time and each under its own timeout
+(nothing blocks for ever): the database (reachable, schema at the newest migration, SQLite's
+`PRAGMA integrity_check` or a query on PostgreSQL), free disk space in `app.data_dir`, the LLM
+(one call of one output token through the configured provider, with the server's own error when
+it refuses), the clock (against the `Date` header of the LLM server's answer), Telegram `getMe`
+and Discord's REST login when those channels are on (through their SDKs, in the channel modules),
+the web port (free, or Bruce's own `/healthz` already answering there) and the transcription
+endpoint when one is configured. A check passes (ok), warns (Bruce runs, but something deserves a
+look) or fails (Bruce will not work as configured); only failures make the exit status 1.
+`bruce db check` (rows Bruce cannot use) is `doctor.py`, a different question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import shutil
+import socket
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Literal
+
+import httpx
+from sqlalchemy import pool, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bruce_bot.channels.probe import ProbeError
+from bruce_bot.config import Config, ConfigError
+from bruce_bot.domain import ChatMessage, SystemPrompt
+from bruce_bot.llm.base import (
+    LLMAuthenticationError,
+    LLMError,
+    LLMModelNotFoundError,
+    LLMQuotaExceededError,
+    LLMUnavailableError,
+)
+from bruce_bot.llm.errors import ErrorReply
+from bruce_bot.llm.factory import create_llm
+from bruce_bot.storage.database import SCHEMA_HEAD
+
+Status = Literal["ok", "warn", "fail"]
+MARKS: dict[Status, str] = {"ok": "✓", "warn": "!", "fail": "✗"}
+CHECK_TIMEOUT_SECONDS = 15.0
+MIN_FREE_BYTES = 512 * 1024 * 1024  # below this, media, artifacts and the database may not fit
+MAX_CLOCK_SKEW_SECONDS = 30.0
+DEFAULT_LLM_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the report: what was checked, how it went, and what to do about it."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def render(self) -> str:
+        line = f"{MARKS[self.status]} {self.name}: {self.detail}"
+        return f"{line}\n    fix: {self.fix}" if self.fix and self.status != "ok" else line
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status != "fail" for check in self.checks)
+
+    def as_json(self) -> dict[str, object]:
+        return {"ok": self.ok, "checks": [asdict(check) for check in self.checks]}
+
+
+def config_failure(error: ConfigError) -> Report:
+    """The report of a configuration that does not load: nothing else can be checked."""
+    return Report([Check("config", "fail", "; ".join(error.problems), "fix the keys named")])
+
+
+def examine(
+    config: Config, source: Path | None, *, clock: Callable[[], float] = time.time
+) -> Report:
+    """The whole check-up of a loaded configuration (`source`: the file it came from)."""
+    checks = [Check("config", "ok", f"valid ({source or 'built-in defaults'})")]
+    # Each warning names its key and says what to do already.
+    checks += [Check("config", "warn", warning) for warning in config.warnings()]
+    return Report(checks + asyncio.run(_services(config, clock)))
+
+
+async def _services(config: Config, clock: Callable[[], float]) -> list[Check]:
+    probes: list[tuple[str, Callable[[], Awaitable[list[Check]]]]] = [
+        ("database", lambda: _database(config)),
+        ("disk", lambda: disk_check(config.app.data_dir)),
+        ("llm", lambda: _llm(config, clock)),
+    ]
+    if config.channels.telegram.enabled:
+        probes.append(("telegram", lambda: _telegram(config)))
+    if config.channels.discord.enabled:
+        probes.append(("discord", lambda: _discord(config)))
+    if config.web.enabled:
+        probes.append(("web", lambda: _web_port(config.web.host, config.web.port)))
+    if config.transcription.is_configured:
+        probes.append(("transcription", lambda: _transcription(config)))
+    results = await asyncio.gather(*(_bounded(name, probe) for name, probe in probes))
+    return [check for checks in results for check in checks]
+
+
+async def _bounded(name: str, probe: Callable[[], Awaitable[list[Check]]]) -> list[Check]:
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            return await probe()
+    except TimeoutError:
+        return [
+            Check(
+                name,
+                "fail",
+                f"no answer within {CHECK_TIMEOUT_SECONDS:g} s",
+                "check the network and the address configured for it",
+            )
+        ]
+    except Exception as exc:  # a check that breaks is a failed check, never a traceback
+        return [Check(name, "fail", f"the check itself failed: {type(exc).__name__}: {exc}")]
+
+
+# ---- database --------------------------------------------------------------------------------
+
+
+async def _database(config: Config) -> list[Check]:
+    url = make_url(config.database_url)
+    where = config.database_url.split("@")[-1]
+    if url.get_backend_name() == "sqlite":
+        if not url.database or url.database == ":memory:":
+            return [Check("database", "ok", "in memory (nothing kept after exit)")]
+        return await asyncio.to_thread(_sqlite_file, Path(url.database))
+    engine = create_async_engine(config.database_url, poolclass=pool.NullPool)
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+            exists = (
+                await connection.execute(text("SELECT to_regclass('alembic_version')"))
+            ).scalar()
+            revision = (
+                (await connection.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+                if exists
+                else None
+            )
+    except Exception as exc:
+        return [
+            Check(
+                "database",
+                "fail",
+                f"cannot connect to {where}: {type(exc).__name__}: {exc}",
+                "check database.url (host, port, user, password) and that PostgreSQL runs",
+            )
+        ]
+    finally:
+        await engine.dispose()
+    return [Check("database", "ok", f"reachable: {where}"), revision_check(revision)]
+
+
+def _sqlite_file(path: Path) -> list[Check]:
+    if not path.exists():
+        return [
+            Check(
+                "database",
+                "warn",
+                f"{path} does not exist yet",
+                "start Bruce or run `bruce db upgrade`: either creates it",
+            )
+        ]
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            verdict = [row[0] for row in connection.execute("PRAGMA integrity_check")]
+            has_versions = connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+            ).fetchone()
+            revision = (
+                connection.execute("SELECT version_num FROM alembic_version").fetchone()
+                if has_versions
+                else None
+            )
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        return [
+            Check(
+                "database",
+                "fail",
+                f"{path} cannot be read: {exc}",
+                "restore the file from a backup (or move it away to start afresh)",
+            )
+        ]
+    if verdict != ["ok"]:
+        return [
+            Check(
+                "database",
+                "fail",
+                f"{path} is damaged: {'; '.join(verdict[:3])}",
+                "restore the file from a backup; `sqlite3 bruce.db .recover` may save the rest",
+            )
+        ]
+    return [
+        Check("database", "ok", f"{path} (integrity ok)"),
+        revision_check(revision[0] if revision else None),
+    ]
+
+
+def revision_check(revision: str | None) -> Check:
+    """The schema's alembic revision against the newest this Bruce knows (`SCHEMA_HEAD`)."""
+    if revision == SCHEMA_HEAD:
+        return Check("migrations", "ok", f"schema at the newest migration ({SCHEMA_HEAD})")
+    if revision is None:
+        return Check("migrations", "warn", "no schema yet", "start Bruce or run `bruce db upgrade`")
+    if revision.isdigit() and SCHEMA_HEAD.isdigit() and int(revision) > int(SCHEMA_HEAD):
+        return Check(
+            "migrations",
+            "fail",
+            f"schema {revision} is newer than this Bruce knows ({SCHEMA_HEAD})",
+            "run the newer Bruce that upgraded it, or restore a backup",
+        )
+    return Check(
+        "migrations",
+        "warn",
+        f"schema at {revision}, the newest is {SCHEMA_HEAD}",
+        "run `bruce db upgrade` (Bruce also upgrades it when it starts)",
+    )
+
+
+# ---- disk ------------------------------------------------------------------------------------
+
+
+async def disk_check(data_dir: Path, minimum: int = MIN_FREE_BYTES) -> list[Check]:
+    """Free space where `data_dir` is (or will be made); a warning below `minimum` bytes."""
+    free = await asyncio.to_thread(_free_bytes, data_dir)
+    detail = f"{_size(free)} free in {data_dir}"
+    if free < minimum:
+        return [
+            Check(
+                "disk",
+                "warn",
+                f"only {detail}",
+                f"free space (at least {_size(minimum)}) or move app.data_dir",
+            )
+        ]
+    return [Check("disk", "ok", detail)]
+
+
+def _free_bytes(data_dir: Path) -> int:
+    existing = data_dir.resolve()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # not created yet: the disk it will be made on
+    return shutil.disk_usage(existing).free
+
+
+def _size(count: float) -> str:
+    unit = "B"
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1024 or unit == "GB":
+            break
+        count /= 1024
+    return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+
+
+# ---- LLM and clock ---------------------------------------------------------------------------
+
+
+async def _llm(config: Config, clock: Callable[[], float]) -> list[Check]:
+    settings = config.llm
+    name = f"{settings.provider} / {settings.model}"
+    if not settings.is_configured:
+        return [
+            Check(
+                "llm",
+                "fail",
+                f"{name}: no API key",
+                "set llm.api_key (or llm.base_url of a local OpenAI-compatible server)",
+            )
+        ]
+    probe = settings.model_copy(
+        update={"max_retries": 0, "timeout_seconds": min(settings.timeout_seconds, 10.0)}
+    )
+    llm = create_llm(probe)
+    try:
+        # `model` given: the plain model, without `llm.thinking` (it needs more than 1 token).
+        await llm.complete(
+            SystemPrompt(stable=("Answer with one word.",)),
+            [ChatMessage(role="user", text="ping")],
+            model=settings.model,
+            max_tokens=1,
+        )
+    except LLMError as exc:
+        return [Check("llm", "fail", f"{name}: {exc}{_server_words(exc)}", _llm_fix(exc))]
+    finally:
+        await llm.aclose()
+    return [Check("llm", "ok", f"{name} answers"), await _clock(config, clock)]
+
+
+def _server_words(exc: LLMError) -> str:
+    """The provider's own error, word for word, when the server refused the call: the core's
+    error says what it means, this says what the server said (read from the SDK's exception,
+    which `call.py` keeps as the cause, without importing the SDK here)."""
+    cause = exc.__cause__
+    status = getattr(cause, "status_code", None)
+    if cause is None or not isinstance(status, int):
+        return ""
+    fallback = str(getattr(cause, "message", "") or "")
+    reply = ErrorReply.from_body(status, getattr(cause, "body", None), fallback)
+    kind = f" ({reply.kind})" if reply.kind else ""
+    return f" — the server said: {status}{kind} {reply.message}" if reply.message else ""
+
+
+def _llm_fix(exc: LLMError) -> str:
+    if isinstance(exc, LLMAuthenticationError):
+        return "llm.api_key was refused: set it to a valid key of this provider"
+    if isinstance(exc, LLMModelNotFoundError):
+        return "set llm.model to a model this server offers"
+    if isinstance(exc, LLMQuotaExceededError):
+        return "add credit to the provider account (or change llm.provider)"
+    if isinstance(exc, LLMUnavailableError):
+        return "check the network and llm.base_url; retry later if the provider is overloaded"
+    return "check llm.model, llm.base_url and llm.provider"
+
+
+async def _clock(config: Config, clock: Callable[[], float]) -> Check:
+    url = config.llm.base_url or DEFAULT_LLM_URLS[config.llm.provider]
+    try:
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            answer = await http.get(url)
+    except httpx.HTTPError as exc:
+        return Check("clock", "warn", f"could not ask {url} for the time: {exc}")
+    return clock_check(answer.headers.get("date"), clock(), url)
+
+
+def clock_check(date_header: str | None, now: float, source: str) -> Check:
+    """Compare the local clock `now` (epoch seconds) with a server's `Date` header."""
+    if not date_header:
+        return Check("clock", "warn", f"{source} sent no Date header; clock not compared")
+    try:
+        theirs = parsedate_to_datetime(date_header).timestamp()
+    except (TypeError, ValueError):
+        return Check("clock", "warn", f"unreadable Date header {date_header!r} from {source}")
+    skew = now - theirs
+    if abs(skew) > MAX_CLOCK_SKEW_SECONDS:
+        direction = "ahead of" if skew > 0 else "behind"
+        return Check(
+            "clock",
+            "warn",
+            f"this machine's clock is {abs(skew):.0f} s {direction} {source}",
+            "turn on time synchronisation (NTP, e.g. `timedatectl set-ntp true`): reminders "
+            "fire by this clock",
+        )
+    return Check("clock", "ok", f"within {MAX_CLOCK_SKEW_SECONDS:g} s of {source}")
+
+
+# ---- channels --------------------------------------------------------------------------------
+
+
+async def _telegram(config: Config) -> list[Check]:
+    from bruce_bot.channels.telegram_probe import telegram_bot_name
+
+    try:
+        name = await telegram_bot_name(config.channels.telegram, CHECK_TIMEOUT_SECONDS / 2)
+    except ProbeError as exc:
+        return [Check("telegram", "fail", exc.detail, exc.fix)]
+    return [Check("telegram", "ok", f"logged in as {name}")]
+
+
+async def _discord(config: Config) -> list[Check]:
+    from bruce_bot.channels.discord_probe import discord_bot_name
+
+    try:
+        name = await discord_bot_name(config.channels.discord)
+    except ProbeError as exc:
+        return [Check("discord", "fail", exc.detail, exc.fix)]
+    return [Check("discord", "ok", f"logged in as {name}")]
+
+
+async def _web_port(host: str, port: int) -> list[Check]:
+    if port == 0:
+        return [Check("web", "ok", f"{host}: a free port is picked at start")]
+    where = f"{host}:{port}"
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            return [Check("web", "fail", f"cannot listen on {where}: {exc.strerror}", _PORT_FIX)]
+    else:
+        return [Check("web", "ok", f"{where} is free")]
+    if await _is_bruce(host, port):
+        return [Check("web", "ok", f"{where}: Bruce is already running there (/healthz answers)")]
+    return [Check("web", "fail", f"{where} is taken by another program", _PORT_FIX)]
+
+
+_PORT_FIX = "stop the program using it, or set web.port to a free port"
+
+
+async def _is_bruce(host: str, port: int) -> bool:
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        async with httpx.AsyncClient(timeout=3.0) as http:
+            answer = await http.get(f"http://{shown}:{port}/healthz")
+        return answer.status_code == 200 and answer.json() == {"status": "ok"}
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+# ---- transcription ---------------------------------------------------------------------------
+
+
+async def _transcription(config: Config) -> list[Check]:
+    settings = config.transcription
+    base = (settings.base_url or "https://api.openai.com/v1").rstrip("/")
+    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=CHECK_TIMEOUT_SECONDS / 2) as http:
+            answer = await http.get(f"{base}/models", headers=headers)
+    except httpx.HTTPError as exc:
+        return [
+            Check(
+                "transcription",
+                "fail",
+                f"{base} unreachable: {type(exc).__name__}: {exc}",
+                "check transcription.base_url and that the server runs",
+            )
+        ]
+    if answer.status_code in (401, 403):
+        return [
+            Check(
+                "transcription",
+                "fail",
+                f"{base} refused the key ({answer.status_code})",
+                "set transcription.api_key to a valid key",
+            )
+        ]
+    return [Check("transcription", "ok", f"{base} answers")]
