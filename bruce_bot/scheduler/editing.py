@@ -18,7 +18,7 @@ import structlog
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.firing import TaskFiring
 from bruce_bot.scheduler.new_task import NewTask
-from bruce_bot.scheduler.planner import UNCONFIRMED, TaskPlanner
+from bruce_bot.scheduler.planner import UNCONFIRMED, TaskPlanner, definition_columns
 from bruce_bot.scheduler.timing import next_cron_time, zone_of
 from bruce_bot.storage.tasks import TaskRecord
 
@@ -57,19 +57,7 @@ class TaskEditor:
         first = self._planner.first_run(new, zone)
         if new.session_id != task.session_id:
             await self._planner.check_room(new.session_id)
-        await self._tasks.update(
-            task_id,
-            session_id=new.session_id,
-            channel=new.channel,
-            chat_id=new.chat_id,
-            title=new.title.strip()[:200],
-            mode=new.mode,
-            content=new.content,
-            run_at=first if new.run_at else None,
-            cron=new.cron,
-            timezone=zone.key,
-            next_run_at=first,
-        )
+        await self._tasks.update(task_id, **definition_columns(new, zone, first))
         edited = await self._tasks.get(task_id)
         assert edited is not None
         if edited.status == "active":

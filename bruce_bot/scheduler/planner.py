@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -34,6 +34,23 @@ log = structlog.get_logger(__name__)
 # A task set up after the turn read untrusted content: stored, but it fires only once the user
 # confirms it.
 UNCONFIRMED: Final = "unconfirmed"
+
+
+def definition_columns(new: NewTask, zone: ZoneInfo, first: datetime) -> dict[str, Any]:
+    """The columns a task's definition sets, the same when it is created and when it is edited
+    (`first`: its first run, in `zone`)."""
+    return {
+        "session_id": new.session_id,
+        "channel": new.channel,
+        "chat_id": new.chat_id,
+        "title": new.title.strip()[:200],
+        "mode": new.mode,
+        "content": new.content,
+        "run_at": first if new.run_at else None,
+        "cron": new.cron,
+        "timezone": zone.key,
+        "next_run_at": first,
+    }
 
 
 class TaskPlanner:
@@ -60,16 +77,7 @@ class TaskPlanner:
                 return made
             await self.check_room(new.session_id)
             task = await self._tasks.create(
-                session_id=new.session_id,
-                channel=new.channel,
-                chat_id=new.chat_id,
-                title=new.title.strip()[:200],
-                mode=new.mode,
-                content=new.content,
-                run_at=first if new.run_at else None,
-                cron=new.cron,
-                timezone=zone.key,
-                next_run_at=first,
+                **definition_columns(new, zone, first),
                 status="active" if new.confirmed else UNCONFIRMED,
                 origin=new.origin,
                 created_by=new.created_by or None,
