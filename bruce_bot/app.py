@@ -33,6 +33,7 @@ from bruce_bot.inbox import Inbox
 from bruce_bot.instance_lock import AlreadyRunningError, InstanceLock
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.lazy import LazyLLM
+from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
 from bruce_bot.parts import Overrides, Parts, build_parts
 from bruce_bot.scheduler.confirmations import TaskConfirmations
@@ -130,6 +131,8 @@ class Bruce:
         if built is not None:
             built()
         await parts.feed.start()
+        if parts.live_llm is not None:
+            await parts.live_llm.load()  # the dashboard's LLM settings win over config.yml
         # Leases are renewed from before the first is taken: a slow start-up (a backlog of
         # replies to redeliver) must not let them lapse under running turns.
         self._start_background(parts)
@@ -142,7 +145,7 @@ class Bruce:
         if web is not None:
             await self._start_web(web)
         self.ready_seconds = time.perf_counter() - started
-        if isinstance(parts.llm, LazyLLM):
+        if isinstance(parts.llm, LazyLLM | SwitchableLLM):
             parts.llm.preload()  # after ready: the SDK import must not compete with start-up
         log.info(
             "bruce_ready",
@@ -227,6 +230,7 @@ class Bruce:
                 prices=parts.prices,
                 monthly_budget=config.usage.monthly_budget,
                 budget_chat=config.budget_chat(),
+                live_llm=parts.live_llm,
             )
         )
         return WebServer(app, web.host, web.port)

@@ -14,6 +14,7 @@ from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 
 if TYPE_CHECKING:
+    from bruce_bot.live_llm import LiveLLMSettings
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
 
@@ -44,3 +45,5 @@ class WebContext:
     prices: PriceTable = field(default_factory=PriceTable.built_in)
     monthly_budget: float | None = None
     budget_chat: tuple[str, str] | None = None
+    # The LLM settings the Settings page and the chat's setup card change (None: not offered).
+    live_llm: LiveLLMSettings | None = None

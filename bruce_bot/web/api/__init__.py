@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute
 from bruce_bot.web.api import (
     artifacts,
     chat,
+    llm_settings,
     logs,
     memories,
     people,
@@ -49,6 +50,7 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
         *memories.ENDPOINTS,
         *logs.ENDPOINTS,
         *settings.ENDPOINTS,
+        *llm_settings.ENDPOINTS,
         *people.ENDPOINTS,
         *usage.ENDPOINTS,
         *web_sessions.ENDPOINTS,
