@@ -40,7 +40,11 @@ from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.service import TaskService
 from bruce_bot.storage.changes import ChangeFeed
 from bruce_bot.storage.database import Database, upgrade_schema
-from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
+from bruce_bot.storage.settings import (
+    MAX_TURNS_SETTING,
+    SYSTEM_PROMPT_SETTING,
+    TIMEZONE_SETTING,
+)
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.web.server import CannotListenError, WebServer
@@ -221,7 +225,11 @@ class Bruce:
                 data_dir=config.app.data_dir,
                 tasks=parts.tasks,
                 timezone=config.app.timezone,
-                config_settings={SYSTEM_PROMPT_SETTING: config.agent.system_prompt},
+                config_settings={
+                    SYSTEM_PROMPT_SETTING: config.agent.system_prompt,
+                    TIMEZONE_SETTING: config.app.timezone,
+                    MAX_TURNS_SETTING: str(config.agent.max_turns),
+                },
                 public_url=config.app.public_url,
                 allowed_hosts=tuple(web.allowed_hosts),
                 session_max_age_days=web.session_max_age_days,
