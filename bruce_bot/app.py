@@ -239,6 +239,7 @@ class Bruce:
                 monthly_budget=config.usage.monthly_budget,
                 budget_chat=config.budget_chat(),
                 live_llm=parts.live_llm,
+                channels_config=config.channels,
             )
         )
         return WebServer(app, web.host, web.port)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bruce_bot.channels.web import WebChannel
+from bruce_bot.config import ChannelsConfig
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
@@ -47,3 +48,5 @@ class WebContext:
     budget_chat: tuple[str, str] | None = None
     # The LLM settings the Settings page and the chat's setup card change (None: not offered).
     live_llm: LiveLLMSettings | None = None
+    # The channels' config, for "Test connection" of a Telegram or Discord token.
+    channels_config: ChannelsConfig | None = None

@@ -20,6 +20,7 @@ from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.anthropic_server import last_user_text as anthropic_text
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.openai_server import last_user_text as openai_text
+from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer
 
 pytestmark = needs_chromium
 
@@ -63,8 +64,8 @@ async def test_the_setup_card_connects_a_local_server_and_the_next_message_is_an
     config = make_config(tmp_path, web={"auth_token": TOKEN}, llm={"api_key": ""})
     async with running_bruce(config) as bruce:
         page, errors = await open_page(browser, bruce, "/chat")
-        card = page.locator("#setup")
-        await expect(card).to_be_visible()
+        card = page.locator("#setup-llm")
+        await expect(page.locator("#setup")).to_be_visible()
         await card.get_by_label("Provider").select_option("local")
         # Ollama's address comes prefilled; the fake listens elsewhere.
         await expect(card.get_by_label("Base URL")).to_have_value("http://127.0.0.1:11434/v1")
@@ -75,7 +76,7 @@ async def test_the_setup_card_connects_a_local_server_and_the_next_message_is_an
         await at_both_widths(page, screenshot_dir(tmp_path), "chat-setup-card")
 
         await card.get_by_role("button", name="Save").click()
-        await expect(card).to_be_hidden()
+        await expect(page.locator("#setup")).to_be_hidden()
         await send(page, "hello there")
         await expect(page.locator("#log")).to_contain_text("Local model: hello there")
         assert local.requests[-1]["model"] == "llama3.2:3b"
@@ -87,10 +88,16 @@ async def test_the_settings_page_changes_the_provider_live_and_refuses_a_wrong_k
     browser: Browser, local: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     local.api_key = LOCAL_KEY
-    async with FakeAnthropicServer(
-        responder=lambda body: f"Claude: {anthropic_text(body)}"
-    ) as claude:
-        config = make_config(tmp_path, claude.base_url, web={"auth_token": TOKEN})
+    async with (
+        FakeAnthropicServer(responder=lambda body: f"Claude: {anthropic_text(body)}") as claude,
+        FakeTelegramServer() as bot,
+    ):
+        config = make_config(
+            tmp_path,
+            claude.base_url,
+            web={"auth_token": TOKEN},
+            channels={"telegram": {"token": "", "base_url": bot.base_url}},
+        )
         async with running_bruce(config) as bruce:
             page, errors = await open_page(browser, bruce, "/settings")
             form = page.locator("#llm")
@@ -116,6 +123,19 @@ async def test_the_settings_page_changes_the_provider_live_and_refuses_a_wrong_k
             await expect(form.locator("[data-field=model]")).to_contain_text("dashboard")
             assert LOCAL_KEY not in await page.content()
             await at_both_widths(page, screenshot_dir(tmp_path), "settings-llm-saved")
+
+            # A Telegram token is tried with getMe; a wrong one is told as Telegram said it.
+            telegram = page.locator("[data-channel=telegram]")
+            await telegram.get_by_label("Telegram bot token").fill("1:WRONG")
+            await telegram.get_by_role("button", name="Test connection").click()
+            await expect(telegram.get_by_role("status")).to_contain_text(
+                "Telegram refused the token"
+            )
+            await telegram.get_by_label("Telegram bot token").fill(bot.token)
+            await telegram.get_by_role("button", name="Test connection").click()
+            await expect(telegram.get_by_role("link")).to_have_attribute(
+                "href", f"https://t.me/{BOT_USERNAME}"
+            )
 
             await page.goto("/chat")
             await expect(page.locator("#setup")).to_be_hidden()

@@ -105,6 +105,7 @@ ROUTES = [
     ("DELETE", "/api/llm"),
     ("POST", "/api/llm/test"),
     ("POST", "/api/llm/models"),
+    ("POST", "/api/channels/telegram/test"),
     ("GET", "/api/usage"),
     ("GET", "/api/usage/summary"),
     ("GET", "/api/usage/budget"),

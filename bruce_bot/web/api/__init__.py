@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute
 
 from bruce_bot.web.api import (
     artifacts,
+    channel_tests,
     chat,
     llm_settings,
     logs,
@@ -51,6 +52,7 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
         *logs.ENDPOINTS,
         *settings.ENDPOINTS,
         *llm_settings.ENDPOINTS,
+        *channel_tests.ENDPOINTS,
         *people.ENDPOINTS,
         *usage.ENDPOINTS,
         *web_sessions.ENDPOINTS,

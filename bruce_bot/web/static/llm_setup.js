@@ -158,5 +158,41 @@ const BruceLLM = (() => {
     return current;
   }
 
-  return { form, LOCAL_SERVERS };
+  const PLATFORMS = [
+    { name: "telegram", label: "Telegram", hint: "The token @BotFather gave you (123456:ABC…)." },
+    { name: "discord", label: "Discord", hint: "The bot token of your application (Developer Portal → Bot)." },
+  ];
+
+  /* A token field and "Test connection" per platform: Telegram getMe, Discord login; a working
+     token shows the bot's link (t.me/<bot>, or the invite that adds it to a server). The token
+     is tried, not stored: connecting still means channels.<name>.token in config.yml. */
+  function channels(node) {
+    node.replaceChildren(...PLATFORMS.map((platform) => {
+      const token = h("input", { id: `channel-${platform.name}-${++counter}`, type: "password", autocomplete: "off", placeholder: "empty: the one in config.yml" });
+      const test = h("button", { type: "button", className: "secondary" }, "Test connection");
+      const result = h("p", { className: "status-line", role: "status" });
+      test.addEventListener("click", async () => {
+        test.disabled = true;
+        result.textContent = "Testing…";
+        result.className = "status-line";
+        try {
+          const answer = await api(`/api/channels/${platform.name}/test`, { method: "POST", body: { token: token.value || null } });
+          const link = answer.link ? h("a", { href: answer.link, target: "_blank", rel: "noopener noreferrer" }, answer.link) : null;
+          result.replaceChildren(answer.ok ? `✓ ${answer.detail} ` : `✗ ${answer.detail}${answer.fix ? ` — ${answer.fix}` : ""}`, link || "");
+          if (!answer.ok) result.className = "status-line bad";
+        } catch (e) {
+          result.textContent = e.message;
+          result.className = "status-line bad";
+        } finally {
+          test.disabled = false;
+        }
+      });
+      return h("div", { className: "llm-setup", dataset: { channel: platform.name } },
+        field(`${platform.label} bot token`, token, h("span", { className: "hint" }, platform.hint)),
+        h("div", { className: "toolbar" }, test),
+        result);
+    }));
+  }
+
+  return { form, channels, LOCAL_SERVERS };
 })();
