@@ -148,3 +148,17 @@ async def test_the_settings_say_where_each_value_comes_from(client: httpx.AsyncC
     }
     assert shown["background_model"]["source"] == "default"
     assert YAML_KEY not in str(answer)
+
+
+async def test_saved_settings_win_over_the_yaml_after_a_restart(
+    tmp_path: Path, local: FakeOpenAIServer
+) -> None:
+    change = {"provider": "openai", "model": "qwen3:8b", "base_url": local.base_url}
+    async with running_dashboard(tmp_path, TOKEN, llm={"api_key": YAML_KEY}) as first:
+        async with httpx.AsyncClient(base_url=first.url, headers=AUTH, timeout=20) as http:
+            saved = await http.put("/api/llm", json={**change, "api_key": LOCAL_KEY})
+            assert saved.status_code == 200, saved.text
+
+    async with running_dashboard(tmp_path, TOKEN, llm={"api_key": YAML_KEY}) as second:
+        assert await second.chat("carol", "remember me?") == "Local model says: remember me?"
+        assert second.fake.requests == []  # config.yml's provider is not asked
