@@ -19,8 +19,10 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 
 import structlog
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from bruce_bot.agent.brain.library import Library, load_library
@@ -50,6 +52,16 @@ from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.web.server import CannotListenError, WebServer
 
 log = structlog.get_logger(__name__)
+
+
+def _only_for_this_user(url: str) -> None:
+    """A SQLite file readable by the daemon's user only: it holds the API keys and tokens saved
+    in the dashboard (PostgreSQL guards its own files)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database or "")
+        if path.exists():
+            path.chmod(0o600)
 
 
 class StartupError(Exception):
@@ -171,6 +183,7 @@ class Bruce:
         url = self.config.database_url
         try:
             await upgrade_schema(url)
+            _only_for_this_user(url)
         except (OSError, DBAPIError) as exc:
             self._lock.release()
             where = url.split("@")[-1]

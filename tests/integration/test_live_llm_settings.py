@@ -162,3 +162,9 @@ async def test_saved_settings_win_over_the_yaml_after_a_restart(
     async with running_dashboard(tmp_path, TOKEN, llm={"api_key": YAML_KEY}) as second:
         assert await second.chat("carol", "remember me?") == "Local model says: remember me?"
         assert second.fake.requests == []  # config.yml's provider is not asked
+
+
+async def test_the_database_holding_the_key_is_readable_by_its_user_only(
+    dashboard: Dashboard, tmp_path: Path
+) -> None:
+    assert (tmp_path / "bruce.db").stat().st_mode & 0o777 == 0o600
