@@ -153,7 +153,11 @@ class Bruce:
         # replies to redeliver) must not let them lapse under running turns.
         self._start_background(parts)
         await parts.inbox.recover()
+        if parts.live_telegram is not None:
+            await parts.live_telegram.load()  # a token saved in the dashboard wins
         await self._start_channels(parts)
+        if parts.live_telegram is not None:
+            parts.live_telegram.started(parts.gateway)
         await parts.outbox.redeliver()
         if parts.budget is not None:
             parts.budget.start()  # the month read once: a level reached while down is told
@@ -253,6 +257,7 @@ class Bruce:
                 budget_chat=config.budget_chat(),
                 live_llm=parts.live_llm,
                 channels_config=config.channels,
+                live_telegram=parts.live_telegram,
             )
         )
         return WebServer(app, web.host, web.port)

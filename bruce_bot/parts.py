@@ -33,6 +33,7 @@ from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.gateway import Gateway
 from bruce_bot.inbox import Inbox
+from bruce_bot.live_channels import LiveTelegramToken
 from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
@@ -97,6 +98,8 @@ class Parts:
     budget: BudgetWatch | None = None  # usage.monthly_budget is set
     # The dashboard's LLM settings (None: a test put its own LLM in place).
     live_llm: LiveLLMSettings | None = None
+    # The Telegram token the dashboard changes (None: tests put their own channels in place).
+    live_telegram: LiveTelegramToken | None = None
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -375,6 +378,22 @@ def build_parts(
     )
     brain = _brain(config, llm, stores, library)
     pairing = _pair(config, stores, outbox, platform, overrides.clock)
+    live_telegram = None
+    if overrides.channels is None:
+        pairs = config.channels.telegram.pairing
+
+        def prepare(adapter: ChannelAdapter) -> None:
+            if pairs and isinstance(adapter, PairingChannel):
+                adapter.use_pairing(pairing)
+
+        live_telegram = LiveTelegramToken(
+            config.channels.telegram,
+            stores.settings,
+            channels,
+            adapters,
+            prepare=prepare,
+            secret_seen=scrubber.add_secret,
+        )
     inbox = Inbox(
         stores,
         # A bare yes/no may answer a task confirmation; the confirmations pass the rest on.
@@ -432,4 +451,5 @@ def build_parts(
         prices=prices,
         budget=budget,
         live_llm=live_llm,
+        live_telegram=live_telegram,
     )

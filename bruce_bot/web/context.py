@@ -15,6 +15,7 @@ from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 
 if TYPE_CHECKING:
+    from bruce_bot.live_channels import LiveTelegramToken
     from bruce_bot.live_llm import LiveLLMSettings
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
@@ -50,3 +51,5 @@ class WebContext:
     live_llm: LiveLLMSettings | None = None
     # The channels' config, for "Test connection" of a Telegram or Discord token.
     channels_config: ChannelsConfig | None = None
+    # The Telegram token the Settings page changes (None: not offered).
+    live_telegram: LiveTelegramToken | None = None

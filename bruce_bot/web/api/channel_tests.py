@@ -7,14 +7,17 @@ the configured one."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config import ChannelsConfig
-from bruce_bot.web.api.endpoint import Call, Endpoint
+from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 from bruce_bot.web.wire import ApiError
+
+if TYPE_CHECKING:
+    from bruce_bot.live_channels import LiveTelegramToken
 
 PROBE_TIMEOUT_SECONDS = 10.0
 
@@ -84,7 +87,87 @@ async def _discord(configured: ChannelsConfig, token: str | None) -> ChannelTest
     return ChannelTestAnswer(ok=True, detail=f"logged in as {name}", link=link)
 
 
+class NewToken(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"token": "123456:ABC-DEF"}]}
+    )
+
+    token: str = Field(min_length=1, max_length=200)
+
+
+class TokenAnswer(BaseModel):
+    enabled: bool = Field(description="Telegram is on in config.yml (else it cannot change here)")
+    token: str = Field(description="masked")
+    source: Literal["config", "dashboard"]
+    bot: str | None = Field(default=None, description="the bot's @name after a change")
+    link: str | None = None
+
+
+def _live_telegram(call: Call[Any, Any]) -> LiveTelegramToken:
+    live = call.context.live_telegram
+    if live is None or not live.available:
+        raise ApiError(
+            "Telegram is not enabled: set channels.telegram.enabled: true in config.yml and "
+            "restart once; then its token can be changed here",
+            409,
+        )
+    return live
+
+
+async def telegram_token(call: Call[NoParams, None]) -> TokenAnswer:
+    live = call.context.live_telegram
+    if live is None or not live.available:
+        return TokenAnswer(enabled=False, token="", source="config")
+    view = await live.view()
+    return TokenAnswer(
+        enabled=True,
+        token=view.value,
+        source="dashboard" if view.source == "dashboard" else "config",
+    )
+
+
+async def put_telegram_token(call: Call[NoParams, NewToken]) -> TokenAnswer:
+    live = _live_telegram(call)
+    try:
+        bot = await live.change(call.body.token.strip())
+    except ProbeError as exc:
+        raise ApiError(f"not saved, the old token stays: {exc.detail} ({exc.fix})") from None
+    answer = await telegram_token(call)  # type: ignore[arg-type]
+    return answer.model_copy(update={"bot": bot, "link": f"https://t.me/{bot.removeprefix('@')}"})
+
+
+async def reset_telegram_token(call: Call[NoParams, None]) -> TokenAnswer:
+    await _live_telegram(call).reset()
+    return await telegram_token(call)
+
+
+TOKEN_PATH = "/api/channels/telegram/token"
 ENDPOINTS = (
+    Endpoint(
+        "GET",
+        TOKEN_PATH,
+        telegram_token,
+        TokenAnswer,
+        "The Telegram token in use, masked",
+        errors=(409,),
+    ),
+    Endpoint(
+        "PUT",
+        TOKEN_PATH,
+        put_telegram_token,
+        TokenAnswer,
+        "Change the Telegram token: tried with getMe, stored, the channel reconnected",
+        body=NewToken,
+        errors=(409,),
+    ),
+    Endpoint(
+        "DELETE",
+        TOKEN_PATH,
+        reset_telegram_token,
+        TokenAnswer,
+        "Back to config.yml's token",
+        errors=(409,),
+    ),
     Endpoint(
         "POST",
         "/api/channels/{channel}/test",
