@@ -143,3 +143,41 @@ async def test_the_settings_page_changes_the_provider_live_and_refuses_a_wrong_k
             await expect(page.locator("#log")).to_contain_text("Local model: who is this?")
             await page.context.close()
             assert errors == []
+
+
+async def test_the_settings_page_saves_a_new_telegram_token_and_the_channel_reconnects(
+    browser: Browser, tmp_path: Path
+) -> None:
+    alice = FakeTelegramServer.user(1001, "Alice", "alice")
+    async with (
+        FakeAnthropicServer(responder=lambda body: f"Claude: {anthropic_text(body)}") as claude,
+        FakeTelegramServer(token="111:OLD-token-aaaa") as bot,
+    ):
+        telegram = {
+            "enabled": True,
+            "token": bot.token,
+            "base_url": bot.base_url,
+            "allowed_user_ids": [alice.id],
+            "streaming": False,
+        }
+        config = make_config(
+            tmp_path, claude.base_url, web={"auth_token": TOKEN}, channels={"telegram": telegram}
+        )
+        async with running_bruce(config) as bruce:
+            page, errors = await open_page(browser, bruce, "/settings")
+            section = page.locator("[data-channel=telegram]")
+            await expect(section).to_contain_text("In use: 111…aaaa (from config.yml)")
+            bot.token = "222:NEW-token-bbbb"  # revoked at @BotFather, a new one issued
+            await section.get_by_label("Telegram bot token").fill(bot.token)
+            await section.get_by_role("button", name="Save and reconnect").click()
+            await expect(section.get_by_role("status")).to_contain_text(
+                f"Reconnected as @{BOT_USERNAME}"
+            )
+            await expect(section).to_contain_text("In use: 222…bbbb (set in the dashboard)")
+            await at_both_widths(page, screenshot_dir(tmp_path), "settings-telegram-token")
+
+            bot.private_text(alice, "still there?")
+            [reply] = await bot.wait_for_messages(alice.id, 1)
+            assert reply.text.startswith("Claude: still there?")
+            await page.context.close()
+            assert errors == []

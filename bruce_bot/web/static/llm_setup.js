@@ -187,11 +187,52 @@ const BruceLLM = (() => {
           test.disabled = false;
         }
       });
+      const tools = h("div", { className: "toolbar" }, test);
+      const saved = h("p", { className: "hint" });
+      if (platform.name === "telegram") telegramSaving(token, tools, saved, result);
       return h("div", { className: "llm-setup", dataset: { channel: platform.name } },
         field(`${platform.label} bot token`, token, h("span", { className: "hint" }, platform.hint)),
-        h("div", { className: "toolbar" }, test),
+        saved,
+        tools,
         result);
     }));
+  }
+
+  /* With Telegram on in config.yml, its token can be changed here: tried with getMe, stored,
+     and the channel reconnected with it (no restart). */
+  async function telegramSaving(token, tools, saved, result) {
+    let state = await api("/api/channels/telegram/token");
+    if (!state.enabled) return;
+    const save = h("button", { type: "button" }, "Save and reconnect");
+    const reset = h("button", { type: "button", className: "secondary" }, "Reset to config");
+    const show = () => {
+      saved.textContent = `In use: ${state.token} (${state.source === "dashboard" ? "set in the dashboard" : "from config.yml"}).`;
+      reset.disabled = state.source !== "dashboard";
+    };
+    async function write(button, method, body) {
+      button.disabled = true;
+      result.className = "status-line";
+      result.textContent = method === "PUT" ? "Testing and reconnecting…" : "Reconnecting…";
+      try {
+        state = await api("/api/channels/telegram/token", { method, body });
+        token.value = "";
+        const link = state.link ? h("a", { href: state.link, target: "_blank", rel: "noopener noreferrer" }, state.link) : "";
+        result.replaceChildren(state.bot ? `✓ Reconnected as ${state.bot} ` : "✓ Back to config.yml's token.", link);
+        show();
+      } catch (e) {
+        result.textContent = e.message;
+        result.className = "status-line bad";
+      } finally {
+        button.disabled = button === reset && state.source !== "dashboard";
+      }
+    }
+    save.addEventListener("click", () => {
+      if (!token.value) { result.textContent = "Paste the new token first."; result.className = "status-line bad"; return; }
+      write(save, "PUT", { token: token.value });
+    });
+    reset.addEventListener("click", () => write(reset, "DELETE"));
+    tools.append(save, reset);
+    show();
   }
 
   return { form, channels, LOCAL_SERVERS };
