@@ -19,8 +19,10 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 
 import structlog
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from bruce_bot.agent.brain.library import Library, load_library
@@ -33,18 +35,33 @@ from bruce_bot.inbox import Inbox
 from bruce_bot.instance_lock import AlreadyRunningError, InstanceLock
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.lazy import LazyLLM
+from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
 from bruce_bot.parts import Overrides, Parts, build_parts
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.service import TaskService
 from bruce_bot.storage.changes import ChangeFeed
 from bruce_bot.storage.database import Database, upgrade_schema
-from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
+from bruce_bot.storage.settings import (
+    MAX_TURNS_SETTING,
+    SYSTEM_PROMPT_SETTING,
+    TIMEZONE_SETTING,
+)
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.web.server import CannotListenError, WebServer
 
 log = structlog.get_logger(__name__)
+
+
+def _only_for_this_user(url: str) -> None:
+    """A SQLite file readable by the daemon's user only: it holds the API keys and tokens saved
+    in the dashboard (PostgreSQL guards its own files)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database or "")
+        if path.exists():
+            path.chmod(0o600)
 
 
 class StartupError(Exception):
@@ -130,11 +147,17 @@ class Bruce:
         if built is not None:
             built()
         await parts.feed.start()
+        if parts.live_llm is not None:
+            await parts.live_llm.load()  # the dashboard's LLM settings win over config.yml
         # Leases are renewed from before the first is taken: a slow start-up (a backlog of
         # replies to redeliver) must not let them lapse under running turns.
         self._start_background(parts)
         await parts.inbox.recover()
+        if parts.live_telegram is not None:
+            await parts.live_telegram.load()  # a token saved in the dashboard wins
         await self._start_channels(parts)
+        if parts.live_telegram is not None:
+            parts.live_telegram.started(parts.gateway)
         await parts.outbox.redeliver()
         if parts.budget is not None:
             parts.budget.start()  # the month read once: a level reached while down is told
@@ -142,7 +165,7 @@ class Bruce:
         if web is not None:
             await self._start_web(web)
         self.ready_seconds = time.perf_counter() - started
-        if isinstance(parts.llm, LazyLLM):
+        if isinstance(parts.llm, LazyLLM | SwitchableLLM):
             parts.llm.preload()  # after ready: the SDK import must not compete with start-up
         log.info(
             "bruce_ready",
@@ -164,6 +187,7 @@ class Bruce:
         url = self.config.database_url
         try:
             await upgrade_schema(url)
+            _only_for_this_user(url)
         except (OSError, DBAPIError) as exc:
             self._lock.release()
             where = url.split("@")[-1]
@@ -218,7 +242,11 @@ class Bruce:
                 data_dir=config.app.data_dir,
                 tasks=parts.tasks,
                 timezone=config.app.timezone,
-                config_settings={SYSTEM_PROMPT_SETTING: config.agent.system_prompt},
+                config_settings={
+                    SYSTEM_PROMPT_SETTING: config.agent.system_prompt,
+                    TIMEZONE_SETTING: config.app.timezone,
+                    MAX_TURNS_SETTING: str(config.agent.max_turns),
+                },
                 public_url=config.app.public_url,
                 allowed_hosts=tuple(web.allowed_hosts),
                 session_max_age_days=web.session_max_age_days,
@@ -227,6 +255,9 @@ class Bruce:
                 prices=parts.prices,
                 monthly_budget=config.usage.monthly_budget,
                 budget_chat=config.budget_chat(),
+                live_llm=parts.live_llm,
+                channels_config=config.channels,
+                live_telegram=parts.live_telegram,
             )
         )
         return WebServer(app, web.host, web.port)

@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.config import Config, ConfigError
+from bruce_bot.config import Config, ConfigError, LLMConfig
 from bruce_bot.domain import ChatMessage, SystemPrompt
 from bruce_bot.llm.base import (
     LLMAuthenticationError,
@@ -284,6 +284,16 @@ async def _llm(config: Config, clock: Callable[[], float]) -> list[Check]:
                 "set llm.api_key (or llm.base_url of a local OpenAI-compatible server)",
             )
         ]
+    try:
+        await probe_llm(settings)
+    except LLMError as exc:
+        return [Check("llm", "fail", f"{name}: {exc}{_server_words(exc)}", _llm_fix(exc))]
+    return [Check("llm", "ok", f"{name} answers"), await _clock(config, clock)]
+
+
+async def probe_llm(settings: LLMConfig) -> None:
+    """One call of one output token to the model `settings` name, without retries and within
+    10 s; raises the `LLMError` the call ended with (`llm_failure` words it)."""
     probe = settings.model_copy(
         update={"max_retries": 0, "timeout_seconds": min(settings.timeout_seconds, 10.0)}
     )
@@ -296,11 +306,13 @@ async def _llm(config: Config, clock: Callable[[], float]) -> list[Check]:
             model=settings.model,
             max_tokens=1,
         )
-    except LLMError as exc:
-        return [Check("llm", "fail", f"{name}: {exc}{_server_words(exc)}", _llm_fix(exc))]
     finally:
         await llm.aclose()
-    return [Check("llm", "ok", f"{name} answers"), await _clock(config, clock)]
+
+
+def llm_failure(exc: LLMError) -> str:
+    """What went wrong with a call, with the server's own words when it refused it."""
+    return f"{exc}{_server_words(exc)}"
 
 
 def _server_words(exc: LLMError) -> str:

@@ -30,7 +30,9 @@ class InstanceLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A new data_dir is the daemon user's only: it holds the database, where keys and tokens
+        # saved in the dashboard are kept (an existing folder keeps the mode its owner gave it).
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -59,8 +59,15 @@ class SecretScrubber:
         self.set_secrets(secrets)
 
     def set_secrets(self, secrets: Iterable[str]) -> None:
-        unique = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._secrets = {s for s in secrets if s}
+        unique = sorted(self._secrets, key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(s) for s in unique)) if unique else None
+
+    def add_secret(self, secret: str) -> None:
+        """One more value to scrub: a secret stored in the database (a key saved in the
+        dashboard), known only once read."""
+        if len(secret) >= 4 and secret not in self._secrets:
+            self.set_secrets([*self._secrets, secret])
 
     def scrub(self, value: Any) -> Any:
         if not isinstance(value, str):

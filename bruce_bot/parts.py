@@ -33,10 +33,14 @@ from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.gateway import Gateway
 from bruce_bot.inbox import Inbox
+from bruce_bot.live_channels import LiveTelegramToken
+from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
+from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.llm.transcription import Transcriber
+from bruce_bot.logs import scrubber
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
 from bruce_bot.outbox import FileSending, Outbox
@@ -92,6 +96,10 @@ class Parts:
     transcriber: Transcriber | None = None
     prices: PriceTable = field(default_factory=PriceTable.built_in)
     budget: BudgetWatch | None = None  # usage.monthly_budget is set
+    # The dashboard's LLM settings (None: a test put its own LLM in place).
+    live_llm: LiveLLMSettings | None = None
+    # The Telegram token the dashboard changes (None: tests put their own channels in place).
+    live_telegram: LiveTelegramToken | None = None
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -341,7 +349,22 @@ def build_parts(
     claimant = Claimant(new_owner(), config.database.lease_seconds)
     feed = open_feed(config.database_url, claimant.owner)
     stores = Stores.open(database, feed, claimant=claimant)
-    llm = overrides.llm or LazyLLM(lambda: create_llm(config.llm), config.llm.model)
+    live_llm: LiveLLMSettings | None = None
+    llm: LLMService
+    if overrides.llm is not None:
+        llm = overrides.llm
+    else:
+        switchable = SwitchableLLM(
+            LazyLLM(lambda: create_llm(config.llm), config.llm.model), config.llm
+        )
+        live_llm = LiveLLMSettings(
+            config.llm,
+            stores.settings,
+            switchable,
+            explicit=config.llm.model_fields_set,
+            secret_seen=scrubber.add_secret,
+        )
+        llm = switchable
     platform = build_channels(config) if overrides.channels is None else list(overrides.channels)
     adapters = ([web_channel] if web_channel is not None else []) + platform
     channels = {adapter.name: adapter for adapter in adapters}
@@ -355,6 +378,22 @@ def build_parts(
     )
     brain = _brain(config, llm, stores, library)
     pairing = _pair(config, stores, outbox, platform, overrides.clock)
+    live_telegram = None
+    if overrides.channels is None:
+        pairs = config.channels.telegram.pairing
+
+        def prepare(adapter: ChannelAdapter) -> None:
+            if pairs and isinstance(adapter, PairingChannel):
+                adapter.use_pairing(pairing)
+
+        live_telegram = LiveTelegramToken(
+            config.channels.telegram,
+            stores.settings,
+            channels,
+            adapters,
+            prepare=prepare,
+            secret_seen=scrubber.add_secret,
+        )
     inbox = Inbox(
         stores,
         # A bare yes/no may answer a task confirmation; the confirmations pass the rest on.
@@ -411,4 +450,6 @@ def build_parts(
         transcriber=transcriber,
         prices=prices,
         budget=budget,
+        live_llm=live_llm,
+        live_telegram=live_telegram,
     )

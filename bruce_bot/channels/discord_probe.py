@@ -13,17 +13,34 @@ from bruce_bot.channels.discord_gateway import point_library_at
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config import DiscordConfig
 
+# The invite's permissions: view channels, send messages, attach files, read message history.
+INVITE_PERMISSIONS = 1024 | 2048 | 32768 | 65536
+
 
 async def discord_bot_name(config: DiscordConfig) -> str:
     """The bot's user name; ProbeError when Discord refuses the token or cannot be reached.
 
     discord.py retries a connection error a few times on its own; the caller bounds the whole
     probe with a timeout."""
+    name, _ = await discord_bot_identity(config)
+    return name
+
+
+def invite_url(application_id: str) -> str:
+    """The link that adds the bot to a server (a bot's user id is its application's id)."""
+    return (
+        f"https://discord.com/oauth2/authorize?client_id={application_id}"
+        f"&scope=bot&permissions={INVITE_PERMISSIONS}"
+    )
+
+
+async def discord_bot_identity(config: DiscordConfig) -> tuple[str, str]:
+    """(user name, id) of the bot the token belongs to; ProbeError as `discord_bot_name`."""
     point_library_at(config)
     http = discord.http.HTTPClient(asyncio.get_running_loop())
     try:
         user = await http.static_login(config.token)
-        return str(user.get("username") or user.get("id") or "?")
+        return str(user.get("username") or user.get("id") or "?"), str(user.get("id") or "")
     except discord.LoginFailure as exc:
         raise ProbeError(
             "Discord refused the token (401 Unauthorized)",

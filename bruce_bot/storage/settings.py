@@ -8,6 +8,7 @@ the cache true; another process sharing the database announces its writes on the
 from __future__ import annotations
 
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,6 +23,11 @@ _UNSET = object()
 
 # The dashboard's base system prompt; the config's `agent.system_prompt` when unset.
 SYSTEM_PROMPT_SETTING = "agent.system_prompt"
+# The timezone turns are told the time in (an IANA name), over `app.timezone`.
+TIMEZONE_SETTING = "app.timezone"
+# The most model calls one turn may make, over `agent.max_turns` (stored as text, 1-50).
+MAX_TURNS_SETTING = "agent.max_turns"
+MAX_TURNS_RANGE = range(1, 51)
 
 
 class SettingsStore:
@@ -79,6 +85,26 @@ class SettingsStore:
             await connection.execute(delete(SettingRow).where(SettingRow.key == key))
             await self._feed.publish_with(connection, TOPIC, key)
         self._keep(key, None, epoch)
+
+    async def zone(self, configured: ZoneInfo) -> ZoneInfo:
+        """The timezone of turns: the dashboard's, else `configured` (also when the stored
+        name is no longer known to this system's tz database)."""
+        name = await self.get(TIMEZONE_SETTING)
+        if not name:
+            return configured
+        try:
+            return ZoneInfo(str(name))
+        except (ZoneInfoNotFoundError, ValueError):
+            return configured
+
+    async def max_turns(self, configured: int) -> int:
+        """The most model calls of one turn: the dashboard's, else `configured`."""
+        value = await self.get(MAX_TURNS_SETTING)
+        try:
+            turns = int(str(value))
+        except ValueError:
+            return configured
+        return turns if turns in MAX_TURNS_RANGE else configured
 
     async def system_prompt(self, configured: str) -> str:
         """The base system prompt: the dashboard's, else `configured` (the config's)."""

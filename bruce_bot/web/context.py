@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bruce_bot.channels.web import WebChannel
+from bruce_bot.config import ChannelsConfig
 from bruce_bot.domain import utcnow
 from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 
 if TYPE_CHECKING:
+    from bruce_bot.live_channels import LiveTelegramToken
+    from bruce_bot.live_llm import LiveLLMSettings
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
 
@@ -44,3 +47,9 @@ class WebContext:
     prices: PriceTable = field(default_factory=PriceTable.built_in)
     monthly_budget: float | None = None
     budget_chat: tuple[str, str] | None = None
+    # The LLM settings the Settings page and the chat's setup card change (None: not offered).
+    live_llm: LiveLLMSettings | None = None
+    # The channels' config, for "Test connection" of a Telegram or Discord token.
+    channels_config: ChannelsConfig | None = None
+    # The Telegram token the Settings page changes (None: not offered).
+    live_telegram: LiveTelegramToken | None = None

@@ -33,6 +33,7 @@ ASSETS = {
     "dashboard.css": "text/css",
     "dashboard.js": "text/javascript",
     "chat.css": "text/css",
+    "llm_setup.js": "text/javascript",
     # Vendored libraries (static/vendor/README.md says which version, from where).
     "vendor/chart.umd.min.js": "text/javascript",
 }
@@ -62,14 +63,14 @@ class Page:
 
 # In the order of the nav bar.
 PAGES = (
-    Page("/chat", "Chat", "chat.html", styles=("chat.css",)),
+    Page("/chat", "Chat", "chat.html", styles=("chat.css",), scripts=("llm_setup.js",)),
     Page("/sessions", "Sessions", "sessions.html"),
     Page("/schedules", "Schedules", "schedules.html"),
     Page("/artifacts", "Artifacts", "artifacts.html"),
     Page("/memory", "Memory", "memory.html"),
     Page("/people", "People", "people.html"),
     Page("/logs", "Logs", "logs.html"),
-    Page("/settings", "Settings", "settings.html"),
+    Page("/settings", "Settings", "settings.html", scripts=("llm_setup.js",)),
     Page("/usage", "Usage", "usage.html", scripts=("vendor/chart.umd.min.js",)),
     Page(DOCS_PATH, "API", "api_docs.html", in_nav=False),
 )

@@ -245,29 +245,31 @@ async def test_settings_saves_the_system_prompt_and_resets_it_to_the_config(
     stores = seeded.dashboard.bruce.stores
     assert stores is not None
     await log_in(page, "/settings")
-    editor = page.locator("textarea.editor")
+    # The system prompt's form (the page has the LLM's, the timezone's and max turns' too).
+    form = page.locator(f"form.setting[data-key='{SYSTEM_PROMPT_SETTING}']")
+    editor = form.locator("textarea.editor")
     await expect(editor).to_have_value(YAML_PROMPT)
-    await expect(page.locator(".source")).to_contain_text("config.yml")
-    reset = page.get_by_role("button", name="Reset to config")
+    await expect(form.locator(".source")).to_contain_text("config.yml")
+    reset = form.get_by_role("button", name="Reset to config")
     await expect(reset).to_be_disabled()
 
     await editor.fill("You are the dashboard's Bruce.")
-    await page.get_by_role("button", name="Save").click()
-    await expect(page.locator(".status-line")).to_contain_text("Saved")
+    await form.get_by_role("button", name="Save").click()
+    await expect(form.locator(".status-line")).to_contain_text("Saved")
     assert await stores.settings.get(SYSTEM_PROMPT_SETTING) == "You are the dashboard's Bruce."
     await page.reload()
     await expect(editor).to_have_value("You are the dashboard's Bruce.")
-    await expect(page.locator(".source")).to_contain_text("Set here")
+    await expect(form.locator(".source")).to_contain_text("Set here")
 
     await editor.fill("   ")
-    await page.get_by_role("button", name="Save").click()
+    await form.get_by_role("button", name="Save").click()
     await expect(page.locator("#error")).to_contain_text("The text is empty")
     assert await stores.settings.get(SYSTEM_PROMPT_SETTING) == "You are the dashboard's Bruce."
 
     page.once("dialog", lambda dialog: dialog.accept())
     await reset.click()
     await expect(editor).to_have_value(YAML_PROMPT)
-    await expect(page.locator(".status-line")).to_contain_text("Reset")
+    await expect(form.locator(".status-line")).to_contain_text("Reset")
     await expect(reset).to_be_disabled()
     assert await stores.settings.get(SYSTEM_PROMPT_SETTING) is None
 

@@ -395,6 +395,12 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
             elif block.get("type") == "redacted_thinking" and isinstance(block.get("data"), str):
                 self._redacted.add(block["data"])
 
+    def _key_of(self, headers: Mapping[str, str]) -> str:
+        return headers.get("x-api-key", "")
+
+    def _wrong_key(self, key: str) -> HTTPAnswer:
+        return self._error(401, ERROR_MESSAGES[401])
+
     def _error(self, status: int, message: str, error_type: str | None = None) -> HTTPAnswer:
         kind = error_type or ERROR_TYPES.get(
             status, "api_error" if status >= 500 else "invalid_request_error"

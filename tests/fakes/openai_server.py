@@ -308,6 +308,21 @@ class FakeOpenAIServer(ScriptedJSONServer[OpenAIReply]):
 
     # ---- the API's rules ---------------------------------------------------------------------
 
+    def _key_of(self, headers: Mapping[str, str]) -> str:
+        return headers.get("Authorization", "").removeprefix("Bearer ")
+
+    def _wrong_key(self, key: str) -> HTTPAnswer:
+        # OpenAI shows the key's first and last four characters.
+        shown = f"{key[:3]}*{key[-4:]}" if len(key) > 8 else key
+        _, code, message = ERRORS[401]
+        return self._error(
+            401,
+            message.format(key=shown) + " You can find your API key at "
+            "https://platform.openai.com/account/api-keys.",
+            "invalid_request_error",
+            code,
+        )
+
     def _check(self, body: dict[str, Any]) -> HTTPAnswer | None:
         problem = _problem_with(body)
         return None if problem is None else self._error(400, problem)

@@ -44,6 +44,7 @@ class ScriptedJSONServer(Generic[ReplyT]):
 
     route: str = "/"
     path_prefix: str = ""  # appended to the root URL to give `base_url`
+    models_route: str = "/v1/models"  # the model list (Anthropic's and OpenAI's path)
 
     def __init__(
         self,
@@ -63,6 +64,12 @@ class ScriptedJSONServer(Generic[ReplyT]):
         self.stream_pause_seconds = 0.0  # between the frames of a streamed answer
         self._runner: web.AppRunner | None = None
         self._root_url = ""
+        # When set, a request with another key is refused with the provider's 401 (as the real
+        # API words it); None: any key goes.
+        self.api_key: str | None = None
+        # What `GET <prefix>/models` lists (the OpenAI-compatible model list local servers
+        # serve too).
+        self.models: list[str] = ["fake-model"]
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -71,6 +78,7 @@ class ScriptedJSONServer(Generic[ReplyT]):
         self._stopping.clear()
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(self.route, self._handle)
+        app.router.add_get(self.models_route, self._list_models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -126,12 +134,40 @@ class ScriptedJSONServer(Generic[ReplyT]):
     def _error(self, status: int, message: str) -> HTTPAnswer:
         raise NotImplementedError
 
+    def _key_of(self, headers: Mapping[str, str]) -> str:
+        """The API key a request carries, read as the real API reads it."""
+        return ""
+
+    def _wrong_key(self, key: str) -> HTTPAnswer:
+        return self._error(401, "invalid api key")
+
     def _delay_of(self, reply: ReplyT | str) -> float | None:
         return getattr(reply, "delay_seconds", None)
 
     # ---- serving -----------------------------------------------------------------------------
 
+    def _refusal_of_key(self, request: web.Request) -> HTTPAnswer | None:
+        key = self._key_of(request.headers)
+        return None if self.api_key is None or key == self.api_key else self._wrong_key(key)
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        if (refusal := self._refusal_of_key(request)) is not None:
+            return web.json_response(refusal.body, status=refusal.status)
+        data = [
+            {"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
+            for name in self.models
+        ]
+        return web.json_response({"object": "list", "data": data})
+
     async def _handle(self, request: web.Request) -> web.Response:
+        if (refusal := self._refusal_of_key(request)) is not None:
+            async with self._received:
+                self.requests.append({})
+                self.request_headers.append(dict(request.headers))
+                self._received.notify_all()
+            return web.json_response(
+                refusal.body, status=refusal.status, headers=dict(refusal.headers)
+            )
         try:
             body = await request.json()
         except ValueError:

@@ -6,6 +6,7 @@ the token; bad parameters are a 400 that names them; writes need a JSON content 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from bruce_bot.domain import utcnow
 from bruce_bot.scheduler.service import job_id
 from bruce_bot.storage.models import LLMCallRow
-from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
+from bruce_bot.storage.settings import MAX_TURNS_SETTING, SYSTEM_PROMPT_SETTING, TIMEZONE_SETTING
 from bruce_bot.web.api import MAX_LIMIT, usage_days
 from tests.conftest import clock_from, days_ahead_at, wait_until
 from tests.integration.dashboard_support import (
@@ -99,6 +100,15 @@ ROUTES = [
     ("GET", "/api/settings"),
     ("PUT", f"/api/settings/{SYSTEM_PROMPT_SETTING}"),
     ("DELETE", f"/api/settings/{SYSTEM_PROMPT_SETTING}"),
+    ("GET", "/api/llm"),
+    ("PUT", "/api/llm"),
+    ("DELETE", "/api/llm"),
+    ("POST", "/api/llm/test"),
+    ("POST", "/api/llm/models"),
+    ("POST", "/api/channels/telegram/test"),
+    ("GET", "/api/channels/telegram/token"),
+    ("PUT", "/api/channels/telegram/token"),
+    ("DELETE", "/api/channels/telegram/token"),
     ("GET", "/api/usage"),
     ("GET", "/api/usage/summary"),
     ("GET", "/api/usage/budget"),
@@ -418,11 +428,51 @@ async def test_a_reply_the_chat_refused_is_listed_with_its_error_and_attempts(
 # ---- settings --------------------------------------------------------------------------------
 
 
+async def setting_of(client: httpx.AsyncClient, key: str) -> dict[str, Any]:
+    [setting] = [
+        s for s in (await get_json(client, "/api/settings"))["settings"] if s["key"] == key
+    ]
+    return setting
+
+
+async def test_the_timezone_set_in_the_dashboard_is_the_next_turns_and_a_bad_one_is_refused(
+    client: httpx.AsyncClient, dashboard: Dashboard
+) -> None:
+    setting = await setting_of(client, TIMEZONE_SETTING)
+    assert (setting["value"], setting["source"]) == ("America/Sao_Paulo", "config")
+    refused = await client.put(f"/api/settings/{TIMEZONE_SETTING}", json={"value": "Mars/Olympus"})
+    assert "'Mars/Olympus' is not a timezone" in client_error(refused, 400)
+    assert (await setting_of(client, TIMEZONE_SETTING))["source"] == "config"
+
+    response = await client.put(f"/api/settings/{TIMEZONE_SETTING}", json={"value": "Asia/Tokyo"})
+    assert response.status_code == 200, response.text
+    await dashboard.chat("alice", "what time is it?")
+    assert "Timezone: Asia/Tokyo" in json.dumps(dashboard.fake.requests[-1])
+
+
+async def test_max_turns_set_in_the_dashboard_caps_the_next_turn(
+    client: httpx.AsyncClient, dashboard: Dashboard
+) -> None:
+    for bad in ("0", "51", "x"):
+        refused = await client.put(f"/api/settings/{MAX_TURNS_SETTING}", json={"value": bad})
+        assert "from 1 to 50" in client_error(refused, 400)
+    response = await client.put(f"/api/settings/{MAX_TURNS_SETTING}", json={"value": "1"})
+    assert response.json()["setting"] == {**response.json()["setting"], "value": "1"}
+
+    before = len(dashboard.fake.requests)
+    dashboard.fake.script(tool_calls=[("add", {"a": 1, "b": 2})])
+    dashboard.fake.script(tool_calls=[("add", {"a": 3, "b": 4})])
+    await dashboard.chat("bob", "add things")
+    # One round with tools, then the last call with tools switched off: no second round.
+    turn = dashboard.fake.requests[before:]
+    assert len(turn) == 2
+    assert turn[-1].get("tool_choice") == {"type": "none"}
+
+
 async def test_the_system_prompt_set_in_the_dashboard_is_what_the_next_request_carries(
     client: httpx.AsyncClient, dashboard: Dashboard
 ) -> None:
-    [setting] = (await get_json(client, "/api/settings"))["settings"]
-    assert setting["key"] == SYSTEM_PROMPT_SETTING
+    setting = await setting_of(client, SYSTEM_PROMPT_SETTING)
     assert (setting["value"], setting["config_value"], setting["source"]) == (
         YAML_PROMPT,
         YAML_PROMPT,
@@ -436,7 +486,7 @@ async def test_the_system_prompt_set_in_the_dashboard_is_what_the_next_request_c
     assert response.status_code == 200, response.text
     assert response.json()["setting"]["value"] == edited
     assert response.json()["setting"]["source"] == "dashboard"
-    [listed] = (await get_json(client, "/api/settings"))["settings"]
+    listed = await setting_of(client, SYSTEM_PROMPT_SETTING)
     assert (listed["value"], listed["config_value"]) == (edited, YAML_PROMPT)
 
     await dashboard.chat("alice", "after the edit")
@@ -469,7 +519,7 @@ async def test_a_bad_setting_value_is_400_and_changes_nothing(
 ) -> None:
     response = await client.put(f"/api/settings/{SYSTEM_PROMPT_SETTING}", json=body)
     assert expected in client_error(response, 400)
-    [setting] = (await get_json(client, "/api/settings"))["settings"]
+    setting = await setting_of(client, SYSTEM_PROMPT_SETTING)
     assert setting["source"] == "config"
 
 

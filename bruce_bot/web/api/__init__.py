@@ -17,7 +17,9 @@ from starlette.routing import BaseRoute
 
 from bruce_bot.web.api import (
     artifacts,
+    channel_tests,
     chat,
+    llm_settings,
     logs,
     memories,
     people,
@@ -49,6 +51,8 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
         *memories.ENDPOINTS,
         *logs.ENDPOINTS,
         *settings.ENDPOINTS,
+        *llm_settings.ENDPOINTS,
+        *channel_tests.ENDPOINTS,
         *people.ENDPOINTS,
         *usage.ENDPOINTS,
         *web_sessions.ENDPOINTS,

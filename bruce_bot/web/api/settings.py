@@ -3,12 +3,19 @@ table and wins over the YAML one; resetting it goes back to the YAML value."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
-from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
+from bruce_bot.storage.settings import (
+    MAX_TURNS_RANGE,
+    MAX_TURNS_SETTING,
+    SYSTEM_PROMPT_SETTING,
+    TIMEZONE_SETTING,
+)
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 from bruce_bot.web.context import WebContext
 from bruce_bot.web.wire import ApiError
@@ -22,6 +29,34 @@ class EditableSetting:
     label: str
     description: str
     max_chars: int
+    multiline: bool = True
+    # The value as stored, or ValueError saying what is wrong with it and what would do.
+    check: Callable[[str], str] = lambda value: value
+
+
+def _timezone(value: str) -> str:
+    name = value.strip()
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"'{name[:60]}' is not a timezone this system knows; use an IANA name such as "
+            "Europe/Lisbon or America/Sao_Paulo"
+        ) from None
+    return name
+
+
+def _max_turns(value: str) -> str:
+    try:
+        turns = int(value.strip())
+    except ValueError:
+        turns = 0
+    if turns not in MAX_TURNS_RANGE:
+        raise ValueError(
+            f"'{value[:20]}' is not a number of model calls from {MAX_TURNS_RANGE.start} to "
+            f"{MAX_TURNS_RANGE.stop - 1}"
+        )
+    return str(turns)
 
 
 EDITABLE_SETTINGS = {
@@ -34,6 +69,25 @@ EDITABLE_SETTINGS = {
             "Takes effect from the next message.",
             50_000,
         ),
+        EditableSetting(
+            TIMEZONE_SETTING,
+            "Timezone",
+            "The timezone Bruce tells the model the time in (an IANA name such as "
+            "Europe/Lisbon). Takes effect from the next message; reminders already set keep "
+            "theirs.",
+            60,
+            multiline=False,
+            check=_timezone,
+        ),
+        EditableSetting(
+            MAX_TURNS_SETTING,
+            "Agent max turns",
+            "The most model calls one answer may take (each tool round is one), 1 to 50. "
+            "Takes effect from the next message.",
+            2,
+            multiline=False,
+            check=_max_turns,
+        ),
     )
 }
 
@@ -43,6 +97,7 @@ class SettingAnswer(BaseModel):
     label: str
     description: str
     max_chars: int
+    multiline: bool
     value: str | None = Field(description="what Bruce uses: the dashboard's value, else config's")
     config_value: str | None = Field(description="the YAML value, what a reset goes back to")
     source: Literal["config", "dashboard"]
@@ -94,6 +149,7 @@ async def setting_answer(context: WebContext, setting: EditableSetting) -> Setti
         label=setting.label,
         description=setting.description,
         max_chars=setting.max_chars,
+        multiline=setting.multiline,
         value=config_value if stored is None else stored,
         config_value=config_value,
         source="config" if stored is None else "dashboard",
@@ -111,6 +167,10 @@ async def put_setting(call: Call[SettingKey, NewValue]) -> OneSetting:
         raise ApiError(
             f"'value' has {len(value)} characters; {setting.key} takes at most {setting.max_chars}"
         )
+    try:
+        value = setting.check(value)
+    except ValueError as exc:
+        raise ApiError(f"{setting.key}: {exc}") from None
     await call.context.stores.settings.set(setting.key, value)
     return OneSetting(setting=await setting_answer(call.context, setting))
 

@@ -1,0 +1,207 @@
+"""The LLM settings the dashboard changes while Bruce runs: provider, model, background model,
+base URL and API key.
+
+Each is stored under `llm.<name>` in the `settings` table and wins over `llm.<name>` of
+config.yml; resetting drops them all, back to the YAML. A change is tried first (one call of one
+output token with the new settings): when the provider refuses it, nothing is stored and the
+provider's own words are the error; when it answers, the values are stored and a new client is
+put behind the `SwitchableLLM` every part holds, so the next call uses it, without a restart.
+The API key is a secret: it is added to the log scrubber as soon as it is read or saved, and it
+leaves this module only masked (`sk-…abcd`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+from pydantic import ValidationError
+
+from bruce_bot.config import LLMConfig
+from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.llm.factory import create_llm
+from bruce_bot.llm.lazy import LazyLLM
+from bruce_bot.llm.switchable import SwitchableLLM
+from bruce_bot.storage.settings import SettingsStore
+
+log = structlog.get_logger(__name__)
+
+FIELDS = ("provider", "model", "background_model", "base_url", "api_key")
+SECRET_FIELDS = frozenset({"api_key"})
+Source = Literal["config", "dashboard", "default"]
+
+
+def setting_key(field: str) -> str:
+    return f"llm.{field}"
+
+
+def mask(secret: str) -> str:
+    """`sk-…abcd`: enough to tell two keys apart, never enough to use one."""
+    if not secret:
+        return ""
+    if len(secret) < 12:
+        return "…" + secret[-2:]
+    return f"{secret[:3]}…{secret[-4:]}"
+
+
+class SettingsRefused(Exception):
+    """The new settings were not saved; the message says why (the provider's words)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldView:
+    """One setting as the dashboard shows it: secrets masked, with where the value comes from."""
+
+    name: str
+    value: str | None
+    source: Source
+    config_value: str | None
+    secret: bool
+
+
+def _as_text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+class LiveLLMSettings:
+    def __init__(
+        self,
+        configured: LLMConfig,
+        store: SettingsStore,
+        llm: SwitchableLLM,
+        *,
+        explicit: Iterable[str] = FIELDS,
+        probe: Callable[[LLMConfig], Awaitable[None]] | None = None,
+        build: Callable[[LLMConfig], LLMService] = create_llm,
+        secret_seen: Callable[[str], None] = lambda _secret: None,
+    ) -> None:
+        self._configured = configured
+        # The fields config.yml sets (the rest are defaults, shown as such).
+        self._explicit = frozenset(explicit)
+        self._store = store
+        self._llm = llm
+        self._probe = probe or _probe
+        self._build = build
+        self._secret_seen = secret_seen
+
+    async def _stored(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for name in FIELDS:
+            value = await self._store.get(setting_key(name))
+            if value is not None:
+                found[name] = str(value)
+                if name in SECRET_FIELDS:
+                    self._secret_seen(str(value))
+        return found
+
+    def _merged(self, values: Mapping[str, str | None]) -> LLMConfig:
+        data = self._configured.model_dump()
+        data.update(values)
+        if data.get("base_url") == "":
+            data["base_url"] = None
+        try:
+            return LLMConfig.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in error['loc']) or 'llm'}: {error['msg']}"
+                for error in exc.errors()
+            )
+            raise SettingsRefused(problems) from None
+
+    async def effective(self) -> LLMConfig:
+        """The settings in use: the dashboard's values over config.yml's."""
+        return self._merged(await self._stored())
+
+    async def view(self) -> list[FieldView]:
+        stored = await self._stored()
+        views = []
+        for name in FIELDS:
+            configured = _as_text(getattr(self._configured, name))
+            value = stored.get(name, configured)
+            source: Source = (
+                "dashboard" if name in stored else "config" if name in self._explicit else "default"
+            )
+            secret = name in SECRET_FIELDS
+            views.append(
+                FieldView(
+                    name,
+                    mask(value or "") if secret else value,
+                    source,
+                    mask(configured or "") if secret else configured,
+                    secret,
+                )
+            )
+        return views
+
+    async def candidate(self, changes: Mapping[str, str | None]) -> LLMConfig:
+        """The settings `changes` would give (a missing or empty key keeps the current one)."""
+        values: dict[str, str | None] = dict(await self._stored())
+        for name, value in changes.items():
+            if name in SECRET_FIELDS and not value:
+                continue  # write-only: the page never has it, so "empty" means "keep"
+            values[name] = value
+        return self._merged(values)
+
+    async def test(self, settings: LLMConfig) -> None:
+        """One tiny call with `settings`; SettingsRefused with the provider's words."""
+        if not settings.is_configured:
+            raise SettingsRefused(
+                "no API key: paste the provider's key (a local OpenAI-compatible server needs "
+                "a base URL instead)"
+            )
+        try:
+            await self._probe(settings)
+        except LLMError as exc:
+            from bruce_bot.checkup import llm_failure
+
+            raise SettingsRefused(llm_failure(exc)) from None
+
+    async def save(self, changes: Mapping[str, str | None]) -> LLMConfig:
+        """Try `changes`, then store them and use them from the next call on."""
+        settings = await self.candidate(changes)
+        await self.test(settings)
+        for name in FIELDS:
+            value = getattr(settings, name)
+            if name in SECRET_FIELDS and value:
+                self._secret_seen(str(value))
+            if _as_text(value) == _as_text(getattr(self._configured, name)):
+                await self._store.unset(setting_key(name))  # the same as config.yml: follow it
+            else:
+                await self._store.set(setting_key(name), value)
+        await self._use(settings)
+        log.info("llm_settings_saved", provider=settings.provider, model=settings.model)
+        return settings
+
+    async def reset(self) -> LLMConfig:
+        """Back to config.yml's settings."""
+        for name in FIELDS:
+            await self._store.unset(setting_key(name))
+        await self._use(self._configured)
+        return self._configured
+
+    async def load(self) -> None:
+        """At start: the dashboard's stored settings, if any, replace config.yml's. Stored
+        values that no longer make a valid config are ignored (and logged), not fatal."""
+        stored = await self._stored()
+        if not stored:
+            return
+        try:
+            settings = self._merged(stored)
+        except SettingsRefused as exc:
+            log.warning("llm_settings_ignored", error=str(exc))
+            return
+        await self._use(settings)
+
+    async def _use(self, settings: LLMConfig) -> None:
+        if settings == self._llm.config:
+            return
+        build = self._build
+        await self._llm.switch(LazyLLM(lambda: build(settings), settings.model), settings)
+
+
+async def _probe(settings: LLMConfig) -> None:
+    from bruce_bot.checkup import probe_llm
+
+    await probe_llm(settings)

@@ -1,0 +1,180 @@
+"""`/api/llm`: the LLM settings the Settings page and the chat's setup card change while Bruce
+runs (provider, model, background model, base URL, API key; see `live_llm.py`).
+
+A save is tried first with one tiny call and refused (400, the provider's words) when the
+provider says no; the old settings stay. The API key is write-only: answers show it masked.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bruce_bot.live_llm import LiveLLMSettings, SettingsRefused
+from bruce_bot.llm.model_list import ModelListError, list_models
+from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
+from bruce_bot.web.context import WebContext
+from bruce_bot.web.wire import ApiError
+
+Provider = Literal["anthropic", "openai"]
+
+
+class FieldAnswer(BaseModel):
+    name: str
+    value: str | None = Field(description="in use; the API key masked (sk-…abcd)")
+    source: Literal["config", "dashboard", "default"]
+    config_value: str | None = Field(description="config.yml's, what a reset goes back to")
+    secret: bool
+
+
+class LLMSettingsAnswer(BaseModel):
+    configured: bool = Field(description="whether a model is set up (else: the setup card)")
+    provider: str
+    model: str
+    fields: list[FieldAnswer]
+
+
+class TestAnswer(BaseModel):
+    ok: bool
+    detail: str
+
+
+class ModelsAnswer(BaseModel):
+    models: list[str]
+
+
+class LLMChange(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"provider": "openai", "base_url": "http://127.0.0.1:11434/v1", "model": "llama3"}
+            ]
+        },
+    )
+
+    provider: Provider | None = None
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    background_model: str | None = Field(default=None, max_length=200)
+    base_url: str | None = Field(default=None, max_length=2000, description="empty: the default")
+    api_key: str | None = Field(
+        default=None, max_length=500, description="write-only; missing or empty keeps the key"
+    )
+
+    def changes(self) -> dict[str, str | None]:
+        return self.model_dump(exclude_unset=True)
+
+
+class ModelsQuery(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"provider": "openai", "base_url": "http://127.0.0.1:11434/v1"}]
+        },
+    )
+
+    provider: Provider
+    base_url: str | None = Field(default=None, max_length=2000)
+    api_key: str | None = Field(default=None, max_length=500, description="empty: the saved one")
+
+
+def _live(context: WebContext) -> LiveLLMSettings:
+    live = context.live_llm
+    if live is None:
+        raise ApiError("the LLM settings cannot be changed in this process", 503)
+    return live
+
+
+async def _answer(live: LiveLLMSettings) -> LLMSettingsAnswer:
+    settings = await live.effective()
+    fields = [
+        FieldAnswer(
+            name=view.name,
+            value=view.value,
+            source=view.source,
+            config_value=view.config_value,
+            secret=view.secret,
+        )
+        for view in await live.view()
+    ]
+    return LLMSettingsAnswer(
+        configured=settings.is_configured,
+        provider=settings.provider,
+        model=settings.model,
+        fields=fields,
+    )
+
+
+async def get_llm(call: Call[NoParams, None]) -> LLMSettingsAnswer:
+    return await _answer(_live(call.context))
+
+
+async def put_llm(call: Call[NoParams, LLMChange]) -> LLMSettingsAnswer:
+    live = _live(call.context)
+    try:
+        await live.save(call.body.changes())
+    except SettingsRefused as exc:
+        raise ApiError(f"not saved, the old settings stay: {exc}") from None
+    return await _answer(live)
+
+
+async def try_llm(call: Call[NoParams, LLMChange]) -> TestAnswer:
+    live = _live(call.context)
+    try:
+        settings = await live.candidate(call.body.changes())
+        await live.test(settings)
+    except SettingsRefused as exc:
+        return TestAnswer(ok=False, detail=str(exc))
+    return TestAnswer(ok=True, detail=f"{settings.provider} / {settings.model} answers")
+
+
+async def reset_llm(call: Call[NoParams, None]) -> LLMSettingsAnswer:
+    live = _live(call.context)
+    await live.reset()
+    return await _answer(live)
+
+
+async def post_models(call: Call[NoParams, ModelsQuery]) -> ModelsAnswer:
+    live, query = _live(call.context), call.body
+    key = query.api_key or (await live.effective()).api_key
+    try:
+        models = await list_models(query.provider, query.base_url or None, key)
+    except ModelListError as exc:
+        raise ApiError(str(exc)) from None
+    return ModelsAnswer(models=models)
+
+
+ENDPOINTS = (
+    Endpoint("GET", "/api/llm", get_llm, LLMSettingsAnswer, "The LLM settings in use"),
+    Endpoint(
+        "PUT",
+        "/api/llm",
+        put_llm,
+        LLMSettingsAnswer,
+        "Change them: tried with one tiny call, saved only if the provider answers",
+        body=LLMChange,
+        errors=(503,),
+    ),
+    Endpoint(
+        "POST",
+        "/api/llm/test",
+        try_llm,
+        TestAnswer,
+        "Try settings with one tiny call, without saving them",
+        body=LLMChange,
+        errors=(503,),
+    ),
+    Endpoint(
+        "DELETE", "/api/llm", reset_llm, LLMSettingsAnswer, "Back to config.yml", errors=(503,)
+    ),
+    Endpoint(
+        "POST",
+        "/api/llm/models",
+        post_models,
+        ModelsAnswer,
+        "The models a provider's server lists (GET /v1/models)",
+        body=ModelsQuery,
+        errors=(503,),
+    ),
+)

@@ -1,0 +1,239 @@
+/* The LLM settings form, shared by the Settings page and the chat page's first-run setup card:
+   provider (Anthropic, OpenAI, or a local OpenAI-compatible server with its usual address
+   prefilled), base URL, API key (write-only: the field is always empty, the saved key is shown
+   masked), model (listed from the server's /v1/models), Test and Save. A save is tried by Bruce
+   first and refused with the provider's words; nothing is stored then. Text from the server is
+   only ever set as text (never HTML). Needs dashboard.js (Bruce.h, Bruce.api). */
+"use strict";
+
+const BruceLLM = (() => {
+  // dashboard.js loads after the pages' own scripts: its helpers are looked up when used.
+  const h = (...args) => Bruce.h(...args);
+  const api = (...args) => Bruce.api(...args);
+
+  // A local server speaks OpenAI's API; its usual address on this computer.
+  const LOCAL_SERVERS = [
+    { name: "Ollama", url: "http://127.0.0.1:11434/v1" },
+    { name: "vLLM", url: "http://127.0.0.1:8000/v1" },
+    { name: "LM Studio", url: "http://127.0.0.1:1234/v1" },
+  ];
+  const CHOICES = [
+    { value: "anthropic", label: "Anthropic (Claude)" },
+    { value: "openai", label: "OpenAI" },
+    { value: "local", label: "A local server (Ollama, vLLM, LM Studio)" },
+  ];
+  const SOURCES = { config: "from config.yml", dashboard: "set in the dashboard", default: "default" };
+
+  let counter = 0;
+
+  function field(label, input, hint) {
+    return h("div", { className: "llm-field" },
+      h("label", { for: input.id }, label), input, hint || null);
+  }
+
+  /* Fills `node` with the form; `full`: also the background model, where each value comes from
+     and "Reset to config" (the Settings page); `onSaved(answer)` after a save. */
+  async function form(node, { full = false, onSaved = () => {} } = {}) {
+    const id = (name) => `llm-${name}-${++counter}`;
+    let current = await api("/api/llm");
+    const values = () => Object.fromEntries(current.fields.map((f) => [f.name, f]));
+
+    const choice = h("select", { id: id("provider"), name: "provider" },
+      CHOICES.map((c) => h("option", { value: c.value }, c.label)));
+    const local = h("select", { id: id("local"), name: "local" },
+      LOCAL_SERVERS.map((s) => h("option", { value: s.url }, `${s.name} — ${s.url}`)));
+    const baseUrl = h("input", { id: id("base-url"), name: "base_url", type: "url", placeholder: "the provider's default", autocomplete: "off" });
+    const key = h("input", { id: id("api-key"), name: "api_key", type: "password", autocomplete: "off" });
+    const models = h("datalist", { id: id("models") });
+    const model = h("input", { id: id("model"), name: "model", list: models.id, autocomplete: "off", required: true });
+    const background = h("input", { id: id("background"), name: "background_model", autocomplete: "off", placeholder: "the same as the model" });
+    const list = h("button", { type: "button", className: "secondary" }, "List models");
+    const test = h("button", { type: "button", className: "secondary" }, "Test connection");
+    const save = h("button", { type: "submit" }, "Save");
+    const reset = h("button", { type: "button", className: "secondary" }, "Reset to config");
+    const status = h("p", { className: "status-line", role: "status" });
+    const sources = h("ul", { className: "hint llm-sources" });
+
+    const localRow = field("Server", local);
+    const keyHint = h("span", { className: "hint" });
+
+    function show() {
+      const v = values();
+      const provider = v.provider.value;
+      const url = v.base_url.value || "";
+      const isLocal = provider === "openai" && url && !url.startsWith("https://api.openai.com");
+      choice.value = isLocal ? "local" : provider;
+      if (isLocal && LOCAL_SERVERS.some((s) => s.url === url)) local.value = url;
+      baseUrl.value = url;
+      model.value = v.model.value || "";
+      background.value = v.background_model.value || "";
+      key.value = "";
+      keyHint.textContent = v.api_key.value
+        ? ` Saved: ${v.api_key.value} (leave empty to keep it).`
+        : " None saved.";
+      key.placeholder = v.api_key.value ? `${v.api_key.value} (unchanged)` : "paste the key";
+      reset.disabled = !current.fields.some((f) => f.source === "dashboard");
+      sources.replaceChildren(...current.fields.map((f) =>
+        h("li", { dataset: { field: f.name } }, h("code", {}, `llm.${f.name}`), `: ${SOURCES[f.source]}`)));
+      pick();
+    }
+
+    function pick() {
+      localRow.hidden = choice.value !== "local";
+    }
+
+    choice.addEventListener("change", () => {
+      pick();
+      if (choice.value === "local") baseUrl.value = local.value;
+      else baseUrl.value = "";
+      models.replaceChildren();
+    });
+    local.addEventListener("change", () => { baseUrl.value = local.value; models.replaceChildren(); });
+
+    function body() {
+      const change = {
+        provider: choice.value === "local" ? "openai" : choice.value,
+        base_url: baseUrl.value.trim(),
+        model: model.value.trim(),
+      };
+      if (key.value) change.api_key = key.value;
+      if (full) change.background_model = background.value.trim();
+      return change;
+    }
+
+    async function busy(button, work) {
+      button.disabled = true;
+      try { await work(); } catch (e) { status.textContent = e.message; status.className = "status-line bad"; }
+      finally { button.disabled = button === reset && !current.fields.some((f) => f.source === "dashboard"); }
+    }
+
+    function say(text, ok = true) {
+      status.textContent = text;
+      status.className = ok ? "status-line" : "status-line bad";
+    }
+
+    list.addEventListener("click", () => busy(list, async () => {
+      const { provider, base_url, api_key } = body();
+      const data = await api("/api/llm/models", { method: "POST", body: { provider, base_url, api_key } });
+      models.replaceChildren(...data.models.map((m) => h("option", { value: m })));
+      // A model this server does not list (the previous provider's) cannot be kept.
+      if (data.models.length && !data.models.includes(model.value)) model.value = data.models[0];
+      say(data.models.length ? `${data.models.length} models: ${data.models.join(", ")}` : "The server lists no models.");
+    }));
+    test.addEventListener("click", () => busy(test, async () => {
+      say("Testing…");
+      const result = await api("/api/llm/test", { method: "POST", body: body() });
+      say(result.ok ? `✓ ${result.detail}` : `✗ ${result.detail}`, result.ok);
+    }));
+    reset.addEventListener("click", () => busy(reset, async () => {
+      if (!confirm("Go back to the LLM settings of config.yml?")) return;
+      current = await api("/api/llm", { method: "DELETE" });
+      show();
+      say("Back to config.yml's settings.");
+    }));
+
+    const root = h("form", { className: "llm-setup", dataset: { form: "llm" } },
+      field("Provider", choice),
+      localRow,
+      field("Base URL", baseUrl),
+      field("API key", key, keyHint),
+      h("div", { className: "llm-field" }, h("label", { for: model.id }, "Model"), h("div", { className: "toolbar" }, model, list), models),
+      full ? field("Background model", background, h("span", { className: "hint" }, " For summaries and the brain.")) : null,
+      h("div", { className: "toolbar" }, test, save, full ? reset : null),
+      status,
+      full ? sources : null,
+    );
+    root.addEventListener("submit", (event) => {
+      event.preventDefault();
+      busy(save, async () => {
+        say("Testing and saving…");
+        current = await api("/api/llm", { method: "PUT", body: body() });
+        show();
+        say(`✓ Saved: ${current.provider} / ${current.model}. The next message is answered by it.`);
+        onSaved(current);
+      });
+    });
+    show();
+    node.replaceChildren(root);
+    return current;
+  }
+
+  const PLATFORMS = [
+    { name: "telegram", label: "Telegram", hint: "The token @BotFather gave you (123456:ABC…)." },
+    { name: "discord", label: "Discord", hint: "The bot token of your application (Developer Portal → Bot)." },
+  ];
+
+  /* A token field and "Test connection" per platform: Telegram getMe, Discord login; a working
+     token shows the bot's link (t.me/<bot>, or the invite that adds it to a server). The token
+     is tried, not stored: connecting still means channels.<name>.token in config.yml. */
+  function channels(node) {
+    node.replaceChildren(...PLATFORMS.map((platform) => {
+      const token = h("input", { id: `channel-${platform.name}-${++counter}`, type: "password", autocomplete: "off", placeholder: "empty: the one in config.yml" });
+      const test = h("button", { type: "button", className: "secondary" }, "Test connection");
+      const result = h("p", { className: "status-line", role: "status" });
+      test.addEventListener("click", async () => {
+        test.disabled = true;
+        result.textContent = "Testing…";
+        result.className = "status-line";
+        try {
+          const answer = await api(`/api/channels/${platform.name}/test`, { method: "POST", body: { token: token.value || null } });
+          const link = answer.link ? h("a", { href: answer.link, target: "_blank", rel: "noopener noreferrer" }, answer.link) : null;
+          result.replaceChildren(answer.ok ? `✓ ${answer.detail} ` : `✗ ${answer.detail}${answer.fix ? ` — ${answer.fix}` : ""}`, link || "");
+          if (!answer.ok) result.className = "status-line bad";
+        } catch (e) {
+          result.textContent = e.message;
+          result.className = "status-line bad";
+        } finally {
+          test.disabled = false;
+        }
+      });
+      const tools = h("div", { className: "toolbar" }, test);
+      const saved = h("p", { className: "hint" });
+      if (platform.name === "telegram") telegramSaving(token, tools, saved, result);
+      return h("div", { className: "llm-setup", dataset: { channel: platform.name } },
+        field(`${platform.label} bot token`, token, h("span", { className: "hint" }, platform.hint)),
+        saved,
+        tools,
+        result);
+    }));
+  }
+
+  /* With Telegram on in config.yml, its token can be changed here: tried with getMe, stored,
+     and the channel reconnected with it (no restart). */
+  async function telegramSaving(token, tools, saved, result) {
+    let state = await api("/api/channels/telegram/token");
+    if (!state.enabled) return;
+    const save = h("button", { type: "button" }, "Save and reconnect");
+    const reset = h("button", { type: "button", className: "secondary" }, "Reset to config");
+    const show = () => {
+      saved.textContent = `In use: ${state.token} (${state.source === "dashboard" ? "set in the dashboard" : "from config.yml"}).`;
+      reset.disabled = state.source !== "dashboard";
+    };
+    async function write(button, method, body) {
+      button.disabled = true;
+      result.className = "status-line";
+      result.textContent = method === "PUT" ? "Testing and reconnecting…" : "Reconnecting…";
+      try {
+        state = await api("/api/channels/telegram/token", { method, body });
+        token.value = "";
+        const link = state.link ? h("a", { href: state.link, target: "_blank", rel: "noopener noreferrer" }, state.link) : "";
+        result.replaceChildren(state.bot ? `✓ Reconnected as ${state.bot} ` : "✓ Back to config.yml's token.", link);
+        show();
+      } catch (e) {
+        result.textContent = e.message;
+        result.className = "status-line bad";
+      } finally {
+        button.disabled = button === reset && state.source !== "dashboard";
+      }
+    }
+    save.addEventListener("click", () => {
+      if (!token.value) { result.textContent = "Paste the new token first."; result.className = "status-line bad"; return; }
+      write(save, "PUT", { token: token.value });
+    });
+    reset.addEventListener("click", () => write(reset, "DELETE"));
+    tools.append(save, reset);
+    show();
+  }
+
+  return { form, channels, LOCAL_SERVERS };
+})();

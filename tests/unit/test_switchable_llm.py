@@ -1,0 +1,73 @@
+"""`SwitchableLLM`: a call running when the provider is switched finishes on the old one, which
+is closed only then; the next call goes to the new one; a call naming the start-time background
+model goes to the background model now configured."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from bruce_bot.config import LLMConfig
+from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
+from bruce_bot.live_llm import mask
+from bruce_bot.llm.base import TextSink
+from bruce_bot.llm.switchable import SwitchableLLM
+
+
+class Provider:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.models: list[str | None] = []
+        self.closed = False
+        self.gate: asyncio.Event | None = None
+
+    @property
+    def model(self) -> str:
+        return self.name
+
+    async def complete(
+        self,
+        system: SystemPrompt,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        force_text: bool = False,
+        stream: TextSink | None = None,
+    ) -> LLMResponse:
+        assert not self.closed, f"{self.name} was called after it was closed"
+        self.models.append(model)
+        if self.gate is not None:
+            await self.gate.wait()
+        return LLMResponse(text=self.name)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+PROMPT = SystemPrompt(stable=("x",))
+ASK = [ChatMessage(role="user", text="hi")]
+
+
+async def test_a_running_call_finishes_on_the_old_provider_and_the_next_goes_to_the_new() -> None:
+    old, new = Provider("old"), Provider("new")
+    old.gate = asyncio.Event()
+    llm = SwitchableLLM(old, LLMConfig(model="a", background_model="a-small"))
+    running = asyncio.create_task(llm.complete(PROMPT, ASK))
+    await asyncio.sleep(0)
+    assert old.models == [None]
+
+    await llm.switch(new, LLMConfig(model="b", background_model="b-small"))
+    assert llm.model == "b" and not old.closed  # still answering
+    assert (await llm.complete(PROMPT, ASK, model="a-small")).text == "new"
+    assert new.models == ["b-small"]  # the background model, as configured now
+    old.gate.set()
+    assert (await running).text == "old"
+    assert old.closed
+
+
+def test_a_key_is_shown_by_its_ends_only() -> None:
+    assert mask("sk-ant-api03-0123456789abcd") == "sk-…abcd"
+    assert mask("short-key") == "…ey"
+    assert mask("") == ""
