@@ -45,10 +45,14 @@ postgres:
 	      --no-install-recommends postgresql >/dev/null; \
 	  else echo "PostgreSQL not found: its tests will fail (install Debian's postgresql)"; fi; }
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist), a test file per process at a time,
+# so a file's module fixtures are set up once; each worker has its own PostgreSQL cluster.
+PYTEST_WORKERS ?= 2
+
 test: $(VENV)/.installed-dev chromium postgres
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The chaos tests: the real daemon killed a dozen times at seeded moments (BRUCE_CHAOS_SEED=N).
 chaos: $(VENV)/.installed-dev

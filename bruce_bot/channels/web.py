@@ -62,6 +62,7 @@ class WebChannel:
         self._versions: dict[str, int] = {}
         self._typing: set[str] = set()
         self._relay: Callable[[str], Awaitable[None]] | None = None
+        self.waiting = 0  # long polls open now
 
     def relay(self, announce: Callable[[str], Awaitable[None]]) -> None:
         """Call `announce(chat_id)` after each reply, for the browsers of other processes."""
@@ -192,11 +193,19 @@ class WebChannel:
         """
         if since is not None and self.version(chat_id) != since:
             return
+        if self.stopping.is_set():
+            return
         event = self._changed.setdefault(chat_id, asyncio.Event())
+        # Stopping ends the wait too: a browser's open long poll must not hold shutdown up
+        # until the web server's stop timeout (the page polls again once Bruce is back).
+        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.stopping.wait())]
+        self.waiting += 1
         try:
-            await asyncio.wait_for(event.wait(), within)
-        except TimeoutError:
-            pass
+            await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.waiting -= 1
+            for waiting in waits:
+                waiting.cancel()
 
 
 class WebLive:

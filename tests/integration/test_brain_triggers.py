@@ -49,6 +49,14 @@ def rules(tmp_path: Path, fake: FakeAnthropicServer, **brain: Any) -> Config:
     return brain_config(tmp_path, fake, brain={"enabled": True, **brain})
 
 
+def naming_first(fake: FakeAnthropicServer) -> tuple[FakeModels, ConsoleChannel]:
+    """The fake models with the brain's first run (naming the session) planned, and a console."""
+    models = FakeModels()
+    models.plan(LISBON_TITLE, READY)
+    fake.responder = models
+    return models, ConsoleChannel()
+
+
 def briefing_of(run: dict[str, Any]) -> str:
     return user_texts(run)[0]
 
@@ -63,10 +71,7 @@ def part(briefing: str, tag: str) -> str:
 async def test_an_unnamed_session_is_named_after_its_first_exchange_and_then_left_alone(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    models = FakeModels()
-    models.plan(LISBON_TITLE, READY)
-    anthropic_fake.responder = models
-    console = ConsoleChannel()
+    _models, console = naming_first(anthropic_fake)
     config = brain_config(tmp_path, anthropic_fake)  # the default rules
     async with running_bruce(config, tools=ToolRegistry([]), channels=[console]) as bruce:
         await exchange(console, LISBON[0])
@@ -85,10 +90,7 @@ async def test_an_unnamed_session_is_named_after_its_first_exchange_and_then_lef
 async def test_a_topic_shift_runs_the_brain_which_renames_the_session(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    models = FakeModels()
-    models.plan(LISBON_TITLE, READY)
-    anthropic_fake.responder = models
-    console = ConsoleChannel()
+    models, console = naming_first(anthropic_fake)
     config = rules(tmp_path, anthropic_fake, every_exchanges=100)
     async with running_bruce(config, tools=ToolRegistry([]), channels=[console]) as bruce:
         for text in LISBON[:4]:
@@ -115,10 +117,7 @@ async def test_a_topic_shift_runs_the_brain_which_renames_the_session(
 async def test_a_quiet_same_topic_stretch_runs_the_brain_only_every_n_exchanges(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    models = FakeModels()
-    models.plan(LISBON_TITLE, READY)
-    anthropic_fake.responder = models
-    console = ConsoleChannel()
+    _models, console = naming_first(anthropic_fake)
     config = rules(tmp_path, anthropic_fake, every_exchanges=3)
     runs_after: list[int] = []
     async with running_bruce(config, tools=ToolRegistry([]), channels=[console]) as bruce:
@@ -144,10 +143,7 @@ async def test_a_quiet_same_topic_stretch_runs_the_brain_only_every_n_exchanges(
 async def test_a_scheduled_briefing_neither_wakes_the_brain_nor_counts_as_an_exchange(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    models = FakeModels()
-    models.plan(LISBON_TITLE, READY)
-    anthropic_fake.responder = models
-    console = ConsoleChannel()
+    _models, console = naming_first(anthropic_fake)
     config = rules(tmp_path, anthropic_fake, every_exchanges=2)
     async with running_bruce(config, tools=ToolRegistry([]), channels=[console]) as bruce:
         assert bruce.stores is not None and bruce.tasks is not None

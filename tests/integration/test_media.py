@@ -204,6 +204,20 @@ async def test_the_openai_provider_gets_the_photo_as_an_image_url(
 # ---- documents -------------------------------------------------------------------------------
 
 
+def uncaptioned_document(name: str, mime_type: str, tag: str, size: int) -> dict[str, Any]:
+    """The recorded PDF message with another document in it and no caption."""
+    message = load_fixture("built_document_pdf_private")
+    message["document"] = {
+        "file_name": name,
+        "mime_type": mime_type,
+        "file_id": f"BQACAgIAAxkBAAIDZmV{tag}",
+        "file_unique_id": f"AgAD{tag}",
+        "file_size": size,
+    }
+    message.pop("caption")
+    return message
+
+
 async def test_a_pdfs_text_reaches_the_model_as_untrusted_content_with_its_name(
     tmp_path: Path, telegram: FakeTelegramServer
 ) -> None:
@@ -224,16 +238,8 @@ async def test_a_pdfs_text_reaches_the_model_as_untrusted_content_with_its_name(
 async def test_a_long_text_file_is_cut_with_a_note(
     tmp_path: Path, telegram: FakeTelegramServer
 ) -> None:
-    message = load_fixture("built_document_pdf_private")
-    message["document"] = {
-        "file_name": "notes.md",
-        "mime_type": "text/markdown",
-        "file_id": "BQACAgIAAxkBAAIDZmVmd0001",
-        "file_unique_id": "AgADmd0001",
-        "file_size": 5000,
-    }
-    message.pop("caption")
-    telegram.add_file("BQACAgIAAxkBAAIDZmVmd0001", ("# Notes\n" + "x" * 4992).encode(), "d/n.md")
+    message = uncaptioned_document("notes.md", "text/markdown", "md0001", 5000)
+    telegram.add_file(message["document"]["file_id"], ("# Notes\n" + "x" * 4992).encode(), "d/n.md")
     async with FakeAnthropicServer(responder=lambda body: "Noted.") as llm:
         settings = config(tmp_path, telegram, llm.base_url, documents={"max_chars": 1000})
         async with running_bruce(settings):
@@ -246,15 +252,12 @@ async def test_a_long_text_file_is_cut_with_a_note(
 async def test_an_unsupported_or_too_large_document_gets_a_reply_naming_the_type_or_limit(
     tmp_path: Path, telegram: FakeTelegramServer
 ) -> None:
-    docx = load_fixture("built_document_pdf_private")
-    docx["document"] = {
-        "file_name": "letter.docx",
-        "mime_type": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-        "file_id": "BQACAgIAAxkBAAIDZmVkocx01",
-        "file_unique_id": "AgADdocx01",
-        "file_size": 20480,
-    }
-    docx.pop("caption")
+    docx = uncaptioned_document(
+        "letter.docx",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "docx01",
+        20480,
+    )
     huge = load_fixture("built_document_pdf_private")
     huge["document"] = {**huge["document"], "file_size": 30_000_000}
     huge.pop("caption")

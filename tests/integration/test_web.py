@@ -23,7 +23,7 @@ from bruce_bot.domain import OutboundMessage
 from bruce_bot.web.app import MAX_BODY_BYTES
 from bruce_bot.web.auth import COOKIE_NAME
 from bruce_bot.web.server import WebServer
-from tests.conftest import make_config, running_bruce
+from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 
 TOKEN = "lDuCtwUktuEDg5VYlefoZ_UGtU5m36jtRGdGLUf8Gbk"
@@ -311,6 +311,29 @@ async def test_a_reply_stored_just_before_the_long_poll_waits_still_wakes_it() -
     assert not waiting.done()
     await channel.send(OutboundMessage("web", "dashboard", "another reply"))
     await asyncio.wait_for(waiting, 2)
+
+
+async def test_an_open_long_poll_ends_when_bruce_stops_instead_of_holding_shutdown(
+    tmp_path: Any, anthropic_fake: FakeAnthropicServer
+) -> None:
+    # A chat tab left open keeps a 30 s long poll waiting; stopping Bruce (a restart) must end
+    # it at once rather than wait out the web server's stop timeout.
+    config = make_config(tmp_path, anthropic_fake.base_url, web={"auth_token": TOKEN})
+    bruce = Bruce(config)
+    await bruce.start()
+    channel = bruce.parts.web_channel if bruce.parts else None
+    assert channel is not None
+    async with httpx.AsyncClient(base_url=str(bruce.web_url)) as http:
+        poll = asyncio.create_task(
+            http.get("/api/chat/messages", params={"after": 0, "wait": 30}, headers=AUTH)
+        )
+        await wait_until(lambda: channel.waiting == 1)
+        began = time.monotonic()
+        await bruce.stop()
+        stopped_in = time.monotonic() - began
+        answer = await asyncio.wait_for(poll, 5)
+    assert answer.status_code == 200 and answer.json()["messages"] == []
+    assert stopped_in < 3, f"stop took {stopped_in:.1f} s with a long poll open"
 
 
 # ---- bad input -------------------------------------------------------------------------------
