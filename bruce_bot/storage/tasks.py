@@ -37,8 +37,9 @@ _tasks = table_of(ProactiveTaskRow)
 _runs = table_of(TaskRunRow)
 _messages = table_of(MessageRow)
 
-# What a task does when it fires: send its text (a reminder), or run a turn on it (a briefing).
-TaskMode = Literal["message", "agent"]
+# What a task does when it fires: send its text (a reminder), run a turn on it (a briefing), or
+# check a page or search against a condition (a watch: its `watches` row, storage/watches.py).
+TaskMode = Literal["message", "agent", "watch"]
 # Active tasks fire; paused ones (set aside: a chat that refuses the bot, a schedule that cannot
 # be read) and unconfirmed ones (waiting for the user's yes) do not; done (a one-shot that
 # fired), cancelled and missed (a one-shot due while Bruce was down) ones are over.

@@ -27,6 +27,7 @@ from bruce_bot.storage.models import (
     TaskRunRow,
     WatchRow,
     columns_for,
+    from_row,
     inserted_id,
     table_of,
 )
@@ -87,22 +88,27 @@ class WatchStore:
         # An alert is stored in this process's hands: it delivers it right after the commit.
         self._claimant = claimant or default_claimant()
 
-    async def add(self, task_id: int, **values: Any) -> None:
+    async def create(self, task: dict[str, Any], watch: dict[str, Any]) -> int:
+        """A watch's task row and its `watches` row, in one commit; the task's id."""
+        values = {"created_at": utcnow(), **task}
         async with self._engine.begin() as connection:
-            await connection.execute(_watches.insert(), {"task_id": task_id, **values})
+            task_id = inserted_id(await connection.execute(_tasks.insert(), values))
+            await connection.execute(_watches.insert(), {"task_id": task_id, **watch})
+        return task_id
 
     async def get(self, task_id: int) -> WatchRecord | None:
         query = select(*_COLUMNS).where(_watches.c.task_id == task_id)
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
-        return WatchRecord(*row) if row else None
+        return from_row(WatchRecord, row) if row else None
 
     async def of_tasks(self, task_ids: Sequence[int]) -> dict[int, WatchRecord]:
         if not task_ids:
             return {}
         query = select(*_COLUMNS).where(_watches.c.task_id.in_(list(task_ids)))
         async with self._engine.connect() as connection:
-            return {row[0]: WatchRecord(*row) for row in await connection.execute(query)}
+            rows = [from_row(WatchRecord, row) for row in await connection.execute(query)]
+        return {watch.task_id: watch for watch in rows}
 
     async def record_check(self, check: CheckRecord) -> int | None:
         """Store one check in one commit; the id of the message it stored (None: none), or
