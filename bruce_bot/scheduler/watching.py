@@ -15,6 +15,7 @@ the outbox then delivers the message. Checks of one watch never overlap in a pro
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from dataclasses import dataclass
@@ -131,18 +132,20 @@ class WatchChecker:
         self._reader = reader
         self._llm = llm
         self._model = model
-        self._checking: set[int] = set()  # watches with a check under way in this process
+        self._locks: dict[int, asyncio.Lock] = {}  # one check of a watch at a time
 
     async def check(self, task: TaskRecord, due: datetime) -> None:
-        """Check the watch once, for its firing due at `due`; one check per watch at a time."""
-        if task.id in self._checking:
-            log.info("watch_check_skipped", task_id=task.id, reason="a check is under way")
-            return
-        self._checking.add(task.id)
-        try:
-            await self._check(task, due)
-        finally:
-            self._checking.discard(task.id)
+        """Check the watch once, for its firing due at `due`. Checks of one watch take turns:
+        a firing that waited for another check runs only if the watch still waits for it."""
+        lock = self._locks.setdefault(task.id, asyncio.Lock())
+        async with lock:
+            current = await self._stores.tasks.get(task.id)
+            if current is None or current.status != "active" or current.next_run_at != due:
+                log.info("watch_check_skipped", task_id=task.id, reason="checked meanwhile")
+                return
+            await self._check(current, due)
+        if not lock.locked() and self._locks.get(task.id) is lock:
+            del self._locks[task.id]
 
     async def _check(self, task: TaskRecord, due: datetime) -> None:
         watch = await self._stores.watches.get(task.id)
