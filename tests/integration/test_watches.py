@@ -261,3 +261,107 @@ async def test_failures_back_off_and_the_user_is_told_once_until_a_success(
     [told] = channel.texts_starting("⚠️ Watch")
     assert "failed 3 checks in a row" in told
     assert next_check(tmp_path, task_id) - clock.now == INTERVAL  # a success resets the pace
+
+
+async def test_a_condition_the_model_cannot_judge_is_told_once(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: Model, web: FakeWebServer
+) -> None:
+    model.verdict_of = lambda page: ("UNSURE", "the page does not say")
+    config = watch_config(tmp_path, anthropic_fake)
+    clock, channel = ManualClock(), ChatChannel()
+    async with running_bruce(config, channels=[channel], clock=clock) as bruce:
+        task_id = await create_watch(model, channel, anthropic_fake, f"{web.url}/tickets")
+        await wait_until(lambda: len(checks(tmp_path, task_id)) == 1)
+        await check_after(bruce, clock, tmp_path, task_id)
+        await check_after(bruce, clock, tmp_path, task_id)
+        await wait_until(lambda: channel.texts_starting("🤔"))
+    [told] = channel.texts_starting("🤔")
+    assert "I cannot tell whether “tickets are on sale” holds" in told
+    assert "the page does not say" in told
+    assert [row["verdict"] for row in checks(tmp_path, task_id)] == ["UNSURE"] * 3
+    assert channel.texts_starting(ALERT) == []
+
+
+async def test_an_interval_below_the_floor_is_refused_naming_the_key(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: Model, web: FakeWebServer
+) -> None:
+    config = watch_config(tmp_path, anthropic_fake, min_watch_interval_minutes=15)
+    channel = ChatChannel()
+    async with running_bruce(config, channels=[channel]):
+        arguments = {
+            "title": "Too eager",
+            "url": f"{web.url}/tickets",
+            "condition": "tickets are on sale",
+            "interval": "every 5 minutes",
+        }
+        result = await use_tool(model, channel, "watch_create", arguments, anthropic_fake)
+        unreadable = await use_tool(
+            model, channel, "watch_create", {**arguments, "interval": "soonish"}, anthropic_fake
+        )
+    assert result.get("is_error")
+    assert "scheduler.min_watch_interval_minutes" in block_text(result)
+    assert "at most every 15 minutes" in block_text(result)
+    assert unreadable.get("is_error") and "'soonish' is not readable" in block_text(unreadable)
+    assert db_rows(tmp_path, "SELECT * FROM watches") == []
+    assert web.paths() == []  # nothing was fetched
+
+
+async def test_watch_list_shows_the_last_result_and_watch_cancel_stops_the_checks(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: Model, web: FakeWebServer
+) -> None:
+    config = watch_config(tmp_path, anthropic_fake)
+    clock, channel = ManualClock(), ChatChannel()
+    async with running_bruce(config, channels=[channel], clock=clock) as bruce:
+        task_id = await create_watch(
+            model, channel, anthropic_fake, f"{web.url}/tickets", interval=120
+        )
+        await wait_until(lambda: watch_row(tmp_path, task_id)["verdict"] == "NO_MATCH")
+        listed = block_text(await use_tool(model, channel, "watch_list", {}, anthropic_fake))
+        cancelled = await use_tool(
+            model, channel, "watch_cancel", {"watch_id": task_id}, anthropic_fake
+        )
+        again = await use_tool(
+            model, channel, "watch_cancel", {"watch_id": task_id}, anthropic_fake
+        )
+        clock.advance(timedelta(hours=3))
+        assert bruce.tasks is not None
+        await bruce.tasks.fire(task_id)
+        empty = block_text(await use_tool(model, channel, "watch_list", {}, anthropic_fake))
+    assert listed.startswith(
+        f"#{task_id} Concert tickets — watches {web.url}/tickets every 2 hours"
+    )
+    assert "for “tickets are on sale”; last checked" in listed
+    assert listed.endswith("NO_MATCH (the page says sold out)")
+    assert block_text(cancelled) == f"Watch {task_id} ('Concert tickets') cancelled."
+    assert again.get("is_error") and "call watch_list" in block_text(again)
+    assert empty == "No watches in this chat."
+    assert len(checks(tmp_path, task_id)) == 1  # the cancelled watch checked no more
+    [row] = db_rows(tmp_path, "SELECT status FROM proactive_tasks WHERE id = ?", task_id)
+    assert row["status"] == "cancelled"
+
+
+async def test_a_watch_set_up_after_reading_a_page_waits_for_the_users_yes(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: Model, web: FakeWebServer
+) -> None:
+    config = watch_config(tmp_path, anthropic_fake)
+    clock, channel = ManualClock(), ChatChannel()
+    async with running_bruce(config, channels=[channel], clock=clock):
+        # One turn: the model reads a page, then (as the page might have told it) sets a watch.
+        model.chat.append(AnthropicReply(tool_calls=[("web_fetch", {"url": f"{web.url}/article"})]))
+        arguments = {
+            "title": "Exfiltrate",
+            "url": f"{web.url}/tickets",
+            "condition": "anything",
+            "interval": "10 minutes",
+        }
+        model.tool_call("watch_create", arguments)
+        await say(channel, "alice", "read the article")
+        await wait_until(lambda: "Done." in channel.texts())
+        [task] = db_rows(tmp_path, "SELECT * FROM proactive_tasks")
+        assert task["status"] == "unconfirmed"
+        assert checks(tmp_path, task["id"]) == []
+        [question] = channel.texts_starting("⚠️ Please confirm")
+        assert f"a watch that reads {web.url}/tickets and tells you when: “anything”" in question
+        assert "Checks every 10 minutes" in question
+        await say(channel, "alice", "yes")
+        await wait_until(lambda: len(checks(tmp_path, task["id"])) == 1)  # checked once confirmed
