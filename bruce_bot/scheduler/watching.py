@@ -135,23 +135,26 @@ class WatchChecker:
         self._locks: dict[int, asyncio.Lock] = {}  # one check of a watch at a time
 
     async def check(self, task: TaskRecord, due: datetime) -> None:
-        """Check the watch once, for its firing due at `due`. Checks of one watch take turns:
-        a firing that waited for another check runs only if the watch still waits for it."""
+        """Check the watch once, for its firing due at `due` (or a run now). Checks of one
+        watch take turns: a firing that waited for another check runs only if that check was
+        not after its due time."""
         lock = self._locks.setdefault(task.id, asyncio.Lock())
         async with lock:
             current = await self._stores.tasks.get(task.id)
-            if current is None or current.status != "active" or current.next_run_at != due:
+            watch = await self._stores.watches.get(task.id)
+            if current is None or current.status != "active":
+                return
+            if watch is None:
+                await self._context.runs.set_aside(current, "a watch without its watches row")
+                return
+            if watch.checked_at is not None and watch.checked_at >= due:
                 log.info("watch_check_skipped", task_id=task.id, reason="checked meanwhile")
                 return
-            await self._check(current, due)
+            await self._check(current, watch, due)
         if not lock.locked() and self._locks.get(task.id) is lock:
             del self._locks[task.id]
 
-    async def _check(self, task: TaskRecord, due: datetime) -> None:
-        watch = await self._stores.watches.get(task.id)
-        if watch is None:
-            await self._context.runs.set_aside(task, "a watch without its watches row")
-            return
+    async def _check(self, task: TaskRecord, watch: WatchRecord, due: datetime) -> None:
         try:
             reading = await self._read(watch)
             verdict, reason = await self._judge(task, watch, reading)
