@@ -263,6 +263,8 @@ class TaskPlanner:
     def describe(self, task: TaskRecord) -> str:
         when = self.describe_next_run(task)
         schedule = f"cron '{task.cron}'" if task.cron else "once"
+        if task.mode == WATCH_MODE:
+            schedule = "see watch_list"
         waiting = " (waiting for the user's confirmation)" if task.status == UNCONFIRMED else ""
         return f"#{task.id} {task.title} — {task.mode} mode, {schedule}, next run {when}{waiting}"
 
