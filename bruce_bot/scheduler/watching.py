@@ -37,7 +37,7 @@ from bruce_bot.llm.base import LLMError, LLMService
 from bruce_bot.outbox import Outbox
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.timing import describe_interval
-from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.storage.tasks import RunStatus, TaskRecord
 from bruce_bot.storage.watches import AlreadyRecorded, CheckRecord, WatchRecord
 
 log = structlog.get_logger(__name__)
@@ -107,7 +107,7 @@ class CheckFailed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
-    status: str  # checked | failed
+    status: RunStatus  # checked | failed
     next_check: datetime
     state: dict[str, Any]
     verdict: str | None = None

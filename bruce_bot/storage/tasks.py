@@ -45,14 +45,15 @@ TaskMode = Literal["message", "agent", "watch"]
 # fired), cancelled and missed (a one-shot due while Bruce was down) ones are over.
 TaskStatus = Literal["active", "paused", "unconfirmed", "done", "cancelled", "missed"]
 # A firing: running and undelivered ones are open, the others closed.
-RunStatus = Literal["running", "undelivered", "delivered", "failed", "missed"]
+# A watch's check is closed at once: `checked` (a verdict came) or `failed`.
+RunStatus = Literal["running", "undelivered", "delivered", "failed", "missed", "checked"]
 
 RUN_KEY = "task_run_id"  # key of the `extra` of a firing's message: the run it belongs to
 # Key of the `extra` of a briefing's message: the person who set the task up (whose memories
 # its turn uses), "<channel>:<user id>".
 PERSON_KEY = "person"
 OPEN_RUN_STATUSES: tuple[RunStatus, ...] = ("running", "undelivered")
-CLOSED_RUN_STATUSES: tuple[RunStatus, ...] = ("delivered", "failed", "missed")
+CLOSED_RUN_STATUSES: tuple[RunStatus, ...] = ("delivered", "failed", "missed", "checked")
 # What a reminder's delivery status (or a briefing answer's) makes of its run.
 _FATES: dict[MessageStatus, tuple[RunStatus, str | None]] = {
     "sent": ("delivered", None),

@@ -31,7 +31,7 @@ from bruce_bot.storage.models import (
     inserted_id,
     table_of,
 )
-from bruce_bot.storage.tasks import RUN_KEY
+from bruce_bot.storage.tasks import RUN_KEY, RunStatus
 
 _watches = table_of(WatchRow)
 _tasks = table_of(ProactiveTaskRow)
@@ -73,7 +73,7 @@ class CheckRecord:
     task_id: int
     scheduled_for: datetime
     late_seconds: float
-    status: str  # checked | failed
+    status: RunStatus  # checked | failed
     verdict: str | None
     reason: str | None
     error: str | None

@@ -229,6 +229,7 @@ async def test_a_page_that_changes_twice_alerts_exactly_twice_and_a_restart_chec
         await wait_until(lambda: len(checks(tmp_path, task_id)) == 6)
         assert next_check(tmp_path, task_id) == clock.now + INTERVAL
     assert len(checks(tmp_path, task_id)) == 6
+    assert {row["status"] for row in checks(tmp_path, task_id)} == {"checked"}  # left as they were
     assert again.texts_starting(ALERT) == []
     assert checks(tmp_path, task_id)[-1]["late_seconds"] >= 50 * 60
 
