@@ -79,15 +79,17 @@ class Model:
         self.checks.append(body)
         if self.check_replies:
             return self.check_replies.popleft()
-        verdict, reason = self.verdict_of(self.page_in(body))
+        source = "web_search" if 'source="web_search"' in user_texts(body)[0] else "web_fetch"
+        verdict, reason = self.verdict_of(self.page_in(body, source))
         return AnthropicReply(
             tool_calls=[("watch_verdict", {"verdict": verdict, "reason": reason})]
         )
 
     @staticmethod
-    def page_in(body: dict[str, Any]) -> str:
+    def page_in(body: dict[str, Any], source: str = "web_fetch") -> str:
+        """What the check read, as the model got it: fenced as untrusted (else this fails)."""
         [text] = user_texts(body)
-        return untrusted_body(text[text.index("<untrusted_content") :], "web_fetch")
+        return untrusted_body(text[text.index("<untrusted_content") :], source)
 
     def tool_call(self, tool: str, arguments: dict[str, Any]) -> None:
         self.chat.append(AnthropicReply(tool_calls=[(tool, arguments)]))
@@ -115,14 +117,18 @@ async def model(anthropic_fake: FakeAnthropicServer) -> Model:
     return model
 
 
-def watch_config(tmp_path: Path, fake: FakeAnthropicServer, **scheduler: Any) -> Config:
+def watch_config(
+    tmp_path: Path, fake: FakeAnthropicServer, search: str | None = None, **scheduler: Any
+) -> Config:
+    """Watches checked at least every minute; `search`: the SearXNG URL (None: no search)."""
+    web_search = {"provider": "searxng", "searxng_url": search} if search else {"enabled": False}
     return config_for(
         tmp_path,
         fake.base_url,
         llm={"background_model": "claude-background"},
         scheduler={"min_watch_interval_minutes": 1, **scheduler},
         # The page is on 127.0.0.1: this test lets the fetcher reach loopback.
-        tools={"web_fetch": {"allow_private_addresses": True}, "web_search": {"enabled": False}},
+        tools={"web_fetch": {"allow_private_addresses": True}, "web_search": web_search},
     )
 
 
@@ -140,13 +146,14 @@ async def use_tool(
 
 
 async def create_watch(
-    model: Model, channel: ChatChannel, fake: FakeAnthropicServer, url: str, **fields: Any
+    model: Model, channel: ChatChannel, fake: FakeAnthropicServer, url: str | None, **fields: Any
 ) -> int:
+    """watch_create through the model (of `url`, or of `fields`' query); the watch's id."""
     arguments = {
         "title": "Concert tickets",
-        "url": url,
         "condition": "tickets are on sale",
         "interval": "10 minutes",
+        **({"url": url} if url else {}),
         **fields,
     }
     result = await use_tool(model, channel, "watch_create", arguments, fake)
@@ -366,3 +373,27 @@ async def test_a_watch_set_up_after_reading_a_page_waits_for_the_users_yes(
         assert "Checks every 10 minutes" in question
         await say(channel, "alice", "yes")
         await wait_until(lambda: len(checks(tmp_path, task["id"])) == 1)  # checked once confirmed
+
+
+async def test_a_watched_search_alerts_with_the_results_fenced_as_untrusted(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: Model, web: FakeWebServer
+) -> None:
+    model.verdict_of = lambda results: (
+        ("MATCH", "a result reports record funding")
+        if "record funding" in results
+        else ("NO_MATCH", "nothing about funding")
+    )
+    config = watch_config(tmp_path, anthropic_fake, search=f"{web.url}/")
+    channel = ChatChannel()
+    async with running_bruce(config, channels=[channel], clock=ManualClock()):
+        task_id = await create_watch(
+            model, channel, anthropic_fake, url=None, query="brazil startups"
+        )
+        await wait_until(lambda: channel.texts_starting(ALERT))
+    [alert] = channel.texts_starting(ALERT)
+    assert alert.endswith("— a result reports record funding\nsearch: brazil startups")
+    [check] = checks(tmp_path, task_id)
+    assert (check["status"], check["verdict"]) == ("checked", "MATCH")
+    results = model.page_in(model.checks[0], "web_search")
+    assert results.startswith("Search results for 'brazil startups':")
+    assert any(path.startswith("/search?") and "brazil" in path for path in web.paths())
