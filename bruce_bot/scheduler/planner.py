@@ -143,8 +143,10 @@ class TaskPlanner:
             )
         task = await self._tasks.get(task_id)
         assert task is not None
-        if new.confirmed:
+        if new.confirmed and self._context.jobs.is_leader:
             self._firing.fire_soon(task.id)  # the first check, now
+        elif new.confirmed:
+            await self._context.jobs.schedule(task, now)  # the leader checks it (only it does)
         log.info("watch_created", task_id=task.id, confirmed=new.confirmed)
         return task
 
