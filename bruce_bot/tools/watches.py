@@ -50,7 +50,7 @@ class WatchCreate(Tool):
         "Watch a web page (url) or a web search (query) for the user: every interval Bruce reads "
         "it and checks `condition` (e.g. 'the price is below 100 EUR', 'tickets are on sale'), "
         "and alerts this chat when the condition starts to hold or what matches changes. Give "
-        "exactly one of url and query; interval in minutes (a number) or words like "
+        "exactly one of url and query; interval in minutes ('30') or words like "
         "'30 minutes', 'every 2 hours', 'daily'."
     )
     parameters: ClassVar[dict[str, Any]] = {
@@ -61,8 +61,10 @@ class WatchCreate(Tool):
             "query": {"type": "string", "minLength": 1, "maxLength": 500},
             "condition": {"type": "string", "minLength": 1, "maxLength": 2000},
             "interval": {
-                "type": ["string", "number"],
-                "description": "Minutes (a number) or words: '30 minutes', 'every 2 hours'.",
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 60,
+                "description": "Minutes ('30') or words: '30 minutes', 'every 2 hours', 'daily'.",
             },
         },
         "required": ["title", "condition", "interval"],

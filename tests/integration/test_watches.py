@@ -321,7 +321,7 @@ async def test_watch_list_shows_the_last_result_and_watch_cancel_stops_the_check
     clock, channel = ManualClock(), ChatChannel()
     async with running_bruce(config, channels=[channel], clock=clock) as bruce:
         task_id = await create_watch(
-            model, channel, anthropic_fake, f"{web.url}/tickets", interval=120
+            model, channel, anthropic_fake, f"{web.url}/tickets", interval="120"
         )
         await wait_until(lambda: watch_row(tmp_path, task_id)["verdict"] == "NO_MATCH")
         listed = block_text(await use_tool(model, channel, "watch_list", {}, anthropic_fake))
