@@ -494,6 +494,9 @@ class SchedulerConfig(_Section):
     misfire_grace_seconds: int = Field(default=86_400, ge=0)
     min_agent_interval_minutes: int = Field(default=30, ge=1)
     max_active_tasks_per_chat: int = Field(default=50, ge=1)
+    # The shortest interval between two checks of a watch (a page fetch or a search, then a call
+    # to the background model). A test or a home lab may lower it to a fraction of a minute.
+    min_watch_interval_minutes: float = Field(default=15.0, gt=0, le=10_080)
     # PostgreSQL with several processes: how often a process that does not lead the scheduler
     # tries to take over (and the leader checks its lock).
     leader_retry_seconds: float = Field(default=15.0, ge=0.5, le=3600)

@@ -56,6 +56,7 @@ from bruce_bot.tools.artifacts import artifact_file
 from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.tools.watches import watch_tools, web_reader
 from bruce_bot.usage.budget import BudgetWatch
 from bruce_bot.usage.prices import PriceTable
 
@@ -154,7 +155,7 @@ def assemble_tools(
     """Every tool the configuration enables, in one registry."""
     registry = build_tools(config, stores)
     if config.tools.proactive.enabled:
-        for tool in proactive_tools(confirmations):
+        for tool in [*proactive_tools(confirmations), *watch_tools(confirmations)]:
             registry.add(tool)
     if config.tools.subagents.enabled:
         finished = brain.observe if brain is not None else None
@@ -405,6 +406,8 @@ def build_parts(
         announce=lambda session_id: feed.publish(INBOX_TOPIC, str(session_id)),
     )
     tasks = _task_service(config, database, stores, inbox, outbox, set(channels), overrides.clock)
+    # Watches read with the web tools' policy and are judged by the background model.
+    tasks.use_watches(web_reader(config.tools), llm, config.llm.effective_background_model)
     confirmations = TaskConfirmations(
         tasks, stores, outbox, lambda session, batch: turns.run(session, batch)
     )

@@ -96,6 +96,13 @@ def tool_guidelines(tool_names: Collection[str]) -> str:
             "'agent' for a briefing you must prepare when it is due (e.g. a news summary). "
             "Work out times from the temporal context below."
         )
+    if "watch_create" in tool_names:
+        rules.append(
+            "Watches: when the user wants to hear when something on a page or in search results "
+            "changes or becomes true (a price drop, tickets on sale, a release), call "
+            "'watch_create' with the url or query and the condition, rather than a recurring "
+            "briefing: Bruce checks it and alerts only when the answer changes."
+        )
     if SAVE_TOOL in tool_names:
         rules.append(
             "Memory: when the user tells you something about themselves that will matter in "

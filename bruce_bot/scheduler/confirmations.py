@@ -23,11 +23,14 @@ import structlog
 from bruce_bot.domain import Choice, OutboundMessage
 from bruce_bot.inbox import QueuedMessage
 from bruce_bot.outbox import Outbox
-from bruce_bot.scheduler.new_task import NewTask
+from bruce_bot.scheduler.new_task import NewTask, NewWatch
 from bruce_bot.scheduler.service import TaskService
+from bruce_bot.scheduler.timing import describe_interval
+from bruce_bot.scheduler.watching import describe_watch
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.storage.watches import WATCH_MODE, WatchRecord
 
 log = structlog.get_logger(__name__)
 
@@ -82,6 +85,19 @@ class TaskConfirmations:
             await self._ask(task)
         return task
 
+    async def create_watch(self, new: NewWatch) -> TaskRecord:
+        repeated = new.origin and await self._stores.tasks.by_origin(new.session_id, new.origin)
+        task = await self._planner.create_watch(new)
+        if not new.confirmed and not repeated:
+            await self._ask(task)
+        return task
+
+    async def watches(self, session_id: int) -> list[tuple[TaskRecord, WatchRecord]]:
+        return await self._planner.watches(session_id)
+
+    def describe_watch(self, task: TaskRecord, watch: WatchRecord) -> str:
+        return describe_watch(task, watch)
+
     async def list_active(self, session_id: int) -> list[TaskRecord]:
         return await self._planner.list_active(session_id)
 
@@ -97,7 +113,15 @@ class TaskConfirmations:
     # ---- asking ------------------------------------------------------------------------------
 
     async def _ask(self, task: TaskRecord) -> None:
-        text = QUESTION.format(title=task.title, what=_what(task), when=self._when(task))
+        what, when = _what(task), self._when(task)
+        if task.mode == WATCH_MODE:
+            watch = await self._stores.watches.get(task.id)
+            if watch is not None:
+                what = f"a watch that reads {watch.target} and tells you when: “{watch.condition}”"
+                when = (
+                    f"Checks {describe_interval(watch.interval_seconds)}, starting once confirmed."
+                )
+        text = QUESTION.format(title=task.title, what=what, when=when)
         choices = (
             Choice("Confirm", f"{CONFIRM_PREFIX}{task.id}"),
             Choice("Cancel", f"{CANCEL_PREFIX}{task.id}"),

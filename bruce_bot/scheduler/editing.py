@@ -21,6 +21,7 @@ from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.scheduler.planner import UNCONFIRMED, TaskPlanner, definition_columns
 from bruce_bot.scheduler.timing import next_cron_time, zone_of
 from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.storage.watches import WATCH_MODE
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +54,11 @@ class TaskEditor:
         """Give the task `new`'s fields (its id, status and runs stay); ScheduleError when the
         new schedule is refused, TaskStateError when the task is over."""
         task = await self._task(task_id, EDITABLE, "edited")
+        if task.mode == WATCH_MODE:
+            raise TaskStateError(
+                f"task {task_id} is a watch; it cannot be edited here: cancel it and ask Bruce "
+                "for a new one (watch_create)"
+            )
         zone = zone_of(new.timezone) if new.timezone else self._context.app_zone
         first = self._planner.first_run(new, zone)
         if new.session_id != task.session_id:
@@ -77,6 +83,8 @@ class TaskEditor:
         now = self._context.clock()
         if task.cron:
             due = next_cron_time(task.cron, zone_of(task.timezone), now)
+        elif task.mode == WATCH_MODE:
+            due = now  # a resumed watch checks right away, then every interval
         else:
             due = task.next_run_at
             if due is None or due <= now:

@@ -6,7 +6,8 @@ firing's message in one commit, so a crash leaves all of them or none. Message m
 reminder and delivers it through the outbox (no LLM); agent mode stores the instruction as a
 task message and queues it in the session's inbox, so it never overlaps a live turn. A firing
 older than `scheduler.misfire_grace_seconds` (a machine suspended for days) is recorded as
-missed instead, and for a one-shot the user is told once.
+missed instead, and for a one-shot the user is told once. A watch's firing is a check, handed to
+`watching.WatchChecker` however late it is.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from bruce_bot.inbox import Inbox, QueuedMessage
 from bruce_bot.outbox import Outbox
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.timing import describe_lateness, next_cron_time, zone_of
+from bruce_bot.scheduler.watching import WatchChecker
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.tasks import PERSON_KEY, RUN_KEY, Firing, TaskRecord
 
 log = structlog.get_logger(__name__)
 
 LATE_AFTER_SECONDS = 60.0  # a firing later than this says so ("late: was due at 09:00")
-MODES = ("message", "agent")
+MODES = ("message", "agent", "watch")
 REMINDER_MARK = "⏰ "  # a reminder's text starts with it
 
 
@@ -63,6 +65,8 @@ class TaskFiring:
         self._firing: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stopping = False
+        # Checks a watch's firing (`TaskService.use_watches`); None: watches wait, unchecked.
+        self.watches: WatchChecker | None = None
 
     def open(self) -> None:
         """Accept firings, on the running event loop."""
@@ -126,6 +130,10 @@ class TaskFiring:
         if found is None:
             return
         task, due = found
+        if task.mode == "watch":
+            # A check however late: one check catches up, not one per interval missed.
+            await self._check_watch(task, due)
+            return
         advance = task.status == "active" and task.next_run_at == due
         now = self._context.clock()
         late = max(0.0, (now - due).total_seconds())
@@ -158,6 +166,12 @@ class TaskFiring:
             attempts=firing.attempts,
         )
         await self._hand_over(task, firing, composed)
+
+    async def _check_watch(self, task: TaskRecord, due: datetime) -> None:
+        if self.watches is None:
+            log.info("task_fire_deferred", task_id=task.id, reason="watches are not set up here")
+            return
+        await self.watches.check(task, due)
 
     async def _firable(
         self, task_id: int, scheduled_for: datetime | None

@@ -29,3 +29,20 @@ class NewTask:
     origin: str | None = None
     # The person who asks ("<channel>:<user id>"): a briefing runs with their memories.
     created_by: str | None = None
+
+
+@dataclass(frozen=True)
+class NewWatch:
+    """A watch asked for, before it is stored: what to read, what to look for, how often."""
+
+    session_id: int
+    channel: str
+    chat_id: str
+    title: str
+    condition: str
+    interval: str | float  # minutes as a number, or words: '30 minutes', 'every 2 hours'
+    url: str | None = None  # exactly one of url and query
+    query: str | None = None
+    confirmed: bool = True  # False: asked for after the turn read untrusted content
+    origin: str | None = None
+    created_by: str | None = None

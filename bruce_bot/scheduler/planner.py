@@ -17,17 +17,19 @@ import structlog
 
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.firing import TaskFiring
-from bruce_bot.scheduler.new_task import NewTask
+from bruce_bot.scheduler.new_task import NewTask, NewWatch
 from bruce_bot.scheduler.timing import (
     ScheduleError,
     describe_gap,
     describe_time,
     next_cron_time,
+    parse_interval,
     parse_run_at,
     shortest_cron_gap,
     zone_of,
 )
 from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.storage.watches import WATCH_MODE, WatchRecord
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +95,68 @@ class TaskPlanner:
         )
         return task
 
-    async def _made_by(self, new: NewTask) -> TaskRecord | None:
+    async def create_watch(self, new: NewWatch) -> TaskRecord:
+        """A new watch: its first check runs right away (once confirmed, for an unconfirmed one).
+        The same tool call made again returns the watch it created the first time."""
+        url, query = (new.url or "").strip(), (new.query or "").strip()
+        if bool(url) == bool(query):
+            raise ScheduleError("give exactly one of url (a page to read) or query (a web search)")
+        if url and not url.lower().startswith(("http://", "https://")):
+            raise ScheduleError(f"url '{url}' must start with http:// or https://")
+        if not new.condition.strip():
+            raise ScheduleError("condition is empty; say what the watch looks for")
+        interval = parse_interval(new.interval)
+        least = timedelta(minutes=self._context.rules.min_watch_interval_minutes)
+        if interval < least:
+            raise ScheduleError(
+                f"a watch checks at most every {describe_gap(least)} "
+                f"(scheduler.min_watch_interval_minutes); '{new.interval}' is more often. "
+                "Choose a longer interval."
+            )
+        now = self._context.clock()
+        async with self._creating:
+            if made := await self._made_by(new):
+                return made
+            await self.check_room(new.session_id)
+            task_id = await self._context.stores.watches.create(
+                {
+                    "session_id": new.session_id,
+                    "channel": new.channel,
+                    "chat_id": new.chat_id,
+                    "title": new.title.strip()[:200],
+                    "mode": WATCH_MODE,
+                    "content": new.condition.strip(),
+                    "run_at": None,
+                    "cron": None,
+                    "timezone": self._context.app_zone.key,
+                    "next_run_at": now,
+                    "status": "active" if new.confirmed else UNCONFIRMED,
+                    "origin": new.origin,
+                    "created_by": new.created_by or None,
+                },
+                {
+                    "url": url or None,
+                    "query": query or None,
+                    "condition": new.condition.strip(),
+                    "interval_seconds": interval.total_seconds(),
+                },
+            )
+        task = await self._tasks.get(task_id)
+        assert task is not None
+        if new.confirmed and self._context.jobs.is_leader:
+            self._firing.fire_soon(task.id)  # the first check, now
+        elif new.confirmed:
+            await self._context.jobs.schedule(task, now)  # the leader checks it (only it does)
+        log.info("watch_created", task_id=task.id, confirmed=new.confirmed)
+        return task
+
+    async def watches(self, session_id: int) -> list[tuple[TaskRecord, WatchRecord]]:
+        """The session's open watches (active, paused or waiting for confirmation)."""
+        tasks = [task for task in await self.list_active(session_id) if task.mode == WATCH_MODE]
+        found = await self._context.stores.watches.of_tasks([task.id for task in tasks])
+        return [(task, found[task.id]) for task in tasks if task.id in found]
+
+    async def _made_by(self, new: NewTask | NewWatch) -> TaskRecord | None:
         """The task this same tool call created before, if any."""
         if not new.origin:
             return None
@@ -202,6 +265,8 @@ class TaskPlanner:
     def describe(self, task: TaskRecord) -> str:
         when = self.describe_next_run(task)
         schedule = f"cron '{task.cron}'" if task.cron else "once"
+        if task.mode == WATCH_MODE:
+            schedule = "see watch_list"
         waiting = " (waiting for the user's confirmation)" if task.status == UNCONFIRMED else ""
         return f"#{task.id} {task.title} — {task.mode} mode, {schedule}, next run {when}{waiting}"
 

@@ -51,7 +51,8 @@ class Reconciler:
         jobs = self._context.jobs
         if due > now:
             await jobs.schedule(task, due)
-        elif now - due <= self._context.grace:
+        elif now - due <= self._context.grace or task.mode == "watch":
+            # A watch due while Bruce was down checks once now, however many checks it missed.
             await jobs.unschedule(task.id)  # fired below, once, not also by APScheduler
             self._firing.fire_soon(task.id)
         else:

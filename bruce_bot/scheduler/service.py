@@ -24,6 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from bruce_bot.config import SchedulerConfig
 from bruce_bot.domain import utcnow
 from bruce_bot.inbox import Inbox
+from bruce_bot.llm.base import LLMService
 from bruce_bot.outbox import Outbox
 from bruce_bot.scheduler import jobs
 from bruce_bot.scheduler.context import SchedulerContext
@@ -37,12 +38,14 @@ from bruce_bot.scheduler.job_store import (
     start_paused,
 )
 from bruce_bot.scheduler.leader import SchedulerLeadership
-from bruce_bot.scheduler.new_task import NewTask
+from bruce_bot.scheduler.new_task import NewTask, NewWatch
 from bruce_bot.scheduler.planner import UNCONFIRMED, TaskPlanner
 from bruce_bot.scheduler.reconcile import Reconciler
 from bruce_bot.scheduler.runs import TaskRuns
+from bruce_bot.scheduler.watching import WatchChecker, WatchReader
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.storage.watches import WatchRecord
 
 # Where they were before the service was split: the composition root and `bruce doctor`.
 __all__ = [
@@ -75,11 +78,17 @@ class TaskService:
         self._leadership = leadership
         self._jobs = job_store = TaskJobs(scheduler, leadership)
         self._runs = runs = TaskRuns(stores, job_store)
-        context = SchedulerContext(stores, job_store, runs, rules, app_zone, clock)
+        self._context = context = SchedulerContext(stores, job_store, runs, rules, app_zone, clock)
+        self._outbox = outbox
         self._firing = firing = TaskFiring(context, inbox, outbox, channels)
         self._reconciler = Reconciler(context, firing)
         self.planner = TaskPlanner(context, firing)
         self.editor = TaskEditor(context, firing, self.planner)
+
+    def use_watches(self, reader: WatchReader, llm: LLMService, model: str) -> None:
+        """Let watches be checked: `reader` reads their pages and searches, `model` (the
+        background one, on `llm`) judges them. Without this, a due watch waits unchecked."""
+        self._firing.watches = WatchChecker(self._context, self._outbox, reader, llm, model)
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -168,6 +177,12 @@ class TaskService:
             created_by=created_by,
         )
         return await self.planner.create(new)
+
+    async def create_watch(self, new: NewWatch) -> TaskRecord:
+        return await self.planner.create_watch(new)
+
+    async def watches(self, session_id: int) -> list[tuple[TaskRecord, WatchRecord]]:
+        return await self.planner.watches(session_id)
 
     async def unconfirmed(self, session_id: int) -> list[TaskRecord]:
         return await self.planner.unconfirmed(session_id)

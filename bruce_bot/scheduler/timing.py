@@ -254,3 +254,70 @@ def describe_lateness(scheduled_for: datetime, now: datetime, zone: ZoneInfo) ->
     due, today = scheduled_for.astimezone(zone), now.astimezone(zone)
     day = "" if due.date() == today.date() else f" on {due:%a %d %b}"
     return f" (late: was due at {due:%H:%M}{day})"
+
+
+_INTERVAL_UNITS = {
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "h": 3600,
+    "hr": 3600,
+    "hour": 3600,
+    "d": 86_400,
+    "day": 86_400,
+    "w": 604_800,
+    "week": 604_800,
+}
+_INTERVAL_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)", re.IGNORECASE)
+_INTERVAL_WORDS = {"an hour": "1 hour", "a day": "1 day", "a week": "1 week", "hourly": "1 hour"}
+_INTERVAL_WORDS |= {"daily": "1 day", "weekly": "1 week", "half an hour": "30 minutes"}
+
+
+def parse_interval(value: str | float) -> timedelta:
+    """A watch's interval: minutes as a number, or words like '30 minutes', 'every 2 hours',
+    '1h30m', '+90s', 'daily'. ScheduleError names what it cannot read."""
+    if isinstance(value, int | float):
+        minutes = float(value)
+    else:
+        text = value.strip().lower().removeprefix("every").strip().lstrip("+").strip()
+        text = _INTERVAL_WORDS.get(text, text)
+        try:
+            minutes = float(text)  # a bare number: minutes
+        except ValueError:
+            minutes = _interval_minutes(value, text)
+    if not minutes > 0:
+        raise ScheduleError(f"interval '{value}' must be more than zero")
+    return timedelta(minutes=minutes)
+
+
+def _interval_minutes(value: str, text: str) -> float:
+    seconds = 0.0
+    rest = _INTERVAL_PART.sub("", text).replace(",", " ").replace(" and ", " ").strip()
+    parts = _INTERVAL_PART.findall(text)
+    for number, unit in parts:
+        word = unit.rstrip("s") if unit not in ("s",) else unit
+        if word not in _INTERVAL_UNITS:
+            parts = []
+            break
+        seconds += float(number) * _INTERVAL_UNITS[word]
+    if not parts or rest:
+        raise ScheduleError(
+            f"interval '{value}' is not readable; give minutes as a number (30) or words like "
+            "'30 minutes', 'every 2 hours', '1h30m' or 'daily'"
+        )
+    return seconds / 60
+
+
+def describe_interval(seconds: float) -> str:
+    """'every 15 minutes', 'every 2 hours', 'every 3 seconds' (rounded to whole units)."""
+    for unit, size in (("week", 604_800), ("day", 86_400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"every {unit}" if count == 1 else f"every {count} {unit}s"
+    if seconds >= 60:
+        minutes = round(seconds / 60, 1)
+        return f"every {minutes:g} minutes"
+    return f"every {seconds:g} second{'s' if seconds != 1 else ''}"

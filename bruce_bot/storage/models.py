@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     CursorResult,
     DateTime,
@@ -331,7 +332,7 @@ class ProactiveTaskRow(Base):
     channel: Mapped[str] = mapped_column(BoundedString(32))
     chat_id: Mapped[str] = mapped_column(BoundedString(128))
     title: Mapped[str] = mapped_column(BoundedString(200))
-    mode: Mapped[str] = mapped_column(BoundedString(16))  # message | agent
+    mode: Mapped[str] = mapped_column(BoundedString(16))  # message | agent | watch
     content: Mapped[str] = mapped_column(CleanText)
     run_at: Mapped[datetime | None]  # one-shot
     cron: Mapped[str | None] = mapped_column(BoundedString(120))  # recurring, 5 fields
@@ -373,6 +374,37 @@ class TaskRunRow(Base):
     message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id", ondelete="SET NULL"))
     # Times the firing was handed over: 1, or more when a crash cut it and it ran again.
     attempts: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # A watch's check: the model's answer (MATCH | NO_MATCH | UNSURE) and its one-line reason.
+    verdict: Mapped[str | None] = mapped_column(BoundedString(16))
+    reason: Mapped[str | None] = mapped_column(CleanText)
+
+
+class WatchRow(Base):
+    """What a watch (a `proactive_tasks` row of mode `watch`) checks, and what it saw last.
+
+    The task row keeps the schedule (`next_run_at`) and the chat; this side table the target
+    (a URL or a search query), the condition, the interval and the state its checks carry from
+    one to the next: the hash of the content that last matched (an alert is due when a match's
+    content differs), the last verdict, and the failures in a row with whether the user heard.
+    """
+
+    __tablename__ = "watches"
+
+    task_id: Mapped[int] = mapped_column(
+        ForeignKey("proactive_tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    url: Mapped[str | None] = mapped_column(BoundedString(2000))
+    query: Mapped[str | None] = mapped_column(BoundedString(500))
+    condition: Mapped[str] = mapped_column(CleanText)
+    interval_seconds: Mapped[float] = mapped_column(Float)
+    content_hash: Mapped[str | None] = mapped_column(BoundedString(64))  # of the last read
+    matched_hash: Mapped[str | None] = mapped_column(BoundedString(64))  # None: no match now
+    verdict: Mapped[str | None] = mapped_column(BoundedString(16))
+    reason: Mapped[str | None] = mapped_column(CleanText)
+    checked_at: Mapped[datetime | None]
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    failures_told: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    unsure_told: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
 
 class GoalRow(Base):

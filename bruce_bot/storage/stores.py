@@ -22,6 +22,7 @@ from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
 from bruce_bot.storage.summaries import SummaryStore
 from bruce_bot.storage.tasks import TaskStore
+from bruce_bot.storage.watches import WatchStore
 from bruce_bot.storage.web_sessions import WebSessionStore
 
 
@@ -40,6 +41,7 @@ class Stores:
     web_sessions: WebSessionStore
     memories: MemoryStore
     pairing: PairingStore
+    watches: WatchStore
     feed: ChangeFeed = field(default_factory=LocalFeed)
 
     @classmethod
@@ -70,5 +72,6 @@ class Stores:
             web_sessions=WebSessionStore(engine),
             memories=MemoryStore(engine),
             pairing=PairingStore(engine),
+            watches=WatchStore(engine, claimant),
             feed=feed,
         )

@@ -37,21 +37,23 @@ _tasks = table_of(ProactiveTaskRow)
 _runs = table_of(TaskRunRow)
 _messages = table_of(MessageRow)
 
-# What a task does when it fires: send its text (a reminder), or run a turn on it (a briefing).
-TaskMode = Literal["message", "agent"]
+# What a task does when it fires: send its text (a reminder), run a turn on it (a briefing), or
+# check a page or search against a condition (a watch: its `watches` row, storage/watches.py).
+TaskMode = Literal["message", "agent", "watch"]
 # Active tasks fire; paused ones (set aside: a chat that refuses the bot, a schedule that cannot
 # be read) and unconfirmed ones (waiting for the user's yes) do not; done (a one-shot that
 # fired), cancelled and missed (a one-shot due while Bruce was down) ones are over.
 TaskStatus = Literal["active", "paused", "unconfirmed", "done", "cancelled", "missed"]
 # A firing: running and undelivered ones are open, the others closed.
-RunStatus = Literal["running", "undelivered", "delivered", "failed", "missed"]
+# A watch's check is closed at once: `checked` (a verdict came) or `failed`.
+RunStatus = Literal["running", "undelivered", "delivered", "failed", "missed", "checked"]
 
 RUN_KEY = "task_run_id"  # key of the `extra` of a firing's message: the run it belongs to
 # Key of the `extra` of a briefing's message: the person who set the task up (whose memories
 # its turn uses), "<channel>:<user id>".
 PERSON_KEY = "person"
 OPEN_RUN_STATUSES: tuple[RunStatus, ...] = ("running", "undelivered")
-CLOSED_RUN_STATUSES: tuple[RunStatus, ...] = ("delivered", "failed", "missed")
+CLOSED_RUN_STATUSES: tuple[RunStatus, ...] = ("delivered", "failed", "missed", "checked")
 # What a reminder's delivery status (or a briefing answer's) makes of its run.
 _FATES: dict[MessageStatus, tuple[RunStatus, str | None]] = {
     "sent": ("delivered", None),

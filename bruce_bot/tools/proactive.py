@@ -21,7 +21,10 @@ LIST_TOOL = "proactive_list"
 CANCEL_TOOL = "proactive_cancel"
 # The tools that set up, show and cancel scheduled tasks: a scheduled run itself, and a
 # sub-agent, get none of them.
-SCHEDULING_TOOLS = frozenset({CREATE_TOOL, LIST_TOOL, CANCEL_TOOL})
+# The watch tools (watches.py) count as scheduling tools too.
+SCHEDULING_TOOLS = frozenset(
+    {CREATE_TOOL, LIST_TOOL, CANCEL_TOOL, "watch_create", "watch_list", "watch_cancel"}
+)
 
 
 class TaskPort(Protocol):

@@ -2,7 +2,9 @@
 among the sessions, a time in a chosen timezone), its next run counting down live, running it now
 (the reminder reaches the chat and the last run shows as delivered, on time), a cron schedule
 shown in words, pausing and resuming, a refused cron naming the field in the form, and a task
-awaiting the user's confirmation shown as such. Screenshots at desktop and phone width."""
+awaiting the user's confirmation shown as such; a watch (on a local page) with its target,
+condition, interval in words, last check's verdict and reason, its runs, and cancelling it.
+Screenshots at desktop and phone width."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from bruce_bot.domain import SessionKey, utcnow
+from bruce_bot.scheduler.new_task import NewWatch
 from tests.browser.conftest import needs_chromium
 from tests.browser.screenshots import DESKTOP, at_both_widths, screenshot_dir
+from tests.conftest import wait_until
+from tests.fakes.web_server import FakeWebServer
 from tests.integration.dashboard_support import Dashboard, running_dashboard
 
 pytestmark = needs_chromium
@@ -29,8 +34,17 @@ expect.set_options(timeout=TIMEOUT_MS)
 
 
 @pytest.fixture
+async def web() -> AsyncIterator[FakeWebServer]:
+    async with FakeWebServer() as server:
+        server.extra_pages["/tickets"] = ("text/html", "<p>On sale now: 40 EUR.</p>")
+        yield server
+
+
+@pytest.fixture
 async def dashboard(tmp_path: Path) -> AsyncIterator[Dashboard]:
-    async with running_dashboard(tmp_path, TOKEN) as running:
+    # The watch's page is on 127.0.0.1: the fetcher may reach loopback here.
+    loopback = {"web_fetch": {"allow_private_addresses": True}}
+    async with running_dashboard(tmp_path, TOKEN, tools=loopback) as running:
         await running.chat("alice", "hello")
         await running.chat("bob", "hi")
         stores, tasks = running.bruce.stores, running.bruce.tasks
@@ -152,3 +166,46 @@ async def test_a_cron_schedule_reads_in_words_and_a_bad_one_is_refused_naming_th
     next_run = await row.locator(".next-run").text_content()
     assert next_run and datetime.strptime(next_run, "%Y-%m-%d %H:%M")
     await expect(page.locator("#tasks tr", has_text="Standup")).to_have_count(1)
+
+
+async def test_a_watch_shows_what_it_checks_and_its_last_result_and_can_be_cancelled(
+    page: Page, dashboard: Dashboard, web: FakeWebServer, tmp_path: Path
+) -> None:
+    bruce = dashboard.bruce
+    assert bruce.tasks is not None and bruce.stores is not None
+    session = await bruce.stores.sessions.get_or_create(SessionKey("chat", "alice"))
+    verdict = {"verdict": "MATCH", "reason": "tickets are on sale for 40 EUR"}
+    dashboard.fake.script(tool_calls=[("watch_verdict", verdict)])  # the first check's answer
+    task = await bruce.tasks.create_watch(
+        NewWatch(
+            session_id=session.id,
+            channel="chat",
+            chat_id="alice",
+            title="Concert tickets",
+            condition="tickets are on sale",
+            interval="every 2 hours",
+            url=f"{web.url}/tickets",
+        )
+    )
+    alert = f"🔔 Watch «Concert tickets»: “tickets are on sale” — {verdict['reason']}"
+    await wait_until(lambda: any(t.startswith(alert) for t in dashboard.channel.texts("alice")))
+
+    await log_in(page, "/schedules")
+    row = page.locator(f"#task-{task.id}")
+    await expect(row.locator(".watch-target")).to_have_text(f"watches {web.url}/tickets")
+    await expect(row.locator(".watch-condition")).to_have_text("for “tickets are on sale”")
+    await expect(row.locator(".schedule")).to_have_text("checks every 2 hours")
+    await expect(row.locator(".last-run .badge")).to_have_text("MATCH")
+    await expect(row.locator(".verdict-reason")).to_have_text(verdict["reason"])
+    await expect(row.locator(".countdown")).to_have_text(re.compile(r"^in 1 h 5\d min$"))
+    await expect(row.get_by_role("button", name="Edit Concert tickets")).to_have_count(0)
+    await row.get_by_role("button", name="Runs of Concert tickets").click()
+    runs = page.locator("tr.runs")
+    await expect(runs).to_contain_text("checked")
+    await expect(runs).to_contain_text(f"MATCH {verdict['reason']}")
+    await at_both_widths(page, screenshot_dir(tmp_path), "schedules-watch")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    await row.get_by_role("button", name="Cancel Concert tickets").click()
+    await expect(page.locator("#notice")).to_contain_text('Cancelled "Concert tickets"')
+    await expect(row.locator(".status .badge")).to_have_text("cancelled")

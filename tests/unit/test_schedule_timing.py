@@ -6,6 +6,7 @@ Every time here is fixed; nothing reads the real clock.
 from __future__ import annotations
 
 import pickle
+import re
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -15,9 +16,11 @@ from bruce_bot.scheduler.timing import (
     CronSchedule,
     ScheduleError,
     cron_trigger,
+    describe_interval,
     describe_lateness,
     describe_time,
     next_cron_time,
+    parse_interval,
     parse_run_at,
     zone_of,
 )
@@ -378,3 +381,41 @@ def test_lateness_note_gives_the_day_only_when_it_was_not_today() -> None:
     next_day = datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
     assert describe_lateness(due, same_day, SAO_PAULO) == " (late: was due at 09:00)"
     assert describe_lateness(due, next_day, SAO_PAULO) == " (late: was due at 09:00 on Sun 29 Nov)"
+
+
+@pytest.mark.parametrize(
+    ("written", "minutes"),
+    [
+        (30, 30.0),
+        ("45", 45.0),
+        ("0.05", 0.05),
+        ("30 minutes", 30.0),
+        ("every 2 hours", 120.0),
+        ("1h30m", 90.0),
+        ("+90s", 1.5),
+        ("daily", 1440.0),
+        ("an hour", 60.0),
+        ("2 days", 2880.0),
+    ],
+)
+def test_a_watch_interval_reads_as_minutes_or_words(written: str | float, minutes: float) -> None:
+    assert parse_interval(written) == timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize("written", ["soon", "5 parsecs", "every", "0", "-5"])
+def test_an_unreadable_or_empty_interval_is_refused_saying_how_to_write_one(written: str) -> None:
+    with pytest.raises(ScheduleError, match=f"interval '{re.escape(written)}'"):
+        parse_interval(written)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (900, "every 15 minutes"),
+        (7200, "every 2 hours"),
+        (86_400, "every day"),
+        (3, "every 3 seconds"),
+    ],
+)
+def test_an_interval_reads_in_words(seconds: float, words: str) -> None:
+    assert describe_interval(seconds) == words

@@ -119,7 +119,8 @@ async def _checked(context: WebContext, body: TaskInput) -> NewTask:
 
 async def _answer(context: WebContext, task: TaskRecord) -> TaskWritten:
     last_runs = await context.stores.tasks.last_runs([task.id])
-    return TaskWritten(task=task_answer(context, task, last_runs.get(task.id)))
+    watch = await context.stores.watches.get(task.id)
+    return TaskWritten(task=task_answer(context, task, last_runs.get(task.id), watch))
 
 
 def _refused(exc: ScheduleError, new: NewTask) -> ApiError:

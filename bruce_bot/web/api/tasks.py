@@ -1,5 +1,6 @@
-"""`/api/tasks`: reminders and briefings (proactive tasks), their firings, and cancelling one
-(creating, editing, pausing, running and deleting one: `task_writes.py`)."""
+"""`/api/tasks`: reminders, briefings and watches (proactive tasks), their firings, and
+cancelling one (creating, editing, pausing, running and deleting one: `task_writes.py`). A watch
+carries what it checks and its last result (`watch`); each of its runs, the verdict and reason."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from bruce_bot.scheduler.cron_words import describe_schedule
-from bruce_bot.scheduler.timing import ScheduleError
+from bruce_bot.scheduler.timing import ScheduleError, describe_interval
 from bruce_bot.storage.tasks import TaskRecord
+from bruce_bot.storage.watches import WatchRecord
 from bruce_bot.web.api.endpoint import Call, Endpoint
 from bruce_bot.web.api.params import BLANK_IS_NONE, Id, limit
 from bruce_bot.web.context import WebContext
@@ -30,6 +32,38 @@ class RunAnswer(BaseModel):
     late_seconds: float
     delivered_at: Time | None
     error: str | None
+    verdict: str | None = Field(None, description="a watch's check: MATCH, NO_MATCH or UNSURE")
+    reason: str | None = Field(None, description="a watch's check: the model's one-line reason")
+
+
+class WatchAnswer(BaseModel):
+    """What a watch checks, how often, and what its last check found."""
+
+    target: str = Field(description="the URL it reads, or 'search: <query>'")
+    url: str | None
+    query: str | None
+    condition: str
+    interval_seconds: float
+    interval_words: str = Field(description='e.g. "every 15 minutes"')
+    checked_at: Time | None
+    verdict: str | None = Field(description="the last check's: MATCH, NO_MATCH or UNSURE")
+    reason: str | None
+    failures: int = Field(description="checks failed in a row (0: the last one worked)")
+
+
+def watch_answer(watch: WatchRecord) -> WatchAnswer:
+    return WatchAnswer(
+        target=watch.target,
+        url=watch.url,
+        query=watch.query,
+        condition=watch.condition,
+        interval_seconds=watch.interval_seconds,
+        interval_words=describe_interval(watch.interval_seconds),
+        checked_at=watch.checked_at,
+        verdict=watch.verdict,
+        reason=watch.reason,
+        failures=watch.failures,
+    )
 
 
 class TaskAnswer(BaseModel):
@@ -55,6 +89,7 @@ class TaskAnswer(BaseModel):
     next_run: str | None = Field(description="the next run in words, in the task's timezone")
     created_at: Time
     last_run: RunAnswer | None
+    watch: WatchAnswer | None = Field(None, description="mode 'watch': what it checks")
 
 
 class TaskList(BaseModel):
@@ -87,16 +122,23 @@ class RunsQuery(TaskId):
 
 
 def task_answer(
-    context: WebContext, task: TaskRecord, last_run: dict[str, Any] | None
+    context: WebContext,
+    task: TaskRecord,
+    last_run: dict[str, Any] | None,
+    watch: WatchRecord | None = None,
 ) -> TaskAnswer:
     service = context.tasks
+    words = describe_schedule(task.cron, task.run_at, task.timezone)
+    if watch is not None:
+        words = f"checks {describe_interval(watch.interval_seconds)}"
     fields = {
         **dataclasses.asdict(task),
-        "schedule": f"cron {task.cron}" if task.cron else "once",
-        "schedule_words": describe_schedule(task.cron, task.run_at, task.timezone),
+        "schedule": f"cron {task.cron}" if task.cron else ("watch" if watch else "once"),
+        "schedule_words": words,
         "awaiting_confirmation": task.status == UNCONFIRMED,
         "next_run": service.describe_next_run(task) if service else iso(task.next_run_at),
         "last_run": last_run,
+        "watch": watch_answer(watch) if watch is not None else None,
     }
     return TaskAnswer.model_validate(fields)
 
@@ -105,9 +147,15 @@ async def list_tasks(call: Call[TasksQuery, None]) -> TaskList:
     store = call.context.stores.tasks
     tasks = await store.listing(call.params.status, call.params.limit)
     last_runs = await store.last_runs([task.id for task in tasks])
+    watches = await call.context.stores.watches.of_tasks(
+        [task.id for task in tasks if task.mode == "watch"]
+    )
     return TaskList(
         timezone=call.context.timezone,
-        tasks=[task_answer(call.context, task, last_runs.get(task.id)) for task in tasks],
+        tasks=[
+            task_answer(call.context, task, last_runs.get(task.id), watches.get(task.id))
+            for task in tasks
+        ],
     )
 
 
@@ -140,7 +188,8 @@ async def cancel_task(call: Call[TaskId, None]) -> CancelledTask:
         raise ApiError(f"task {task_id} is no longer active; reload the list", 409) from None
     cancelled = await existing_task(context, task_id)
     last_runs = await context.stores.tasks.last_runs([task_id])
-    return CancelledTask(task=task_answer(context, cancelled, last_runs.get(task_id)))
+    watch = await context.stores.watches.get(task_id)
+    return CancelledTask(task=task_answer(context, cancelled, last_runs.get(task_id), watch))
 
 
 ENDPOINTS = (
