@@ -53,7 +53,7 @@ class TaskEditor:
         """Give the task `new`'s fields (its id, status and runs stay); ScheduleError when the
         new schedule is refused, TaskStateError when the task is over."""
         task = await self._task(task_id, EDITABLE, "edited")
-        zone = zone_of(new.timezone) if new.timezone else self._context.app_zone
+        zone = zone_of(new.timezone) if new.timezone else await self._context.user_zone()
         first = self._planner.first_run(new, zone)
         if new.session_id != task.session_id:
             await self._planner.check_room(new.session_id)

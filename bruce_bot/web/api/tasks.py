@@ -86,7 +86,7 @@ class RunsQuery(TaskId):
     limit: int = limit(50, "runs")
 
 
-def task_answer(
+async def task_answer(
     context: WebContext, task: TaskRecord, last_run: dict[str, Any] | None
 ) -> TaskAnswer:
     service = context.tasks
@@ -95,7 +95,7 @@ def task_answer(
         "schedule": f"cron {task.cron}" if task.cron else "once",
         "schedule_words": describe_schedule(task.cron, task.run_at, task.timezone),
         "awaiting_confirmation": task.status == UNCONFIRMED,
-        "next_run": service.describe_next_run(task) if service else iso(task.next_run_at),
+        "next_run": await service.describe_next_run(task) if service else iso(task.next_run_at),
         "last_run": last_run,
     }
     return TaskAnswer.model_validate(fields)
@@ -106,8 +106,8 @@ async def list_tasks(call: Call[TasksQuery, None]) -> TaskList:
     tasks = await store.listing(call.params.status, call.params.limit)
     last_runs = await store.last_runs([task.id for task in tasks])
     return TaskList(
-        timezone=call.context.timezone,
-        tasks=[task_answer(call.context, task, last_runs.get(task.id)) for task in tasks],
+        timezone=await call.context.display_timezone(),
+        tasks=[await task_answer(call.context, task, last_runs.get(task.id)) for task in tasks],
     )
 
 
@@ -140,7 +140,7 @@ async def cancel_task(call: Call[TaskId, None]) -> CancelledTask:
         raise ApiError(f"task {task_id} is no longer active; reload the list", 409) from None
     cancelled = await existing_task(context, task_id)
     last_runs = await context.stores.tasks.last_runs([task_id])
-    return CancelledTask(task=task_answer(context, cancelled, last_runs.get(task_id)))
+    return CancelledTask(task=await task_answer(context, cancelled, last_runs.get(task_id)))
 
 
 ENDPOINTS = (
