@@ -12,7 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from bruce_bot.agent.failures import AUTHENTICATION_CONFIG, AUTHENTICATION_DASHBOARD
+from bruce_bot.agent.failures import (
+    AUTHENTICATION_CONFIG,
+    AUTHENTICATION_DASHBOARD,
+    MODEL_NOT_FOUND_DASHBOARD,
+)
 from bruce_bot.logs import scrubber
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.openai_server import last_user_text as openai_user_text
@@ -125,6 +129,21 @@ async def test_a_dashboard_key_refused_later_points_to_the_settings_page_without
     )
     assert "config.yml" not in reply and "restart me" not in reply
     assert local.request_headers[-1]["Authorization"] == f"Bearer {LOCAL_KEY}"  # refused, 401
+
+
+async def test_a_dashboard_model_the_server_dropped_points_to_the_settings_page(
+    dashboard: Dashboard, local: FakeOpenAIServer, client: httpx.AsyncClient
+) -> None:
+    change = {"provider": "openai", "model": "qwen3:8b", "base_url": local.base_url}
+    saved = await client.put("/api/llm", json={**change, "api_key": LOCAL_KEY})
+    assert saved.status_code == 200, saved.text
+    local.script(error=404)  # the model was removed from the server since
+
+    reply = await dashboard.chat("alice", "still there?")
+
+    assert reply == MODEL_NOT_FOUND_DASHBOARD.format(model="qwen3:8b", url=dashboard.url)
+    assert f"in the dashboard's Settings (Bruce at {dashboard.url}/settings" in reply
+    assert "config.yml" not in reply and "restart me" not in reply
 
 
 async def test_a_config_key_refused_names_config_yml_and_the_settings_page_as_the_live_fix(
