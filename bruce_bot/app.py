@@ -268,6 +268,8 @@ class Bruce:
             self.web_url = await web.start()
         except CannotListenError as exc:
             raise StartupError(str(exc)) from None
+        if self.parts is not None:
+            self.parts.hints.dashboard_listening(self.web_url)
 
     async def stop(self) -> None:
         log.info("bruce_stopping")

@@ -31,6 +31,7 @@ from bruce_bot.channels.policy import PairingPort
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
+from bruce_bot.fix_hints import FailureHints
 from bruce_bot.gateway import Gateway
 from bruce_bot.inbox import Inbox
 from bruce_bot.live_channels import LiveTelegramToken
@@ -101,6 +102,8 @@ class Parts:
     live_llm: LiveLLMSettings | None = None
     # The Telegram token the dashboard changes (None: tests put their own channels in place).
     live_telegram: LiveTelegramToken | None = None
+    # Where the LLM settings a failure reply names come from, and the dashboard's address.
+    hints: FailureHints = field(default_factory=lambda: FailureHints(None))
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -427,7 +430,10 @@ def build_parts(
     )
     transcriber = overrides.transcriber or build_transcriber(config)
     media = build_media(config, stores, channels, transcriber)
-    turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media)
+    # The configured public URL, when the config sets one; else the address the web server binds.
+    public_url = config.app.public_url if "public_url" in config.app.model_fields_set else None
+    hints = FailureHints(live_llm, public_url)
+    turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media, hints.current)
     gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)
     _connect_feed(feed, inbox, web_channel, shared)
     prices = PriceTable.from_config(config.usage, config.llm)
@@ -455,4 +461,5 @@ def build_parts(
         budget=budget,
         live_llm=live_llm,
         live_telegram=live_telegram,
+        hints=hints,
     )

@@ -1,7 +1,10 @@
 """What a person is told when a turn cannot be answered, and how often.
 
 Each failure the core understands has one short reply that says what happened and names the fix
-(the config key to check, the account to top up), never a traceback or the server's raw JSON.
+(the setting to check, the account to top up), never a traceback or the server's raw JSON. The
+fix names where the setting really comes from (`FixHints`): a key saved in the dashboard is
+checked in its Settings, with no restart; one from config.yml is checked there (a restart reads
+it), and when the dashboard runs the reply says it can set one at once instead.
 While one outage lasts, a chat is told once: the same failure again in the same chat, before a
 turn there has succeeded, is recorded (the messages stay in the history, the log has the ids)
 but not repeated to the user. Scheduled briefings always report their failure: nobody is
@@ -11,6 +14,7 @@ waiting in the chat to have seen the first notice.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import structlog
 
@@ -27,6 +31,10 @@ from bruce_bot.llm.base import (
 
 log = structlog.get_logger(__name__)
 
+# Where a setting comes from: saved in the dashboard's Settings, or config.yml (or its default).
+Origin = Literal["dashboard", "config", "default"]
+
+# The replies without a dashboard to point to (web.enabled: false), all from config.yml.
 NOT_CONFIGURED = (
     "I'm not connected to a language model yet. The owner needs to set llm.api_key (for example "
     "api_key: ${ANTHROPIC_API_KEY}) in config.yml, or point llm.base_url at an "
@@ -40,6 +48,35 @@ MODEL_NOT_FOUND = (
     "The language model server doesn't know the model '{model}'. The owner needs to set "
     "llm.model in config.yml to a model the server offers (on Ollama: `ollama pull {model}`, or "
     "one from `ollama list`) and restart me."
+)
+# With the dashboard running at {url}.
+NOT_CONFIGURED_DASHBOARD = (
+    "I'm not connected to a language model yet. The owner can connect one in the dashboard: "
+    "open {url}/chat, choose the provider, paste the key and test it — no restart needed. "
+    "Or set llm.api_key (for example api_key: ${{ANTHROPIC_API_KEY}}) in config.yml, or point "
+    "llm.base_url at an OpenAI-compatible server, and restart me."
+)
+AUTHENTICATION_DASHBOARD = (
+    "The language model rejected my API key, so I can't answer right now. The owner needs to "
+    "check the API key in the dashboard's Settings (Bruce at {url}/settings): is it right and "
+    "still active? A new key there applies at once, no restart needed."
+)
+AUTHENTICATION_CONFIG = (
+    "The language model rejected my API key, so I can't answer right now. The owner needs to "
+    "check llm.api_key in config.yml (is the key right and still active?) and restart me — or "
+    "paste a working key in the dashboard's Settings (Bruce at {url}/settings), which applies "
+    "at once, no restart needed."
+)
+MODEL_NOT_FOUND_DASHBOARD = (
+    "The language model server doesn't know the model '{model}'. The owner needs to choose a "
+    "model the server offers in the dashboard's Settings (Bruce at {url}/settings; on Ollama: "
+    "`ollama pull {model}`, or one from `ollama list`). It applies at once, no restart needed."
+)
+MODEL_NOT_FOUND_CONFIG = (
+    "The language model server doesn't know the model '{model}'. The owner needs to set "
+    "llm.model in config.yml to a model the server offers (on Ollama: `ollama pull {model}`, or "
+    "one from `ollama list`) and restart me — or choose one in the dashboard's Settings (Bruce "
+    "at {url}/settings), which applies at once, no restart needed."
 )
 NO_CREDIT = (
     "The language model account has no credit left (the provider says its quota is used up). "
@@ -56,10 +93,51 @@ REFUSED = (
     "The language model refused the request ({reason}). The owner should check the llm settings "
     "in config.yml."
 )
+REFUSED_DASHBOARD = (
+    "The language model refused the request ({reason}). The owner should check the language "
+    "model settings in the dashboard's Settings (Bruce at {url}/settings) or in config.yml."
+)
 INTERNAL = (
     "Something went wrong on my side while answering. It has been logged (session {session}); "
     "please try again."
 )
+
+
+@dataclass(frozen=True, slots=True)
+class FixHints:
+    """Where the LLM settings a reply's fix names come from, and where the dashboard is."""
+
+    api_key: Origin = "config"
+    model: Origin = "config"
+    dashboard_url: str | None = None  # e.g. http://127.0.0.1:8080; None: no dashboard runs
+
+
+def not_configured(hints: FixHints) -> str:
+    url = hints.dashboard_url
+    return NOT_CONFIGURED_DASHBOARD.format(url=url) if url else NOT_CONFIGURED
+
+
+def authentication(hints: FixHints) -> str:
+    url = hints.dashboard_url
+    if not url:
+        return AUTHENTICATION
+    text = AUTHENTICATION_DASHBOARD if hints.api_key == "dashboard" else AUTHENTICATION_CONFIG
+    return text.format(url=url)
+
+
+def model_not_found(model: str, hints: FixHints) -> str:
+    url = hints.dashboard_url
+    if not url:
+        return MODEL_NOT_FOUND.format(model=model)
+    text = MODEL_NOT_FOUND_DASHBOARD if hints.model == "dashboard" else MODEL_NOT_FOUND_CONFIG
+    return text.format(model=model, url=url)
+
+
+def refused(reason: str, hints: FixHints) -> str:
+    url = hints.dashboard_url
+    return (
+        REFUSED_DASHBOARD.format(reason=reason, url=url) if url else REFUSED.format(reason=reason)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,25 +148,26 @@ class FailureNotice:
     text: str
 
 
-def notice_for(exc: Exception, session_id: int) -> FailureNotice:
-    """The reply a person gets for `exc`, logged with the ids needed to find it."""
+def notice_for(exc: Exception, session_id: int, hints: FixHints = FixHints()) -> FailureNotice:
+    """The reply a person gets for `exc`, logged with the ids needed to find it; `hints`: where
+    the settings its fix names come from."""
     if isinstance(exc, LLMNotConfiguredError):
-        return FailureNotice("not_configured", NOT_CONFIGURED)
+        return FailureNotice("not_configured", not_configured(hints))
     if isinstance(exc, LLMError):
         _log_llm_failure(exc, session_id)
     if isinstance(exc, LLMUnavailableError):
         return FailureNotice(f"unavailable:{exc.reason}", UNAVAILABLE.format(reason=exc.reason))
     if isinstance(exc, LLMAuthenticationError):
-        return FailureNotice("authentication", AUTHENTICATION)
+        return FailureNotice("authentication", authentication(hints))
     if isinstance(exc, LLMModelNotFoundError):
         model = exc.model or "(not set)"
-        return FailureNotice(f"model:{model}", MODEL_NOT_FOUND.format(model=model))
+        return FailureNotice(f"model:{model}", model_not_found(model, hints))
     if isinstance(exc, LLMQuotaExceededError):
         return FailureNotice("no_credit", NO_CREDIT)
     if isinstance(exc, LLMContextOverflowError):
         return FailureNotice("context_overflow", CONTEXT_OVERFLOW)
     if isinstance(exc, LLMRequestError):
-        return FailureNotice(f"refused:{exc.reason}", REFUSED.format(reason=exc.reason))
+        return FailureNotice(f"refused:{exc.reason}", refused(exc.reason, hints))
     log.error("turn_failed", session_id=session_id, exc_info=exc)
     return FailureNotice("internal", INTERNAL.format(session=session_id))
 

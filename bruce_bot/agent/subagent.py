@@ -100,7 +100,7 @@ class SpawnSubagentTool(Tool):
             summary=None,
             tool_names=tools.names(),
             now=self._clock(),
-            zone=self._config.app.zone,
+            zone=await stores.settings.zone(self._config.app.zone),
             last_message_at=None,
         )
         log.info("subagent_started", session_id=child.id, parent_id=context.session_id)
@@ -110,7 +110,7 @@ class SpawnSubagentTool(Tool):
                 tools,
                 system_prompt,
                 [ChatMessage("user", task)],
-                agent.max_turns,
+                await stores.settings.max_turns(agent.max_turns),
                 context=ToolContext(session_id=child.id, channel=CHANNEL, chat_id=child.chat_id),
                 observer=AuditRecorder(stores.audit, child.id),
                 purpose=PURPOSE,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -33,7 +33,7 @@ from bruce_bot.agent.context import (
     memories_layer,
     to_chat_messages,
 )
-from bruce_bot.agent.failures import OutageMemory, notice_for
+from bruce_bot.agent.failures import FixHints, OutageMemory, notice_for
 from bruce_bot.agent.guard import ClaimKind, correction_request, find_unbacked_claim
 from bruce_bot.agent.loop import AgentRun, run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
@@ -200,8 +200,10 @@ class TurnRunner:
         outbox: Outbox,
         listeners: Sequence[TurnListener] = (),
         media: MediaStep | None = None,
+        hints: Callable[[], Awaitable[FixHints]] | None = None,
     ) -> None:
         self._settings = settings
+        self._hints = hints  # where the settings a failure's fix names come from
         self._media = media
         self._stores = stores
         self._llm = llm
@@ -329,7 +331,7 @@ class TurnRunner:
             reply = turn.kind.titled(turn.title, run.text.strip() or NO_ANSWER)
             return (media.with_preface(reply) if media else reply), "done", shortened
         except Exception as exc:
-            notice = notice_for(exc, session.id)
+            notice = notice_for(exc, session.id, await self._fix_hints())
             status: MessageStatus = "failed"
             shortened = False
             if isinstance(exc, LLMContextOverflowError):
@@ -338,6 +340,15 @@ class TurnRunner:
                 status, shortened = TOO_LONG, True
             tell = turn.kind.always_tell_failure or self._outages.should_tell(session.id, notice)
             return (turn.kind.failure(turn.title, notice.text) if tell else None), status, shortened
+
+    async def _fix_hints(self) -> FixHints:
+        if self._hints is None:
+            return FixHints()
+        try:
+            return await self._hints()
+        except Exception:  # the database away: the reply names config.yml, still a fix
+            log.warning("fix_hints_unavailable", exc_info=True)
+            return FixHints()
 
     async def _read_media(self, turn: _Turn) -> PreparedMedia | None:
         """The batch's pictures, voice notes and documents read (once: what was read is kept),

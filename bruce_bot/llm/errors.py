@@ -128,9 +128,11 @@ def error_for_reply(reply: ErrorReply, *, model: str = "", secret: str = "") -> 
     message = scrub(reply.message, secret)
     detail = f"HTTP {status}: {message}"
     if status in (401, 403):
-        # The server's words may quote the key (OpenAI's do): say only what to check.
+        # The server's words may quote the key (OpenAI's do): say only what to check. Where the
+        # key comes from (config.yml or the dashboard) is for the reply to say, not this layer.
         return LLMAuthenticationError(
-            "authentication failed", f"HTTP {status}: check llm.api_key in config.yml"
+            "authentication failed",
+            f"HTTP {status}: llm.api_key was refused (is it right and still active?)",
         )
     if reply.says(_USAGE_LIMIT_WORDS):
         return LLMQuotaExceededError("usage limit reached", detail)

@@ -1,7 +1,9 @@
 """The stand-in provider when no LLM is configured: Bruce starts, but every call explains the fix.
 
 Channels, the dashboard and the scheduler keep working without an API key; the agent loop gets an
-`LLMNotConfiguredError` whose detail tells the person what to put in `config.yml`.
+`LLMNotConfiguredError` whose detail says how to connect one: the dashboard first (its setup card
+and Settings apply at once), config.yml second (read at start). The chat's reply, which knows the
+dashboard's address, is `agent/failures.py`'s.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from collections.abc import Sequence
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
 from bruce_bot.llm.base import LLMNotConfiguredError, TextSink
 
+_DASHBOARD = "connect a model on the web dashboard's setup card (chat page), no restart needed; "
 _HOW_TO_FIX = {
-    "anthropic": ("set llm.api_key in config.yml, e.g. ${ANTHROPIC_API_KEY}, and restart"),
+    "anthropic": (
+        _DASHBOARD + "or set llm.api_key in config.yml, e.g. ${ANTHROPIC_API_KEY}, and restart"
+    ),
     "openai": (
-        "set llm.api_key in config.yml, e.g. ${OPENAI_API_KEY}, or llm.base_url for a local "
-        "OpenAI-compatible server (Ollama, vLLM), and restart"
+        _DASHBOARD + "or set llm.api_key in config.yml, e.g. ${OPENAI_API_KEY}, or llm.base_url "
+        "for a local OpenAI-compatible server (Ollama, vLLM), and restart"
     ),
 }
 

@@ -104,16 +104,16 @@ class TaskConfirmations:
     async def cancel(self, task_id: int, session_id: int) -> TaskRecord:
         return await self._planner.cancel(task_id, session_id)
 
-    def describe(self, task: TaskRecord) -> str:
-        return self._planner.describe(task)
+    async def describe(self, task: TaskRecord) -> str:
+        return await self._planner.describe(task)
 
-    def describe_next_run(self, task: TaskRecord) -> str:
-        return self._planner.describe_next_run(task)
+    async def describe_next_run(self, task: TaskRecord) -> str:
+        return await self._planner.describe_next_run(task)
 
     # ---- asking ------------------------------------------------------------------------------
 
     async def _ask(self, task: TaskRecord) -> None:
-        what, when = _what(task), self._when(task)
+        what, when = _what(task), await self._when(task)
         if task.mode == WATCH_MODE:
             watch = await self._stores.watches.get(task.id)
             if watch is not None:
@@ -136,8 +136,8 @@ class TaskConfirmations:
         )
         log.info("task_confirmation_asked", task_id=task.id, session_id=task.session_id)
 
-    def _when(self, task: TaskRecord) -> str:
-        first = self._planner.describe_next_run(task)
+    async def _when(self, task: TaskRecord) -> str:
+        first = await self._planner.describe_next_run(task)
         if task.cron:
             return f"Runs on the schedule '{task.cron}' ({task.timezone}); first run {first}."
         return f"Runs once, {first}."
@@ -181,7 +181,7 @@ class TaskConfirmations:
             confirmed = await self._planner.confirm(task.id, task.session_id)
             if confirmed is None:
                 return None
-            when = self._planner.describe_next_run(confirmed)
+            when = await self._planner.describe_next_run(confirmed)
             return CONFIRMED.format(title=confirmed.title, when=when)
         refused = await self._planner.discard(task.id, task.session_id)
         return REFUSED.format(title=refused.title) if refused is not None else None

@@ -2,6 +2,9 @@
 
 The task rows and run ledger (`stores`), the scheduler's jobs (`jobs`), the closing of runs
 (`runs`), the `scheduler` settings, the user's timezone and the clock (tests inject one).
+
+The user's timezone is read for each use (`user_zone`): the one saved in the dashboard's Settings
+wins over `app.timezone`, so a change there applies to the next task without a restart.
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ class SchedulerContext:
     jobs: TaskJobs
     runs: TaskRuns
     rules: SchedulerConfig
-    app_zone: ZoneInfo
+    app_zone: ZoneInfo  # app.timezone in config.yml; the dashboard's setting wins over it
     clock: Callable[[], datetime]
+
+    async def user_zone(self) -> ZoneInfo:
+        """The user's timezone now: a task without one gets it, next runs are told in it."""
+        return await self.stores.settings.zone(self.app_zone)
 
     @property
     def grace(self) -> timedelta:

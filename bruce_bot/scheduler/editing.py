@@ -59,7 +59,7 @@ class TaskEditor:
                 f"task {task_id} is a watch; it cannot be edited here: cancel it and ask Bruce "
                 "for a new one (watch_create)"
             )
-        zone = zone_of(new.timezone) if new.timezone else self._context.app_zone
+        zone = zone_of(new.timezone) if new.timezone else await self._context.user_zone()
         first = self._planner.first_run(new, zone)
         if new.session_id != task.session_id:
             await self._planner.check_room(new.session_id)

@@ -72,7 +72,7 @@ class TaskPlanner:
             raise ScheduleError(
                 "give exactly one of run_at (a one-shot time) or cron (a recurring schedule)"
             )
-        zone = zone_of(new.timezone) if new.timezone else self._context.app_zone
+        zone = zone_of(new.timezone) if new.timezone else await self._context.user_zone()
         first = self.first_run(new, zone)
         async with self._creating:  # the count and the insert as one step: calls run at once
             if made := await self._made_by(new):
@@ -128,7 +128,7 @@ class TaskPlanner:
                     "content": new.condition.strip(),
                     "run_at": None,
                     "cron": None,
-                    "timezone": self._context.app_zone.key,
+                    "timezone": (await self._context.user_zone()).key,
                     "next_run_at": now,
                     "status": "active" if new.confirmed else UNCONFIRMED,
                     "origin": new.origin,
@@ -252,18 +252,18 @@ class TaskPlanner:
         log.info("task_cancelled", task_id=task_id)
         return task
 
-    def describe_next_run(self, task: TaskRecord) -> str:
+    async def describe_next_run(self, task: TaskRecord) -> str:
         """The next run in the task's timezone and, when that is not the user's, in theirs."""
         if task.next_run_at is None:
             return "not scheduled"
-        zone, users = zone_of(task.timezone), self._context.app_zone
+        zone, users = zone_of(task.timezone), await self._context.user_zone()
         when = describe_time(task.next_run_at, zone)
         if zone.key != users.key:
             when += f", which is {describe_time(task.next_run_at, users)} for the user"
         return when
 
-    def describe(self, task: TaskRecord) -> str:
-        when = self.describe_next_run(task)
+    async def describe(self, task: TaskRecord) -> str:
+        when = await self.describe_next_run(task)
         schedule = f"cron '{task.cron}'" if task.cron else "once"
         if task.mode == WATCH_MODE:
             schedule = "see watch_list"
@@ -274,4 +274,4 @@ class TaskPlanner:
         tasks = await self.list_active(session_id)
         if not tasks:
             return "You have no active reminders or scheduled briefings."
-        return "Your active tasks:\n" + "\n".join(f"• {self.describe(t)}" for t in tasks)
+        return "Your active tasks:\n" + "\n".join([f"• {await self.describe(t)}" for t in tasks])

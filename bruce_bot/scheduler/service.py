@@ -213,11 +213,11 @@ class TaskService:
     async def run_now(self, task_id: int) -> TaskRecord:
         return await self.editor.run_now(task_id)
 
-    def describe_next_run(self, task: TaskRecord) -> str:
-        return self.planner.describe_next_run(task)
+    async def describe_next_run(self, task: TaskRecord) -> str:
+        return await self.planner.describe_next_run(task)
 
-    def describe(self, task: TaskRecord) -> str:
-        return self.planner.describe(task)
+    async def describe(self, task: TaskRecord) -> str:
+        return await self.planner.describe(task)
 
     async def describe_session(self, session_id: int) -> str:
         return await self.planner.describe_session(session_id)

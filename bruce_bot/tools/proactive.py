@@ -31,8 +31,8 @@ class TaskPort(Protocol):
     async def create(self, new: NewTask) -> TaskRecord: ...
     async def list_active(self, session_id: int) -> list[TaskRecord]: ...
     async def cancel(self, task_id: int, session_id: int) -> TaskRecord: ...
-    def describe(self, task: TaskRecord) -> str: ...
-    def describe_next_run(self, task: TaskRecord) -> str: ...
+    async def describe(self, task: TaskRecord) -> str: ...
+    async def describe_next_run(self, task: TaskRecord) -> str: ...
 
 
 def call_origin(context: ToolContext, tool: str, arguments: dict[str, Any]) -> str | None:
@@ -97,7 +97,7 @@ class ProactiveCreate(Tool):
             )
         except ScheduleError as exc:
             raise ToolError(str(exc)) from None
-        when = self._tasks.describe_next_run(task)
+        when = await self._tasks.describe_next_run(task)
         repeat = f", then on cron '{task.cron}'" if task.cron else ""
         if task.status == "unconfirmed":
             return (
@@ -126,7 +126,7 @@ class ProactiveList(Tool):
         tasks = await self._tasks.list_active(_session(context))
         if not tasks:
             return "No active tasks in this chat."
-        return "\n".join(self._tasks.describe(task) for task in tasks)
+        return "\n".join([await self._tasks.describe(task) for task in tasks])
 
 
 class ProactiveCancel(Tool):

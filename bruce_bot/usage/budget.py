@@ -1,7 +1,8 @@
 """The monthly budget (`usage.monthly_budget`): the month's estimated cost, the dashboard's
 warning, and one chat message to the owner at 80 % and one at 100 % of it.
 
-The month is the calendar month in `app.timezone`. Its cost so far is read from `llm_calls`
+The month is the calendar month in the user's timezone (the dashboard's setting over
+`app.timezone`, read again at each read of the month). Its cost so far is read from `llm_calls`
 (one GROUP BY model, priced) when the watch starts and at most every `refresh_seconds` after;
 between those reads each recorded call adds its own cost to a running total in memory, so the
 hot path (a call recorded) costs no query. When the total reaches a level not yet told, the
@@ -117,7 +118,8 @@ class BudgetWatch:
         self._outbox = outbox
         self.prices = prices
         self.budget = budget
-        self._zone = zone
+        self._configured_zone = zone  # app.timezone; the dashboard's setting wins over it
+        self._zone = zone  # the one the month was last read in
         self._chat = chat  # None: the dashboard's banner only
         self._clock = clock
         self._refresh_seconds = refresh_seconds
@@ -193,6 +195,7 @@ class BudgetWatch:
 
     async def check(self) -> BudgetStatus:
         """Read the month's cost, and tell the owner of a level reached and not yet told."""
+        self._zone = await self._stores.settings.zone(self._configured_zone)
         status = await month_status(
             self._stores, self.prices, self.budget, self._zone, self._clock()
         )

@@ -57,7 +57,9 @@ def create_app(context: WebContext) -> Starlette:
     routes = [
         Route("/healthz", healthz),
         *auth.routes(),
-        *page_routes(context.app_name, context.timezone, signed_in=bool(context.auth_token)),
+        *page_routes(
+            context.app_name, context.display_timezone, signed_in=bool(context.auth_token)
+        ),
         LazyRoutes(API_PREFIX, lambda: _api_routes(context, auth)),
         *artifact_routes(context.stores.artifacts, context.data_dir / "artifacts"),
         *chat_stream_routes(context.web_channel),

@@ -1,4 +1,8 @@
-"""What the web app is built from: the stores, the web chat channel, a few settings and a clock."""
+"""What the web app is built from: the stores, the web chat channel, a few settings and a clock.
+
+The timezone the pages show times in is read for each request (`display_timezone`): the one
+saved in the dashboard's Settings wins over `app.timezone`, without a restart.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import ChannelsConfig
@@ -30,7 +35,7 @@ class WebContext:
     data_dir: Path = Path("data")  # artifacts are served from <data_dir>/artifacts
     # Cancelling a task goes through the service so that its scheduler job goes too.
     tasks: TaskService | None = None
-    timezone: str = "UTC"  # app.timezone: the dashboard shows times in it
+    timezone: str = "UTC"  # app.timezone in config.yml; the Settings page's timezone wins
     # The YAML values of the settings the dashboard edits (what "reset" goes back to).
     config_settings: Mapping[str, Any] = field(default_factory=dict)
     # The Host check answers to loopback, the host of app.public_url and web.allowed_hosts; an
@@ -53,3 +58,11 @@ class WebContext:
     channels_config: ChannelsConfig | None = None
     # The Telegram token the Settings page changes (None: not offered).
     live_telegram: LiveTelegramToken | None = None
+
+    async def display_zone(self) -> ZoneInfo:
+        """The timezone the pages show times (and count days) in now."""
+        return await self.stores.settings.zone(ZoneInfo(self.timezone))
+
+    async def display_timezone(self) -> str:
+        """`display_zone`'s IANA name."""
+        return (await self.display_zone()).key

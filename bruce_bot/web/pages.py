@@ -1,15 +1,16 @@
 """The dashboard's pages: one layout (head, header and nav bar, written once in
 `templates/layout.html`) that each page's own template fills. The templates are read when this
-module is imported and the pages rendered once when the app is made: a page view only sends
-finished HTML. The pages render the API's JSON with DOM calls (text only, never markup from data)
-and share `static/dashboard.css` and `static/dashboard.js`.
+module is imported and the pages rendered once when the app is made, all but the timezone the
+page shows times in: that one is the live setting (the dashboard's over `app.timezone`), put in
+at each page view. The pages render the API's JSON with DOM calls (text only, never markup from
+data) and share `static/dashboard.css` and `static/dashboard.js`.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,17 +86,31 @@ MAINS = {page.template: _template(page.template) for page in PAGES}
 LOGIN_PAGE = _template("login.html")
 
 
-def render(page: Page, app_name: str, timezone: str, *, signed_in: bool) -> str:
+TIMEZONE = "{{timezone}}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A page rendered but for its timezone: the pieces between the places it goes."""
+
+    pieces: tuple[str, ...]
+
+    def in_zone(self, timezone: str) -> str:
+        return html.escape(timezone).join(self.pieces)
+
+
+def render(page: Page, app_name: str, *, signed_in: bool) -> Rendered:
     values = {
         "app_name": html.escape(app_name),
-        "timezone": html.escape(timezone),
         "title": html.escape(page.title),
         "nav": nav(page.path, signed_in=signed_in),
         "styles": "".join(f'<link rel="stylesheet" href="/static/{s}">\n' for s in page.styles)
         + "".join(f'<script src="/static/{s}"></script>\n' for s in page.scripts),
     }
     text = LAYOUT.replace("{{main}}", MAINS[page.template])
-    return _PLACEHOLDER.sub(lambda match: values[match[1]], text)  # one pass: values stay as is
+    # Split first, so that no value (an app name with braces) can become a placeholder.
+    pieces = text.split(TIMEZONE)
+    return Rendered(tuple(_PLACEHOLDER.sub(lambda match: values[match[1]], p) for p in pieces))
 
 
 def nav(current: str, *, signed_in: bool) -> str:
@@ -113,18 +128,23 @@ def nav(current: str, *, signed_in: bool) -> str:
     return f'<nav class="nav" aria-label="Dashboard">{links}{sign_out}</nav>'
 
 
-def page_routes(app_name: str, timezone: str, *, signed_in: bool) -> list[BaseRoute]:
-    """`/` (to the chat), every page, rendered now, and the shared files under /static/."""
+def page_routes(
+    app_name: str, timezone: Callable[[], Awaitable[str]], *, signed_in: bool
+) -> list[BaseRoute]:
+    """`/` (to the chat), every page, rendered now, and the shared files under /static/;
+    `timezone`: the one to show times in, asked at each page view."""
     pages = [
-        Route(page.path, _send(render(page, app_name, timezone, signed_in=signed_in)))
+        Route(page.path, _send(render(page, app_name, signed_in=signed_in), timezone))
         for page in PAGES
     ]
     return [Route("/", _to_chat), *pages, Route("/static/{name:path}", _asset)]
 
 
-def _send(text: str) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+def _send(
+    page: Rendered, timezone: Callable[[], Awaitable[str]]
+) -> Callable[[Request], Coroutine[Any, Any, Response]]:
     async def show(request: Request) -> Response:
-        return HTMLResponse(text, headers=PAGE_HEADERS)
+        return HTMLResponse(page.in_zone(await timezone()), headers=PAGE_HEADERS)
 
     return show
 

@@ -17,7 +17,7 @@ from playwright.async_api import Browser, Page, expect
 
 from bruce_bot.domain import SessionKey
 from bruce_bot.scheduler.service import job_id
-from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
+from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING, TIMEZONE_SETTING
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.web.auth import COOKIE_NAME
 from tests.browser.conftest import needs_chromium
@@ -186,6 +186,23 @@ async def test_schedules_shows_the_task_in_the_app_timezone_and_cancel_works(
 
     await page.select_option("#status", "active")
     await expect(page.locator("#tasks")).to_have_text("No active tasks.")
+
+
+async def test_a_timezone_saved_in_settings_is_the_schedules_pages_at_once(
+    page: Page, seeded: Seeded
+) -> None:
+    await log_in(page, "/settings")
+    form = page.locator(f"form.setting[data-key='{TIMEZONE_SETTING}']")
+    await form.locator("input.editor-line").fill("Asia/Tokyo")
+    await form.get_by_role("button", name="Save").click()
+    await expect(form.locator(".status-line")).to_contain_text("Saved")
+
+    await page.goto("/schedules")
+    assert seeded.task.next_run_at is not None
+    tokyo = seeded.task.next_run_at.astimezone(ZoneInfo("Asia/Tokyo")).strftime("%Y-%m-%d %H:%M")
+    row = page.locator(f'tr[data-task-id="{seeded.task.id}"]')
+    await expect(row.locator(".next-run")).to_have_text(tokyo)
+    await expect(page.get_by_text("Next runs in Asia/Tokyo.")).to_be_visible()
 
 
 async def test_a_dismissed_cancel_keeps_the_task(page: Page, seeded: Seeded) -> None:

@@ -450,6 +450,57 @@ async def test_the_timezone_set_in_the_dashboard_is_the_next_turns_and_a_bad_one
     assert "Timezone: Asia/Tokyo" in json.dumps(dashboard.fake.requests[-1])
 
 
+# 10:00 UTC: 08:00 the next day in Tokyo is 23:00 UTC today; in Sao Paulo, 11:00 UTC tomorrow.
+@pytest.mark.parametrize("clock_start", [days_ahead_at(10)], ids=["10:00 UTC"])
+async def test_the_timezone_set_in_the_dashboard_is_new_tasks_and_the_pages_without_a_restart(
+    client: httpx.AsyncClient, dashboard: Dashboard, clock_start: datetime
+) -> None:
+    before = await create_task(dashboard, "alice", title="Old", content="x", cron="0 8 * * *")
+    assert before.timezone == "America/Sao_Paulo"
+    response = await client.put(f"/api/settings/{TIMEZONE_SETTING}", json={"value": "Asia/Tokyo"})
+    assert response.status_code == 200, response.text
+
+    # A reminder made without a zone, as proactive_schedule makes one, is in the new zone.
+    made = await create_task(dashboard, "alice", title="Water", content="Drink", cron="0 8 * * *")
+    assert made.timezone == "Asia/Tokyo"
+    assert made.next_run_at == datetime.combine(clock_start.date(), time(23), UTC)
+    # So is one made on the Schedules page with its timezone field left empty.
+    posted = await client.post(
+        "/api/tasks",
+        json={
+            "session_id": made.session_id,
+            "title": "Tea",
+            "mode": "message",
+            "content": "Tea time",
+            "run_at": "2099-01-01T17:00",
+        },
+    )
+    assert posted.status_code == 201, posted.text
+    tea = posted.json()["task"]
+    assert tea["timezone"] == "Asia/Tokyo"
+    assert tea["next_run_at"].startswith("2099-01-01T08:00:00")  # 17:00 in Tokyo, in UTC
+
+    # The pages show times in it, and the older task's next run is told in it for the user.
+    listing = await get_json(client, "/api/tasks")
+    assert listing["timezone"] == "Asia/Tokyo"
+    old = next(task for task in listing["tasks"] if task["id"] == before.id)
+    assert old["schedule_words"].endswith("America/Sao_Paulo")
+    assert "(Asia/Tokyo, UTC+0900)" in old["next_run"]
+    assert (await get_json(client, "/api/usage"))["timezone"] == "Asia/Tokyo"
+    assert (await get_json(client, "/api/usage/summary"))["timezone"] == "Asia/Tokyo"
+    detail = await get_json(client, f"/api/sessions/{made.session_id}")
+    assert detail["timezone"] == "Asia/Tokyo"
+    page = await client.get("/sessions")
+    assert 'data-timezone="Asia/Tokyo"' in page.text and "Times in Asia/Tokyo." in page.text
+
+    # Reset to config: the YAML's zone again, for pages and new tasks alike.
+    reset = await client.delete(f"/api/settings/{TIMEZONE_SETTING}", headers=JSON)
+    assert reset.status_code == 200, reset.text
+    assert 'data-timezone="America/Sao_Paulo"' in (await client.get("/usage")).text
+    again = await create_task(dashboard, "alice", title="Again", content="y", run_at="+1h")
+    assert again.timezone == "America/Sao_Paulo"
+
+
 async def test_max_turns_set_in_the_dashboard_caps_the_next_turn(
     client: httpx.AsyncClient, dashboard: Dashboard
 ) -> None:

@@ -12,6 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from bruce_bot.agent.failures import (
+    AUTHENTICATION_CONFIG,
+    AUTHENTICATION_DASHBOARD,
+    MODEL_NOT_FOUND_DASHBOARD,
+)
 from bruce_bot.logs import scrubber
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.openai_server import last_user_text as openai_user_text
@@ -103,6 +108,67 @@ async def test_a_refused_key_is_not_saved_and_the_old_settings_keep_answering(
     tried = await client.post("/api/llm/test", json={**change, "api_key": LOCAL_KEY})
     assert tried.json() == {"ok": True, "detail": "openai / qwen3:8b answers"}
     assert (await client.get("/api/llm")).json() == before  # a test saves nothing
+
+
+# ---- the chat's hint names where the key really comes from ------------------------------------
+
+
+async def test_a_dashboard_key_refused_later_points_to_the_settings_page_without_a_restart(
+    dashboard: Dashboard, local: FakeOpenAIServer, client: httpx.AsyncClient
+) -> None:
+    change = {"provider": "openai", "model": "qwen3:8b", "base_url": local.base_url}
+    saved = await client.put("/api/llm", json={**change, "api_key": LOCAL_KEY})
+    assert saved.status_code == 200, saved.text
+    local.api_key = "sk-rotated-111111111111"  # the provider revoked the saved key
+
+    reply = await dashboard.chat("alice", "are you there?")
+
+    assert reply == AUTHENTICATION_DASHBOARD.format(url=dashboard.url)
+    assert f"check the API key in the dashboard's Settings (Bruce at {dashboard.url}/settings)" in (
+        reply
+    )
+    assert "config.yml" not in reply and "restart me" not in reply
+    assert local.request_headers[-1]["Authorization"] == f"Bearer {LOCAL_KEY}"  # refused, 401
+
+
+async def test_a_dashboard_model_the_server_dropped_points_to_the_settings_page(
+    dashboard: Dashboard, local: FakeOpenAIServer, client: httpx.AsyncClient
+) -> None:
+    change = {"provider": "openai", "model": "qwen3:8b", "base_url": local.base_url}
+    saved = await client.put("/api/llm", json={**change, "api_key": LOCAL_KEY})
+    assert saved.status_code == 200, saved.text
+    local.script(error=404)  # the model was removed from the server since
+
+    reply = await dashboard.chat("alice", "still there?")
+
+    assert reply == MODEL_NOT_FOUND_DASHBOARD.format(model="qwen3:8b", url=dashboard.url)
+    assert f"in the dashboard's Settings (Bruce at {dashboard.url}/settings" in reply
+    assert "config.yml" not in reply and "restart me" not in reply
+
+
+async def test_a_config_key_refused_names_config_yml_and_the_settings_page_as_the_live_fix(
+    dashboard: Dashboard,
+) -> None:
+    dashboard.fake.script(error=401)
+
+    reply = await dashboard.chat("alice", "are you there?")
+
+    assert reply == AUTHENTICATION_CONFIG.format(url=dashboard.url)
+    assert "check llm.api_key in config.yml" in reply
+    assert (
+        f"paste a working key in the dashboard's Settings (Bruce at {dashboard.url}/settings)"
+        in (reply)
+    )
+    assert "no restart needed" in reply
+
+
+async def test_without_a_model_the_reply_points_to_the_setup_card_first(tmp_path: Path) -> None:
+    async with running_dashboard(tmp_path, TOKEN, llm={"api_key": ""}) as dashboard:
+        reply = await dashboard.chat("alice", "hello?")
+    assert reply.startswith("I'm not connected to a language model yet."), reply
+    setup, config = reply.index(f"open {dashboard.url}/chat"), reply.index("llm.api_key")
+    assert setup < config and "no restart needed" in reply[:config]
+    assert "${ANTHROPIC_API_KEY}" in reply  # the format braces came out as the user writes them
 
 
 async def test_an_unreachable_server_is_refused_with_what_went_wrong(

@@ -114,7 +114,10 @@ def test_a_recorded_error_body_means_what_the_server_meant(
     assert (type(mapped), mapped.reason) == (error, reason)
     if error is base.LLMAuthenticationError:
         # The server's words may quote the key: the detail only says what to check.
-        assert mapped.detail == f"HTTP {status}: check llm.api_key in config.yml"
+        assert (
+            mapped.detail
+            == f"HTTP {status}: llm.api_key was refused (is it right and still active?)"
+        )
     elif error is not base.LLMUnavailableError:
         assert mapped.detail.startswith(f"HTTP {status}: {message_of(body)}")
 

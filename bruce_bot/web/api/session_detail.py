@@ -112,7 +112,7 @@ async def session_detail(call: Call[SessionId, None]) -> SessionDetail:
             SessionAnswer.model_validate(child)
             for child in await stores.sessions.children(session_id)
         ],
-        tasks=[task_answer(context, task, last_runs.get(task.id)) for task in tasks],
+        tasks=[await task_answer(context, task, last_runs.get(task.id)) for task in tasks],
         artifacts=[
             ArtifactAnswer.model_validate(
                 {
@@ -123,7 +123,7 @@ async def session_detail(call: Call[SessionId, None]) -> SessionDetail:
             )
             for a in artifacts
         ],
-        timezone=context.timezone,
+        timezone=await context.display_timezone(),
     )
 
 

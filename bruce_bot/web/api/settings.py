@@ -72,9 +72,10 @@ EDITABLE_SETTINGS = {
         EditableSetting(
             TIMEZONE_SETTING,
             "Timezone",
-            "The timezone Bruce tells the model the time in (an IANA name such as "
-            "Europe/Lisbon). Takes effect from the next message; reminders already set keep "
-            "theirs.",
+            "Your timezone (an IANA name such as Europe/Lisbon): the time Bruce tells the "
+            "model, the times and days the dashboard shows, the month of the budget, and the "
+            "zone of new reminders made without one. Takes effect from the next message or page "
+            "view; reminders already set keep theirs.",
             60,
             multiline=False,
             check=_timezone,

@@ -85,7 +85,7 @@ async def _checked(context: WebContext, body: TaskInput) -> NewTask:
             "give either field 'run_at' (a one-off time) or field 'cron' (a recurring "
             "schedule), not both and not neither"
         )
-    timezone = (body.timezone or "").strip() or context.timezone
+    timezone = (body.timezone or "").strip() or await context.display_timezone()
     try:
         zone = zone_of(timezone)
     except ScheduleError as exc:
@@ -120,7 +120,7 @@ async def _checked(context: WebContext, body: TaskInput) -> NewTask:
 async def _answer(context: WebContext, task: TaskRecord) -> TaskWritten:
     last_runs = await context.stores.tasks.last_runs([task.id])
     watch = await context.stores.watches.get(task.id)
-    return TaskWritten(task=task_answer(context, task, last_runs.get(task.id), watch))
+    return TaskWritten(task=await task_answer(context, task, last_runs.get(task.id), watch))
 
 
 def _refused(exc: ScheduleError, new: NewTask) -> ApiError:

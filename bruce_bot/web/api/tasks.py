@@ -121,7 +121,7 @@ class RunsQuery(TaskId):
     limit: int = limit(50, "runs")
 
 
-def task_answer(
+async def task_answer(
     context: WebContext,
     task: TaskRecord,
     last_run: dict[str, Any] | None,
@@ -136,7 +136,7 @@ def task_answer(
         "schedule": f"cron {task.cron}" if task.cron else ("watch" if watch else "once"),
         "schedule_words": words,
         "awaiting_confirmation": task.status == UNCONFIRMED,
-        "next_run": service.describe_next_run(task) if service else iso(task.next_run_at),
+        "next_run": await service.describe_next_run(task) if service else iso(task.next_run_at),
         "last_run": last_run,
         "watch": watch_answer(watch) if watch is not None else None,
     }
@@ -151,9 +151,9 @@ async def list_tasks(call: Call[TasksQuery, None]) -> TaskList:
         [task.id for task in tasks if task.mode == "watch"]
     )
     return TaskList(
-        timezone=call.context.timezone,
+        timezone=await call.context.display_timezone(),
         tasks=[
-            task_answer(call.context, task, last_runs.get(task.id), watches.get(task.id))
+            await task_answer(call.context, task, last_runs.get(task.id), watches.get(task.id))
             for task in tasks
         ],
     )
@@ -189,7 +189,7 @@ async def cancel_task(call: Call[TaskId, None]) -> CancelledTask:
     cancelled = await existing_task(context, task_id)
     last_runs = await context.stores.tasks.last_runs([task_id])
     watch = await context.stores.watches.get(task_id)
-    return CancelledTask(task=task_answer(context, cancelled, last_runs.get(task_id), watch))
+    return CancelledTask(task=await task_answer(context, cancelled, last_runs.get(task_id), watch))
 
 
 ENDPOINTS = (

@@ -191,7 +191,8 @@ def how_to_price(models: list[str]) -> str | None:
 async def usage(call: Call[UsageQuery, None]) -> UsageAnswer:
     """The original rows (day × model × purpose, newest day first), now with their cost."""
     context, days = call.context, call.params.days
-    window = usage_days(days, ZoneInfo(context.timezone), context.clock())
+    zone = await context.display_zone()
+    window = usage_days(days, zone, context.clock())
     groups = await context.stores.audit.usage_groups(window)
     report = summarise([day for day, _ in window], groups, context.prices)
     rows = [
@@ -200,7 +201,7 @@ async def usage(call: Call[UsageQuery, None]) -> UsageAnswer:
     ]
     return UsageAnswer(
         days=days,
-        timezone=context.timezone,
+        timezone=zone.key,
         rows=sorted(rows, key=lambda r: (-r.day.toordinal(), r.model, r.purpose)),
         totals=_total(report.totals),
         unpriced_models=report.unpriced_models,
@@ -222,7 +223,7 @@ def _rows(groups: Sequence[UsageGroup], prices: PriceTable) -> dict[tuple[date, 
 
 
 async def budget_answer(context: WebContext) -> BudgetAnswer:
-    zone = ZoneInfo(context.timezone)
+    zone = await context.display_zone()
     budget = context.monthly_budget
     status = await month_status(
         context.stores, context.prices, budget or 1.0, zone, context.clock()
@@ -246,7 +247,8 @@ async def budget_answer(context: WebContext) -> BudgetAnswer:
 
 async def summary(call: Call[UsageQuery, None]) -> UsageSummary:
     context, days = call.context, call.params.days
-    window = usage_days(days, ZoneInfo(context.timezone), context.clock())
+    zone = await context.display_zone()
+    window = usage_days(days, zone, context.clock())
     groups = await context.stores.audit.usage_groups(window)
     report = summarise([day for day, _ in window], groups, context.prices)
     by_day = [
@@ -285,7 +287,7 @@ async def summary(call: Call[UsageQuery, None]) -> UsageSummary:
         )
     return UsageSummary(
         days=days,
-        timezone=context.timezone,
+        timezone=zone.key,
         totals=_tallied(report.totals),
         by_day=by_day,
         by_model=models,
