@@ -244,13 +244,15 @@ class ChannelPolicy:
         return Admission(False, reply)
 
     def warn_if_nobody_allowed(self) -> None:
-        if not self._allowed and self._pairing is None and self._allowlist is None:
+        # config.yml's list: a list saved in Settings may let people in all the same (the hint
+        # names it), and it may change at any message.
+        if not self._allowed and self._pairing is None:
             log.warning(
                 "allowlist_empty",
                 channel=self.channel,
-                hint=f"nobody can talk to Bruce on {self.channel}: add user ids to "
-                f"channels.{self.channel}.allowed_user_ids in config.yml, or turn on "
-                f"channels.{self.channel}.pairing",
+                hint=f"nobody can talk to Bruce on {self.channel} unless the dashboard's list "
+                f"(Settings) names them: add user ids to channels.{self.channel}.allowed_user_ids"
+                f" there or in config.yml, or turn on channels.{self.channel}.pairing",
             )
 
 
