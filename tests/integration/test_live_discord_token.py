@@ -61,6 +61,9 @@ async def test_a_new_token_reconnects_discord_and_a_refused_one_changes_nothing(
             "link": INVITE,
         }
         assert NEW not in changed.text
+        # "Test connection" with an empty field tries the token in use: the saved one.
+        tried = (await http.post("/api/channels/discord/test", json={})).json()
+        assert tried["ok"] is True, tried
         assert bruce.channels["discord"] is not first
         await discord.wait_for_session()
         assert discord.identifies == 2

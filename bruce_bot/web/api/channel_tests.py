@@ -2,8 +2,9 @@
 `getMe`, Discord's REST login, each through its SDK (the channels' probe modules, as `bruce
 doctor`), answering with the bot's name and its link (t.me/<username>; Discord's invite URL with
 the application id) or the platform's words; a token given in the body is tried, never stored
-(none: the configured one). `/api/channels/{channel}/token`: the token in use (masked), changed
-(tried, stored, the channel reconnected: live_channels.py) or reset to config.yml's."""
+(none: the one in use, the dashboard's or config.yml's). `/api/channels/{channel}/token`: the
+token in use (masked), changed (tried, stored, the channel reconnected: live_channels.py) or
+reset to config.yml's."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class TokenToTry(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"token": "123456:ABC-DEF"}]}
     )
 
-    token: str | None = Field(default=None, max_length=200, description="empty: the configured")
+    token: str | None = Field(default=None, max_length=200, description="empty: the one in use")
 
 
 class ChannelTestAnswer(BaseModel):
@@ -44,7 +45,10 @@ async def try_channel(call: Call[ChannelName, TokenToTry]) -> ChannelTestAnswer:
     if configured is None:
         raise ApiError("channel tests are not available in this process", 503)
     name = call.params.channel
-    token = call.body.token or getattr(configured, name).token
+    token = call.body.token
+    if not token:  # the token in use: the one saved in the dashboard, else config.yml's
+        live = call.context.live_tokens.get(name) if call.context.live_tokens else None
+        token = await live.current() if live is not None else getattr(configured, name).token
     try:
         bot = await try_token(name, configured, token)
     except ProbeError as exc:

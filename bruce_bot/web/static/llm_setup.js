@@ -169,7 +169,7 @@ const BruceLLM = (() => {
      (the Settings page), who may talk is edited under it (allowlist). */
   function channels(node, { allowlists = false } = {}) {
     node.replaceChildren(...PLATFORMS.flatMap((platform) => {
-      const token = h("input", { id: `channel-${platform.name}-${++counter}`, type: "password", autocomplete: "off", placeholder: "empty: the one in config.yml" });
+      const token = h("input", { id: `channel-${platform.name}-${++counter}`, type: "password", autocomplete: "off", placeholder: "empty: the one in use" });
       const test = h("button", { type: "button", className: "secondary" }, "Test connection");
       const result = h("p", { className: "status-line", role: "status" });
       test.addEventListener("click", async () => {
