@@ -153,11 +153,11 @@ class Bruce:
         # replies to redeliver) must not let them lapse under running turns.
         self._start_background(parts)
         await parts.inbox.recover()
-        if parts.live_telegram is not None:
-            await parts.live_telegram.load()  # a token saved in the dashboard wins
+        if parts.live_tokens is not None:
+            await parts.live_tokens.load()  # a token saved in the dashboard wins
         await self._start_channels(parts)
-        if parts.live_telegram is not None:
-            parts.live_telegram.started(parts.gateway)
+        if parts.live_tokens is not None:
+            parts.live_tokens.started(parts.gateway)
         await parts.outbox.redeliver()
         if parts.budget is not None:
             parts.budget.start()  # the month read once: a level reached while down is told
@@ -203,7 +203,17 @@ class Bruce:
         return await asyncio.to_thread(load_library, self.config.skills.dirs)
 
     async def _start_channels(self, parts: Parts) -> None:
+        # Enabled without a token (none in config.yml, none saved): it starts once one is saved.
+        waiting = parts.live_tokens.waiting() if parts.live_tokens is not None else set()
         for adapter in parts.adapters:
+            if adapter.name in waiting:
+                log.warning(
+                    "channel_waiting_for_token",
+                    channel=adapter.name,
+                    hint=f"save a {adapter.name} bot token in the dashboard (Settings), or set "
+                    f"channels.{adapter.name}.token in config.yml",
+                )
+                continue
             try:
                 await adapter.start(parts.gateway)
             except Exception as exc:  # a wrong token or setting: the adapter's message says which
@@ -257,7 +267,8 @@ class Bruce:
                 budget_chat=config.budget_chat(),
                 live_llm=parts.live_llm,
                 channels_config=config.channels,
-                live_telegram=parts.live_telegram,
+                live_tokens=parts.live_tokens,
+                live_allowlists=parts.live_allowlists,
             )
         )
         return WebServer(app, web.host, web.port)

@@ -375,9 +375,24 @@ def clock_check(date_header: str | None, now: float, source: str) -> Check:
 # ---- channels --------------------------------------------------------------------------------
 
 
+def _no_token(channel: str) -> list[Check]:
+    """An enabled platform without a token in config.yml: the daemon waits for one saved in
+    the dashboard (live_channels.py), which this check-up does not read."""
+    return [
+        Check(
+            channel,
+            "warn",
+            "no token in config.yml: the channel waits for one saved in the dashboard",
+            f"save the bot token in Settings (Chat platforms), or set channels.{channel}.token",
+        )
+    ]
+
+
 async def _telegram(config: Config) -> list[Check]:
     from bruce_bot.channels.telegram_probe import telegram_bot_name
 
+    if not config.channels.telegram.token:
+        return _no_token("telegram")
     try:
         name = await telegram_bot_name(config.channels.telegram, CHECK_TIMEOUT_SECONDS / 2)
     except ProbeError as exc:
@@ -388,6 +403,8 @@ async def _telegram(config: Config) -> list[Check]:
 async def _discord(config: Config) -> list[Check]:
     from bruce_bot.channels.discord_probe import discord_bot_name
 
+    if not config.channels.discord.token:
+        return _no_token("discord")
     try:
         name = await discord_bot_name(config.channels.discord)
     except ProbeError as exc:

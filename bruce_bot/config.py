@@ -922,13 +922,8 @@ def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
                 f"web.auth_token: too weak to guard web.host {web.host!r}, which is reachable "
                 f"beyond this machine: {weakness}; {TOKEN_HOW_TO}"
             )
-    if config.channels.telegram.enabled and not config.channels.telegram.token:
-        problems.append("channels.telegram.token: empty; set it to the token @BotFather gave you")
-    if config.channels.discord.enabled and not config.channels.discord.token:
-        problems.append(
-            "channels.discord.token: empty; set it to your bot token from the Discord "
-            "developer portal"
-        )
+    # An enabled platform without a token is allowed: its channel waits for the token the
+    # dashboard saves (Settings, live_channels.py), and start-up logs that it waits.
     problems += _web_search_problems(config.tools.web_search)
     if problems:
         raise ConfigError(problems, source)

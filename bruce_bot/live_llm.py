@@ -7,7 +7,9 @@ output token with the new settings): when the provider refuses it, nothing is st
 provider's own words are the error; when it answers, the values are stored and a new client is
 put behind the `SwitchableLLM` every part holds, so the next call uses it, without a restart.
 The API key is a secret: it is added to the log scrubber as soon as it is read or saved, and it
-leaves this module only masked (`sk-…abcd`).
+leaves this module only masked (`sk-…abcd`). With several processes on one PostgreSQL database,
+a change saved in one reaches the others through the change feed (topic `settings`): each reads
+the stored values again and builds its own new client, without trying them again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bruce_bot.llm.base import LLMError, LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
+from bruce_bot.storage.changes import EVERYTHING, Refresh
 from bruce_bot.storage.settings import SettingsStore
 
 log = structlog.get_logger(__name__)
@@ -85,6 +88,7 @@ class LiveLLMSettings:
         self._probe = probe or _probe
         self._build = build
         self._secret_seen = secret_seen
+        self.following = Refresh(self._follow, "llm-settings-follow")
 
     async def _stored(self) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -192,6 +196,26 @@ class LiveLLMSettings:
         except SettingsRefused as exc:
             log.warning("llm_settings_ignored", error=str(exc))
             return
+        await self._use(settings)
+
+    def changed_elsewhere(self, key: str) -> None:
+        """A change-feed notice of the `settings` topic: when it names an LLM setting (or
+        anything), read them again and switch to what they make now."""
+        if key != EVERYTHING and key not in {setting_key(name) for name in FIELDS}:
+            return
+        self.following()
+
+    async def _follow(self) -> None:
+        stored = await self._stored()
+        try:
+            settings = self._merged(stored) if stored else self._configured
+        except SettingsRefused as exc:
+            log.warning("llm_settings_ignored", error=str(exc))
+            return
+        if settings != self._llm.config:
+            log.info(
+                "llm_settings_changed_elsewhere", provider=settings.provider, model=settings.model
+            )
         await self._use(settings)
 
     async def _use(self, settings: LLMConfig) -> None:

@@ -9,8 +9,8 @@ channels hear them from their next message on (they ask `is_approved` for each m
 someone not in config.yml, so an approval made in another process counts too), and they are
 told "You're in" in the chat they wrote from, through the outbox (from the CLI the reply is
 stored and the daemon's redelivery sends it within a minute). Codes are read case-insensitively,
-with or without the dash. People in config.yml's `allowed_user_ids` are listed too, but only
-the file lets them out.
+with or without the dash. People on the allowlist (config.yml's `allowed_user_ids`, or the
+list saved in Settings, which wins) are listed too, but only the allowlist lets them out.
 
 `PairingService` is the channels' `PairingPort` (channels/policy.py) and what the web API and
 the CLI call; it has no SDK and no web in it.
@@ -27,7 +27,7 @@ from typing import Literal, cast
 
 import structlog
 
-from bruce_bot.channels.policy import PairingOffer
+from bruce_bot.channels.policy import AllowlistPort, PairingOffer
 from bruce_bot.domain import OutboundMessage, SessionKey, utcnow
 from bruce_bot.outbox import Outbox
 from bruce_bot.storage.pairing import ApprovedUser, PendingCode
@@ -106,17 +106,24 @@ class PairingService:
         sending: Collection[str] = (),
         clock: Callable[[], datetime] = utcnow,
         enabled: Sequence[str] = CHANNELS,
+        allowlist: AllowlistPort | None = None,
     ) -> None:
         """`allowlists`: config.yml's `allowed_user_ids` per channel; `outbox`: how this process
         sends through `sending`, its channels (None in the CLI, or a channel another process
         runs: the welcome is stored, and a redelivery sends it); `enabled`: the channels with
-        pairing on."""
+        pairing on; `allowlist`: the allowlists in use (the dashboard's over `allowlists`)."""
         self._stores = stores
         self._allowlists = {name: frozenset(ids) for name, ids in allowlists.items()}
         self._outbox = outbox
         self._sending = frozenset(sending)
         self._clock = clock
         self.enabled = tuple(enabled)
+        self._allowlist = allowlist
+
+    async def _allowed(self, channel: str) -> frozenset[int]:
+        if self._allowlist is None:
+            return self._allowlists.get(channel, frozenset())
+        return await self._allowlist.allowed_user_ids(channel)
 
     # ---- the channels' port ----------------------------------------------------------------
 
@@ -151,13 +158,14 @@ class PairingService:
 
     async def people(self) -> list[Person]:
         """Everyone allowed: config.yml's first, then those approved, per channel."""
+        allowed = {channel: await self._allowed(channel) for channel in sorted(self._allowlists)}
         people = [
             Person(channel, user_id, "", "config", None)
-            for channel, ids in sorted(self._allowlists.items())
+            for channel, ids in allowed.items()
             for user_id in sorted(ids)
         ]
         for approved in await self._stores.pairing.approved():
-            if approved.user_id not in self._allowlists.get(approved.channel, ()):
+            if approved.user_id not in allowed.get(approved.channel, ()):
                 people.append(
                     Person(
                         approved.channel,
@@ -190,10 +198,11 @@ class PairingService:
         return pending
 
     async def revoke(self, channel: str, user_id: int) -> ApprovedUser:
-        if user_id in self._allowlists.get(channel, ()):
+        if user_id in await self._allowed(channel):
             raise PairingError(
-                f"{channel} user {user_id} is in channels.{channel}.allowed_user_ids in "
-                "config.yml: remove the id there (and restart) to shut them out."
+                f"{channel} user {user_id} is on the allowlist: channels.{channel}."
+                "allowed_user_ids in config.yml, or the list saved in Settings (Chat platforms) "
+                "which wins over it. Remove the id there to shut them out."
             )
         person = await self._stores.pairing.revoke(channel, user_id)
         if person is None:

@@ -55,6 +55,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
 
 async def _run(config: Config, args: argparse.Namespace) -> int:
+    from bruce_bot.live_allowlists import LiveAllowlists
     from bruce_bot.pairing import PairingError, PairingService
     from bruce_bot.parts import pairing_allowlists, pairing_enabled
     from bruce_bot.storage.database import Database, upgrade_schema
@@ -63,8 +64,14 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     await upgrade_schema(config.database_url)
     database = Database(config.database_url)
     try:
+        stores = Stores.open(database)
+        allowlists = pairing_allowlists(config)
         service = PairingService(
-            Stores.open(database), pairing_allowlists(config), enabled=pairing_enabled(config)
+            stores,
+            allowlists,
+            enabled=pairing_enabled(config),
+            # The allowlists in use: a list saved in the dashboard wins over config.yml's.
+            allowlist=LiveAllowlists(allowlists, stores.settings),
         )
         command: dict[str, Callable[[], Awaitable[None]]] = {
             "list": lambda: _list(service),

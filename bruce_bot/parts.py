@@ -27,14 +27,15 @@ from bruce_bot.agent.turn import (
     kind_of,
 )
 from bruce_bot.channels.base import ChannelAdapter
-from bruce_bot.channels.policy import PairingPort
+from bruce_bot.channels.policy import AllowlistPort, PairingPort
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.fix_hints import FailureHints
 from bruce_bot.gateway import Gateway
 from bruce_bot.inbox import Inbox
-from bruce_bot.live_channels import LiveTelegramToken
+from bruce_bot.live_allowlists import LiveAllowlists
+from bruce_bot.live_channels import PLATFORMS, LiveToken, LiveTokens
 from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
@@ -52,6 +53,7 @@ from bruce_bot.scheduler.service import TaskService, create_scheduler
 from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
+from bruce_bot.storage.settings import TOPIC as SETTINGS_TOPIC
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.artifacts import artifact_file
 from bruce_bot.tools.catalog import build_tools
@@ -100,8 +102,10 @@ class Parts:
     budget: BudgetWatch | None = None  # usage.monthly_budget is set
     # The dashboard's LLM settings (None: a test put its own LLM in place).
     live_llm: LiveLLMSettings | None = None
-    # The Telegram token the dashboard changes (None: tests put their own channels in place).
-    live_telegram: LiveTelegramToken | None = None
+    # The Telegram and Discord tokens the dashboard changes (None: tests put their own channels
+    # in place), and the allowlists it edits.
+    live_tokens: LiveTokens | None = None
+    live_allowlists: LiveAllowlists | None = None
     # Where the LLM settings a failure reply names come from, and the dashboard's address.
     hints: FailureHints = field(default_factory=lambda: FailureHints(None))
 
@@ -262,6 +266,15 @@ class PairingChannel(Protocol):
     def use_pairing(self, pairing: PairingPort) -> None: ...
 
 
+@runtime_checkable
+class AllowlistChannel(Protocol):
+    """A platform channel whose allowlist is read for each message (Telegram, Discord)."""
+
+    name: str
+
+    def use_allowlist(self, allowlist: AllowlistPort) -> None: ...
+
+
 def pairing_allowlists(config: Config) -> dict[str, list[int]]:
     """config.yml's `allowed_user_ids` of each platform channel, enabled or not."""
     channels = config.channels
@@ -287,6 +300,7 @@ def _pair(
     outbox: Outbox,
     platform: Sequence[ChannelAdapter],
     clock: Callable[[], datetime],
+    allowlists: LiveAllowlists,
 ) -> PairingService:
     """The pairing service, injected into each platform channel with `pairing: true` (channels
     never see the database: they ask this port)."""
@@ -299,11 +313,50 @@ def _pair(
         sending=names,
         clock=clock,
         enabled=enabled,
+        allowlist=allowlists,
     )
     for adapter in platform:
-        if adapter.name in enabled and isinstance(adapter, PairingChannel):
-            adapter.use_pairing(pairing)
+        _give_ports(adapter, pairing if adapter.name in enabled else None, allowlists)
     return pairing
+
+
+def _give_ports(
+    adapter: ChannelAdapter, pairing: PairingPort | None, allowlists: AllowlistPort
+) -> None:
+    """What a platform channel asks for each message: the allowlist, the approved people."""
+    if pairing is not None and isinstance(adapter, PairingChannel):
+        adapter.use_pairing(pairing)
+    if isinstance(adapter, AllowlistChannel):
+        adapter.use_allowlist(allowlists)
+
+
+def _live_tokens(
+    config: Config,
+    stores: Stores,
+    channels: dict[str, ChannelAdapter],
+    adapters: list[ChannelAdapter],
+    pairing: PairingService,
+    allowlists: LiveAllowlists,
+) -> LiveTokens:
+    """The token of each platform channel, changed from the dashboard (a new adapter gets the
+    ports the first one got)."""
+    tokens: dict[str, LiveToken] = {}
+    for name in PLATFORMS:
+        pairs = name in pairing.enabled
+
+        def prepare(adapter: ChannelAdapter, pairs: bool = pairs) -> None:
+            _give_ports(adapter, pairing if pairs else None, allowlists)
+
+        tokens[name] = LiveToken(
+            name,
+            config.channels,
+            stores.settings,
+            channels,
+            adapters,
+            prepare=prepare,
+            secret_seen=scrubber.add_secret,
+        )
+    return LiveTokens(tokens)
 
 
 def _budget(
@@ -381,23 +434,11 @@ def build_parts(
         files=_file_sending(config),
     )
     brain = _brain(config, llm, stores, library)
-    pairing = _pair(config, stores, outbox, platform, overrides.clock)
-    live_telegram = None
+    allowlists = LiveAllowlists(pairing_allowlists(config), stores.settings)
+    pairing = _pair(config, stores, outbox, platform, overrides.clock, allowlists)
+    live_tokens = None
     if overrides.channels is None:
-        pairs = config.channels.telegram.pairing
-
-        def prepare(adapter: ChannelAdapter) -> None:
-            if pairs and isinstance(adapter, PairingChannel):
-                adapter.use_pairing(pairing)
-
-        live_telegram = LiveTelegramToken(
-            config.channels.telegram,
-            stores.settings,
-            channels,
-            adapters,
-            prepare=prepare,
-            secret_seen=scrubber.add_secret,
-        )
+        live_tokens = _live_tokens(config, stores, channels, adapters, pairing, allowlists)
     inbox = Inbox(
         stores,
         # A bare yes/no may answer a task confirmation; the confirmations pass the rest on.
@@ -436,6 +477,11 @@ def build_parts(
     turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media, hints.current)
     gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)
     _connect_feed(feed, inbox, web_channel, shared)
+    # A setting saved in another process: a new LLM client, a channel reconnected with its token.
+    if live_llm is not None:
+        feed.subscribe(SETTINGS_TOPIC, live_llm.changed_elsewhere)
+    if live_tokens is not None:
+        feed.subscribe(SETTINGS_TOPIC, live_tokens.changed_elsewhere)
     prices = PriceTable.from_config(config.usage, config.llm)
     budget = _budget(config, stores, outbox, prices, overrides.clock)
     return Parts(
@@ -460,6 +506,7 @@ def build_parts(
         prices=prices,
         budget=budget,
         live_llm=live_llm,
-        live_telegram=live_telegram,
+        live_tokens=live_tokens,
+        live_allowlists=allowlists,
         hints=hints,
     )

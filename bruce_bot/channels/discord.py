@@ -64,6 +64,7 @@ from bruce_bot.channels.discord_texts import (
 from bruce_bot.channels.policy import (
     BUTTON_INACTIVE,
     RESTARTING,
+    AllowlistPort,
     ChannelPolicy,
     CommandCall,
     PairingPort,
@@ -112,6 +113,10 @@ class DiscordChannel:
     def use_pairing(self, pairing: PairingPort) -> None:
         """Strangers get a pairing code; the people the owner approves are heard."""
         self._policy.pair_with(pairing)
+
+    def use_allowlist(self, allowlist: AllowlistPort) -> None:
+        """Who may talk is read from `allowlist` for each message (the dashboard's list)."""
+        self._policy.allow_from(allowlist)
 
     # ---- life cycle ---------------------------------------------------------------------------
 

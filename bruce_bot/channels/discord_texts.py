@@ -36,8 +36,8 @@ HELP_TEXT = (
 SERVER_HELP_TEXT = HELP_TEXT + "\nIn a server, mention me or reply to one of my messages."
 STRANGER_REPLY = (
     "Hi! I'm a private assistant and only talk to people my owner has allowed. Your Discord "
-    "user id is {user_id}; if you know my owner, ask them to add it to "
-    "channels.discord.allowed_user_ids in config.yml."
+    "user id is {user_id}; if you know my owner, ask them to add it to the Discord allowlist "
+    "on my dashboard's Settings page (or channels.discord.allowed_user_ids in config.yml)."
 )
 ONLY_TEXT_REPLY = (
     "I can't read this kind of message (stickers, polls...). I read text, pictures, voice "

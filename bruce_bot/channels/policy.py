@@ -1,15 +1,16 @@
 """What every chat adapter decides the same way, whatever the platform it speaks to.
 
-Who may talk to Bruce (config.yml's allowlist, then the people the owner approved, which the
-policy asks its `PairingPort` about for each message: an approval counts from the next message,
-without a restart), what a stranger is told and how often (with pairing on, their one-time
-pairing code, at most once per `PAIRING_REPLY_INTERVAL_SECONDS`; without it, once an hour that
-they may not talk to Bruce: ten messages get one reply, and nothing of theirs is stored), the chat
-commands answered without the model (`/new`, `/reminders`, `/help`...), and what a press on one
-of Bruce's buttons gets. An adapter reads its platform's event into the plain values here
-(`CommandCall`, `Press`), asks its `ChannelPolicy`, and turns the answer into its platform's
-calls; the words are its own (`PolicyTexts`, the `says` of its commands). No SDK import here,
-so every adapter, and every channel that follows, shares this one copy.
+Who may talk to Bruce (the allowlist, config.yml's or, when the policy has an `AllowlistPort`, the
+one the dashboard saved, asked for each message; then the people the owner approved, which the
+policy asks its `PairingPort` about for each message: a change or an approval counts from the next
+message, without a restart), what a stranger is told and how often (with pairing on, their one-time
+pairing code, at most once per `PAIRING_REPLY_INTERVAL_SECONDS`; without it, once an hour that they
+may not talk to Bruce: ten messages get one reply, and nothing of theirs is stored), the chat
+commands answered without the model (`/new`, `/reminders`, `/help`...), and what a press on one of
+Bruce's buttons gets. An adapter reads its platform's event into the plain values here
+(`CommandCall`, `Press`), asks its `ChannelPolicy`, and turns the answer into its platform's calls;
+the words are its own (`PolicyTexts`, the `says` of its commands). No SDK import here, so every
+adapter, and every channel that follows, shares this one copy.
 """
 
 from __future__ import annotations
@@ -97,6 +98,13 @@ class PairingPort(Protocol):
         ...
 
 
+class AllowlistPort(Protocol):
+    """The allowlist in use (the dashboard's over config.yml's: live_allowlists.py, injected by
+    parts.py), read for each message."""
+
+    async def allowed_user_ids(self, channel: str) -> frozenset[int]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     """Whether a sender may go on; when not, `refusal` is what to tell them now (None: they
@@ -147,6 +155,7 @@ class ChannelPolicy:
         self._clock = clock
         self._throttle = StrangerThrottle(clock)
         self._pairing: PairingPort | None = None
+        self._allowlist: AllowlistPort | None = None
         self.commands = ChatCommands(channel, commands, texts)
         self.presses = Presses(self, texts)
 
@@ -156,16 +165,31 @@ class ChannelPolicy:
         self._pairing = pairing
         self._throttle = StrangerThrottle(self._clock, PAIRING_REPLY_INTERVAL_SECONDS)
 
+    def allow_from(self, allowlist: AllowlistPort) -> None:
+        """Read the allowlist from `allowlist` for each message, not config.yml's once."""
+        self._allowlist = allowlist
+
+    async def _allowed_ids(self) -> frozenset[int]:
+        if self._allowlist is None:
+            return self._allowed
+        try:
+            return await self._allowlist.allowed_user_ids(self.channel)
+        except Exception:
+            # The database is away: config.yml's list meanwhile (the approved ones are not
+            # heard either, see `allows`).
+            log.exception("allowlist_read_failed", channel=self.channel)
+            return self._allowed
+
     @property
     def allowed_users(self) -> int:
         """How many config.yml lets in (the approved ones are in the database)."""
         return len(self._allowed)
 
     async def allows(self, user_id: int | None) -> bool:
-        """Whether `user_id` may talk: on config.yml's allowlist, or approved by the owner."""
+        """Whether `user_id` may talk: on the allowlist, or approved by the owner."""
         if user_id is None:
             return False
-        if user_id in self._allowed:
+        if user_id in await self._allowed_ids():
             return True
         if self._pairing is None:
             return False
@@ -220,13 +244,15 @@ class ChannelPolicy:
         return Admission(False, reply)
 
     def warn_if_nobody_allowed(self) -> None:
+        # config.yml's list: a list saved in Settings may let people in all the same (the hint
+        # names it), and it may change at any message.
         if not self._allowed and self._pairing is None:
             log.warning(
                 "allowlist_empty",
                 channel=self.channel,
-                hint=f"nobody can talk to Bruce on {self.channel}: add user ids to "
-                f"channels.{self.channel}.allowed_user_ids in config.yml, or turn on "
-                f"channels.{self.channel}.pairing",
+                hint=f"nobody can talk to Bruce on {self.channel} unless the dashboard's list "
+                f"(Settings) names them: add user ids to channels.{self.channel}.allowed_user_ids"
+                f" there or in config.yml, or turn on channels.{self.channel}.pairing",
             )
 
 

@@ -43,7 +43,7 @@ from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, T
 from telegram.ext import Application, ContextTypes, TypeHandler
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
-from bruce_bot.channels.policy import ChannelPolicy, PairingPort, Press
+from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, PairingPort, Press
 from bruce_bot.channels.telegram_albums import AlbumBook
 from bruce_bot.channels.telegram_app import (
     UpdateCheckingRequest,
@@ -121,6 +121,10 @@ class TelegramChannel:
     def use_pairing(self, pairing: PairingPort) -> None:
         """Strangers get a pairing code; the people the owner approves are heard."""
         self._policy.pair_with(pairing)
+
+    def use_allowlist(self, allowlist: AllowlistPort) -> None:
+        """Who may talk is read from `allowlist` for each message (the dashboard's list)."""
+        self._policy.allow_from(allowlist)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

@@ -32,8 +32,9 @@ HELP = (
 )
 STRANGER_REPLY = (
     "Sorry, I only talk to people my owner has allowed. Your Telegram user id is {user_id}. If "
-    "you are the owner, add {user_id} to channels.telegram.allowed_user_ids in config.yml and "
-    "restart me."
+    "you are the owner, add {user_id} to the Telegram allowlist on the dashboard's Settings page "
+    "(it works from the next message), or to channels.telegram.allowed_user_ids in config.yml "
+    "and restart me."
 )
 ANONYMOUS_REPLY = (
     "I can't tell who is writing when a message is sent on behalf of a group or a channel, so "

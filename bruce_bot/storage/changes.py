@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import structlog
@@ -62,6 +62,37 @@ class ChangeFeed(Protocol):
     async def publish_with(self, connection: AsyncConnection, topic: str, key: str = "") -> None:
         """Tell the other processes when `connection`'s open transaction commits (never if it
         rolls back)."""
+
+
+class Refresh:
+    """What a subscriber does about notices that take I/O (re-reading settings, reconnecting):
+    `work` runs in a task of its own, one run at a time; a notice during a run makes one more
+    run after it, so the last run always reads what the last notice announced, however many
+    notices came (a save of five settings sends five)."""
+
+    def __init__(self, work: Callable[[], Awaitable[None]], name: str) -> None:
+        self._work = work
+        self._name = name
+        self._again = False
+        self._task: asyncio.Task[None] | None = None
+
+    def __call__(self) -> None:
+        self._again = True
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=self._name)
+
+    async def _run(self) -> None:
+        while self._again:
+            self._again = False
+            try:
+                await self._work()
+            except Exception:  # a notice must never take the process down
+                log.exception("change_refresh_failed", name=self._name)
+
+    async def settled(self) -> None:
+        """Returns once no run is pending (for an orderly stop, and tests)."""
+        while self._task is not None and not self._task.done():
+            await self._task
 
 
 class LocalFeed:

@@ -20,7 +20,8 @@ from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 
 if TYPE_CHECKING:
-    from bruce_bot.live_channels import LiveTelegramToken
+    from bruce_bot.live_allowlists import LiveAllowlists
+    from bruce_bot.live_channels import LiveTokens
     from bruce_bot.live_llm import LiveLLMSettings
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
@@ -56,8 +57,10 @@ class WebContext:
     live_llm: LiveLLMSettings | None = None
     # The channels' config, for "Test connection" of a Telegram or Discord token.
     channels_config: ChannelsConfig | None = None
-    # The Telegram token the Settings page changes (None: not offered).
-    live_telegram: LiveTelegramToken | None = None
+    # The Telegram and Discord tokens the Settings page changes (None: not offered), and the
+    # allowlists it edits (None: not offered).
+    live_tokens: LiveTokens | None = None
+    live_allowlists: LiveAllowlists | None = None
 
     async def display_zone(self) -> ZoneInfo:
         """The timezone the pages show times (and count days) in now."""

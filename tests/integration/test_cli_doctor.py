@@ -191,6 +191,29 @@ async def test_a_wrong_telegram_token_names_the_token_key(
     result.assert_no_traceback()
 
 
+async def test_a_platform_enabled_without_a_token_is_a_warning_pointing_at_settings(
+    tmp_path: Path, services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer]
+) -> None:
+    llm, telegram, discord = services
+    path = healthy_config(
+        tmp_path,
+        llm,
+        telegram,
+        discord,
+        channels={
+            "telegram": {"enabled": True, "token": "", "base_url": telegram.base_url},
+            "discord": {**discord.discord_config(allowed_user_ids=[42]), "token": ""},
+        },
+    )
+
+    result = await bruce("doctor", "--config", str(path), cwd=tmp_path)
+
+    for channel in ("telegram", "discord"):
+        assert status_of(result, channel) == "!"
+        assert "Settings" in "\n".join(lines_of(result, channel))
+    result.assert_no_traceback()
+
+
 async def test_a_port_taken_by_another_program_fails_the_web_check_but_bruce_there_passes(
     tmp_path: Path, services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer]
 ) -> None:

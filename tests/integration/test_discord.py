@@ -291,7 +291,7 @@ async def test_stranger_is_told_once_an_hour_and_nothing_of_theirs_is_stored(
         assert len(await discord_fake.wait_for_sent(stranger_dm, 2)) == 2
 
     assert str(STRANGER_ID) in refusal
-    assert "channels.discord.allowed_user_ids" in refusal
+    assert "channels.discord.allowed_user_ids" in refusal and "Settings page" in refusal
     assert [row["content"] for row in user_rows(tmp_path)] == ["marker"]
     assert requests_mentioning(anthropic_fake, "4111") == []
     chats = [row["chat_id"] for row in db_rows(tmp_path, "SELECT chat_id FROM sessions")]

@@ -234,6 +234,7 @@ async def test_stranger_is_refused_once_an_hour_and_nothing_is_kept(
         [refusal] = await telegram.wait_for_messages(MALLORY.id, 1, WITHIN)
         assert str(MALLORY.id) in refusal.plain
         assert "channels.telegram.allowed_user_ids" in refusal.plain
+        assert "Settings page" in refusal.plain  # the live way in, no restart
         telegram.private_text(MALLORY, "hello??")
         telegram.command(MALLORY, "/new")
         # Alice's message comes after Mallory's: once it is answered, Mallory's were handled.

@@ -5,14 +5,16 @@ tests/integration/test_postgres_changes.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from bruce_bot.domain import SessionKey
-from bruce_bot.storage.changes import LocalFeed, PostgresFeed, open_feed
+from bruce_bot.storage.changes import LocalFeed, PostgresFeed, Refresh, open_feed
 from bruce_bot.storage.database import Database, upgrade_schema
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.summaries import Summary
@@ -134,3 +136,46 @@ async def test_notices_make_settings_summaries_and_goals_read_again(
     assert [goal.description for goal in await second.goals.open_tree(session.id)] == ["Ship it"]
 
     feed.deliver("summary", "not a session id")  # logged and ignored
+
+
+# ---- Refresh: what a subscriber does about notices that take I/O ---------------------------
+
+
+async def test_a_refresh_runs_once_more_after_notices_during_a_run_never_two_at_once() -> None:
+    gate, runs, running = asyncio.Event(), list[int](), list[int]()
+
+    async def work() -> None:
+        running.append(1)
+        assert len(running) == 1, "two runs at once"
+        runs.append(len(runs))
+        await gate.wait()
+        running.pop()
+
+    refresh = Refresh(work, "test")
+    refresh()
+    await asyncio.sleep(0)  # the first run has begun and waits
+    for _ in range(5):  # five notices during it: one more run, not five
+        refresh()
+    gate.set()
+    await refresh.settled()
+    assert runs == [0, 1]
+
+
+async def test_a_failing_refresh_is_logged_and_the_next_notice_runs_it_again() -> None:
+    calls: list[int] = []
+
+    async def work() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("database gone")
+
+    refresh = Refresh(work, "flaky")
+    with capture_logs() as logs:
+        refresh()
+        await refresh.settled()
+        refresh()
+        await refresh.settled()
+    assert len(calls) == 2
+    assert [entry["name"] for entry in logs if entry["event"] == "change_refresh_failed"] == [
+        "flaky"
+    ]

@@ -209,6 +209,38 @@ async def test_with_pairing_a_full_channel_says_later_and_a_broken_store_admits_
     assert any(entry["event"] == "pairing_check_failed" for entry in logs)
 
 
+class FakeAllowlist:
+    """The AllowlistPort a policy asks (the real one, over `settings`: test_live_allowlists.py)."""
+
+    def __init__(self, ids: set[int]) -> None:
+        self.ids = ids
+        self.fail = False
+
+    async def allowed_user_ids(self, channel: str) -> frozenset[int]:
+        if self.fail:
+            raise RuntimeError("database gone")
+        return frozenset(self.ids)
+
+
+async def test_a_live_allowlist_is_read_for_each_message_beside_the_approved_people() -> None:
+    allowlist, pairing = FakeAllowlist({FRIEND}), FakePairing()
+    chatland = policy(allowed=(OWNER,))
+    chatland.allow_from(allowlist)
+    chatland.pair_with(pairing)
+    assert not await chatland.allows(OWNER)  # the saved list wins over config.yml's
+    assert await chatland.allows(FRIEND)
+    allowlist.ids.add(STRANGER)  # added in the dashboard: heard from the next message
+    assert (await chatland.admit(STRANGER)) == Admission(True)
+    pairing.approved.add(OWNER)  # approved by pairing: heard whatever the list says
+    assert await chatland.allows(OWNER)
+    allowlist.fail = True
+    pairing.approved.clear()
+    with capture_logs() as logs:
+        assert await chatland.allows(OWNER)  # the list unreadable: config.yml's meanwhile
+        assert not await chatland.allows(FRIEND)
+    assert any(entry["event"] == "allowlist_read_failed" for entry in logs)
+
+
 def test_with_pairing_an_empty_allowlist_does_not_warn() -> None:
     chatland = policy(allowed=())
     chatland.pair_with(FakePairing())

@@ -164,11 +164,12 @@ const BruceLLM = (() => {
   ];
 
   /* A token field and "Test connection" per platform: Telegram getMe, Discord login; a working
-     token shows the bot's link (t.me/<bot>, or the invite that adds it to a server). The token
-     is tried, not stored: connecting still means channels.<name>.token in config.yml. */
-  function channels(node) {
-    node.replaceChildren(...PLATFORMS.map((platform) => {
-      const token = h("input", { id: `channel-${platform.name}-${++counter}`, type: "password", autocomplete: "off", placeholder: "empty: the one in config.yml" });
+     token shows the bot's link (t.me/<bot>, or the invite that adds it to a server). With the
+     platform on in config.yml, the token can be saved too (tokenSaving); with `allowlists`
+     (the Settings page), who may talk is edited under it (allowlist). */
+  function channels(node, { allowlists = false } = {}) {
+    node.replaceChildren(...PLATFORMS.flatMap((platform) => {
+      const token = h("input", { id: `channel-${platform.name}-${++counter}`, type: "password", autocomplete: "off", placeholder: "empty: the one in use" });
       const test = h("button", { type: "button", className: "secondary" }, "Test connection");
       const result = h("p", { className: "status-line", role: "status" });
       test.addEventListener("click", async () => {
@@ -189,24 +190,34 @@ const BruceLLM = (() => {
       });
       const tools = h("div", { className: "toolbar" }, test);
       const saved = h("p", { className: "hint" });
-      if (platform.name === "telegram") telegramSaving(token, tools, saved, result);
-      return h("div", { className: "llm-setup", dataset: { channel: platform.name } },
+      tokenSaving(platform, token, tools, saved, result).catch((e) => { result.textContent = e.message; });
+      const setup = h("div", { className: "llm-setup", dataset: { channel: platform.name } },
         field(`${platform.label} bot token`, token, h("span", { className: "hint" }, platform.hint)),
         saved,
         tools,
         result);
+      if (!allowlists) return [setup];
+      const people = h("div", { className: "allowlist", dataset: { allowlist: platform.name } });
+      allowlist(platform, people).catch((e) => { people.textContent = e.message; });
+      return [setup, people];
     }));
   }
 
-  /* With Telegram on in config.yml, its token can be changed here: tried with getMe, stored,
-     and the channel reconnected with it (no restart). */
-  async function telegramSaving(token, tools, saved, result) {
-    let state = await api("/api/channels/telegram/token");
-    if (!state.enabled) return;
+  /* With the platform on in config.yml, its token can be changed here: tried (getMe, Discord's
+     login), stored, and the channel reconnected with it (no restart). */
+  async function tokenSaving(platform, token, tools, saved, result) {
+    const path = `/api/channels/${platform.name}/token`;
+    let state = await api(path);
+    if (!state.enabled) {
+      saved.textContent = `${platform.label} is off in config.yml (channels.${platform.name}.enabled: true, and a restart once, lets you save its token here).`;
+      return;
+    }
     const save = h("button", { type: "button" }, "Save and reconnect");
     const reset = h("button", { type: "button", className: "secondary" }, "Reset to config");
     const show = () => {
-      saved.textContent = `In use: ${state.token} (${state.source === "dashboard" ? "set in the dashboard" : "from config.yml"}).`;
+      saved.textContent = state.token
+        ? `In use: ${state.token} (${state.source === "dashboard" ? "set in the dashboard" : "from config.yml"}).`
+        : `No token yet: ${platform.label} starts once you save one.`;
       reset.disabled = state.source !== "dashboard";
     };
     async function write(button, method, body) {
@@ -214,7 +225,7 @@ const BruceLLM = (() => {
       result.className = "status-line";
       result.textContent = method === "PUT" ? "Testing and reconnecting…" : "Reconnecting…";
       try {
-        state = await api("/api/channels/telegram/token", { method, body });
+        state = await api(path, { method, body });
         token.value = "";
         const link = state.link ? h("a", { href: state.link, target: "_blank", rel: "noopener noreferrer" }, state.link) : "";
         result.replaceChildren(state.bot ? `✓ Reconnected as ${state.bot} ` : "✓ Back to config.yml's token.", link);
@@ -232,6 +243,54 @@ const BruceLLM = (() => {
     });
     reset.addEventListener("click", () => write(reset, "DELETE"));
     tools.append(save, reset);
+    show();
+  }
+
+  /* Who may talk on the platform: the ids in use (from config.yml, or saved here, which wins),
+     each with Remove, a field to add one, and Reset to config. Every change stores the whole
+     list and counts from the next message. Ids stay text: Discord's are beyond a JS number. */
+  async function allowlist(platform, node) {
+    let state = await api(`/api/channels/${platform.name}/allowlist`);
+    const input = h("input", { id: `allow-${platform.name}-${++counter}`, type: "text", inputMode: "numeric", autocomplete: "off", placeholder: "a user id, e.g. 123456789" });
+    const add = h("button", { type: "submit", className: "secondary" }, "Add");
+    const reset = h("button", { type: "button", className: "secondary" }, "Reset to config");
+    const list = h("ul", { className: "allowlist-ids" });
+    const source = h("p", { className: "hint source" });
+    const status = h("p", { className: "status-line", role: "status" });
+    function show(message) {
+      source.textContent = state.source === "dashboard"
+        ? `Saved in the dashboard; it overrides config.yml (${state.config_user_ids.join(", ") || "nobody"}).`
+        : "From config.yml (channels." + platform.name + ".allowed_user_ids).";
+      reset.disabled = state.source !== "dashboard";
+      list.replaceChildren(...(state.allowed_user_ids.length ? state.allowed_user_ids.map((id) => {
+        const remove = h("button", { type: "button", className: "danger" }, "Remove");
+        remove.addEventListener("click", () => write("PUT", state.allowed_user_ids.filter((other) => other !== id), `Removed ${id}: refused from their next message.`));
+        return h("li", { dataset: { userId: id } }, h("code", {}, id), " ", remove);
+      }) : [h("li", { className: "empty" }, "Nobody (people approved by pairing still are).")]));
+      if (message !== undefined) status.textContent = message;
+    }
+    async function write(method, ids, message) {
+      status.className = "status-line";
+      try {
+        state = await api(`/api/channels/${platform.name}/allowlist`, { method, body: method === "PUT" ? { allowed_user_ids: ids } : undefined });
+        input.value = "";
+        show(message);
+      } catch (e) {
+        status.textContent = e.message;
+        status.className = "status-line bad";
+      }
+    }
+    const form = h("form", { className: "toolbar" }, input, add, reset);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const id = input.value.trim();
+      if (!id) { status.textContent = "Type a user id first."; status.className = "status-line bad"; return; }
+      write("PUT", [...state.allowed_user_ids, id], `Added ${id}: answered from their next message.`);
+    });
+    reset.addEventListener("click", () => write("DELETE", null, "Back to config.yml's list."));
+    node.replaceChildren(
+      h("h3", {}, h("label", { for: input.id }, `Who may talk on ${platform.label}`), " ", h("code", { className: "count" }, `channels.${platform.name}.allowed_user_ids`)),
+      source, list, form, status);
     show();
   }
 
