@@ -71,6 +71,7 @@ class TaskConfirmations:
         self, service: TaskService, stores: Stores, outbox: Outbox, turns: TurnFunction
     ) -> None:
         self._planner = service.planner
+        self._service = service  # watches: the service vets their URLs first
         self._stores = stores
         self._outbox = outbox
         self._turns = turns
@@ -87,7 +88,7 @@ class TaskConfirmations:
 
     async def create_watch(self, new: NewWatch) -> TaskRecord:
         repeated = new.origin and await self._stores.tasks.by_origin(new.session_id, new.origin)
-        task = await self._planner.create_watch(new)
+        task = await self._service.create_watch(new)
         if not new.confirmed and not repeated:
             await self._ask(task)
         return task

@@ -42,6 +42,7 @@ from bruce_bot.scheduler.new_task import NewTask, NewWatch
 from bruce_bot.scheduler.planner import UNCONFIRMED, TaskPlanner
 from bruce_bot.scheduler.reconcile import Reconciler
 from bruce_bot.scheduler.runs import TaskRuns
+from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.scheduler.watching import WatchChecker, WatchReader
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.tasks import TaskRecord
@@ -84,11 +85,13 @@ class TaskService:
         self._reconciler = Reconciler(context, firing)
         self.planner = TaskPlanner(context, firing)
         self.editor = TaskEditor(context, firing, self.planner)
+        self._watch_reader: WatchReader | None = None
 
     def use_watches(self, reader: WatchReader, llm: LLMService, model: str) -> None:
         """Let watches be checked: `reader` reads their pages and searches, `model` (the
         background one, on `llm`) judges them. Without this, a due watch waits unchecked."""
         self._firing.watches = WatchChecker(self._context, self._outbox, reader, llm, model)
+        self._watch_reader = reader
 
     # ---- life cycle ------------------------------------------------------------------------
 
@@ -179,6 +182,11 @@ class TaskService:
         return await self.planner.create(new)
 
     async def create_watch(self, new: NewWatch) -> TaskRecord:
+        url = (new.url or "").strip()
+        if url and self._watch_reader is not None:
+            refused = await self._watch_reader.refusal(url)
+            if refused:
+                raise ScheduleError(f"{refused}; a watch can only read pages web_fetch may read")
         return await self.planner.create_watch(new)
 
     async def watches(self, session_id: int) -> list[tuple[TaskRecord, WatchRecord]]:

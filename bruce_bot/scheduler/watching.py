@@ -100,6 +100,10 @@ class WatchReader(Protocol):
 
     async def search(self, query: str) -> Reading: ...
 
+    async def refusal(self, url: str) -> str | None:
+        """Why a page at `url` would never be read (the fetch policy), or None."""
+        ...
+
 
 class CheckFailed(Exception):
     """A check that could not get a verdict: the read or the model failed."""

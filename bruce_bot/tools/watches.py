@@ -175,6 +175,13 @@ class WebReader:
         content = render(page, title, text, self._max_chars)
         return Reading(content, as_untrusted(content, "web_fetch"))
 
+    async def refusal(self, url: str) -> str | None:
+        """Why checks of `url` would be refused (web_fetch's policy), told when the watch is
+        made rather than after its first failed checks."""
+        if self._fetcher is None:
+            return "tools.web_fetch is disabled, so pages cannot be watched"
+        return await self._fetcher.refusal(url)
+
     async def search(self, query: str) -> Reading:
         if self._search is None:
             raise ToolError("tools.web_search is disabled, so searches cannot be run")

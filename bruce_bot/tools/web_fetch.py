@@ -345,6 +345,17 @@ class PageFetcher:
                 "another source"
             ) from None
 
+    async def refusal(self, url: str) -> str | None:
+        """Why the policy would refuse `url` (its scheme, domain, or the addresses its host has
+        now), or None. A host that does not resolve now is not refused: that may pass."""
+        try:
+            await self._resolve_and_pin(httpx.URL(url), PinnedBackend())
+        except FetchRefused as exc:
+            return str(exc)
+        except (ToolError, httpx.InvalidURL) as exc:
+            return None if isinstance(exc, ToolError) else f"{url} is not a valid URL ({exc})"
+        return None
+
     async def _resolve_and_pin(self, url: httpx.URL, backend: PinnedBackend) -> None:
         host = _check_url(url, str(url))
         refusal = self.domains.problem(host)

@@ -314,6 +314,36 @@ async def test_an_interval_below_the_floor_is_refused_naming_the_key(
     assert web.paths() == []  # nothing was fetched
 
 
+async def test_a_watch_on_an_address_web_fetch_never_reads_is_refused_when_made(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: Model
+) -> None:
+    # The default policy: no private addresses. Refused at once, naming why, not after three
+    # failed checks.
+    config = config_for(
+        tmp_path,
+        anthropic_fake.base_url,
+        llm={"background_model": "claude-background"},
+        scheduler={"min_watch_interval_minutes": 1},
+        tools={"web_search": {"enabled": False}},
+    )
+    channel = ChatChannel()
+    arguments = {"title": "Metadata", "condition": "it changes", "interval": "10 minutes"}
+    async with running_bruce(config, channels=[channel]):
+        metadata = await use_tool(
+            model,
+            channel,
+            "watch_create",
+            {**arguments, "url": "http://169.254.169.254/latest/meta-data/"},
+            anthropic_fake,
+        )
+        router = await use_tool(
+            model, channel, "watch_create", {**arguments, "url": "http://10.0.0.1/"}, anthropic_fake
+        )
+    assert metadata.get("is_error") and "cloud metadata" in block_text(metadata)
+    assert router.get("is_error") and "public internet addresses" in block_text(router)
+    assert db_rows(tmp_path, "SELECT * FROM watches") == []
+
+
 async def test_watch_list_shows_the_last_result_and_watch_cancel_stops_the_checks(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: Model, web: FakeWebServer
 ) -> None:
