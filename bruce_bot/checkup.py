@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
+import structlog
 from sqlalchemy import pool, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -44,6 +45,9 @@ from bruce_bot.llm.base import (
 from bruce_bot.llm.errors import ErrorReply
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.storage.database import SCHEMA_HEAD
+from bruce_bot.storage.settings import SettingsStore
+
+log = structlog.get_logger(__name__)
 
 Status = Literal["ok", "warn", "fail"]
 MARKS: dict[Status, str] = {"ok": "✓", "warn": "!", "fail": "✗"}
@@ -95,6 +99,61 @@ def examine(
 
 
 async def _services(config: Config, clock: Callable[[], float]) -> list[Check]:
+    config, saved = await with_saved_settings(config)
+    checks = (
+        [Check("settings", "ok", f"the dashboard's values are used for: {', '.join(saved)}")]
+        if saved
+        else []
+    )
+    return checks + await _probes(config, clock)
+
+
+async def with_saved_settings(config: Config) -> tuple[Config, list[str]]:
+    """`config` with what the dashboard saved in the database (LLM settings, platform tokens)
+    over config.yml's, as the daemon runs with them, and the keys taken from there. A database
+    that is missing or cannot be read changes nothing (its own check says why)."""
+    # Imported here: live_llm uses this module's probe.
+    from bruce_bot.live_channels import token_setting
+    from bruce_bot.live_llm import FIELDS, setting_key
+
+    url = make_url(config.database_url)
+    if url.get_backend_name() == "sqlite" and (
+        not url.database
+        or url.database == ":memory:"
+        or not await asyncio.to_thread(Path(url.database).exists)
+    ):
+        return config, []  # never create the file: nothing is saved in it yet
+    engine = create_async_engine(config.database_url, poolclass=pool.NullPool)
+    store = SettingsStore(engine)
+    platforms = ("telegram", "discord")
+    try:
+        llm = {name: await store.get(setting_key(name)) for name in FIELDS}
+        tokens = {name: await store.get(token_setting(name)) for name in platforms}
+    except Exception as exc:
+        log.debug("doctor_settings_unreadable", error=repr(exc))
+        return config, []
+    finally:
+        await engine.dispose()
+    saved = [setting_key(name) for name, value in llm.items() if value is not None]
+    saved += [token_setting(name) for name, value in tokens.items() if value]
+    llm_data = {**config.llm.model_dump(), **{k: v for k, v in llm.items() if v is not None}}
+    if llm_data.get("base_url") == "":
+        llm_data["base_url"] = None
+    try:
+        merged_llm = LLMConfig.model_validate(llm_data)
+    except ValueError:
+        merged_llm = config.llm  # the daemon ignores such values too (llm_settings_ignored)
+    channels = config.channels.model_copy(
+        update={
+            name: getattr(config.channels, name).model_copy(update={"token": str(token)})
+            for name, token in tokens.items()
+            if token
+        }
+    )
+    return config.model_copy(update={"llm": merged_llm, "channels": channels}), saved
+
+
+async def _probes(config: Config, clock: Callable[[], float]) -> list[Check]:
     probes: list[tuple[str, Callable[[], Awaitable[list[Check]]]]] = [
         ("database", lambda: _database(config)),
         ("disk", lambda: disk_check(config.app.data_dir)),

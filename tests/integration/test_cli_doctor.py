@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.checkup import (
     MAX_CLOCK_SKEW_SECONDS,
@@ -22,6 +23,7 @@ from bruce_bot.checkup import (
     revision_check,
 )
 from bruce_bot.storage.database import SCHEMA_HEAD
+from bruce_bot.storage.settings import SettingsStore
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer
@@ -211,6 +213,41 @@ async def test_a_platform_enabled_without_a_token_is_a_warning_pointing_at_setti
     for channel in ("telegram", "discord"):
         assert status_of(result, channel) == "!"
         assert "Settings" in "\n".join(lines_of(result, channel))
+    result.assert_no_traceback()
+
+
+async def test_doctor_checks_the_llm_and_the_token_saved_in_the_dashboard(
+    tmp_path: Path, services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer]
+) -> None:
+    # config.yml names a dead server and no Telegram token; the dashboard saved working ones.
+    # The daemon runs with the saved values, so the doctor must check those.
+    llm, telegram, discord = services
+    path = healthy_config(
+        tmp_path,
+        llm,
+        telegram,
+        discord,
+        channels={"telegram": {"enabled": True, "token": "", "base_url": telegram.base_url}},
+    )
+    dead_llm = path.read_text().replace(llm.base_url, f"http://127.0.0.1:{free_port()}")
+    path.write_text(dead_llm)
+    upgraded = await bruce("db", "upgrade", "--config", str(path), cwd=tmp_path)
+    assert upgraded.code == 0, upgraded.err
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'data' / 'bruce.db'}")
+    store = SettingsStore(engine)
+    await store.set("llm.base_url", llm.base_url)
+    await store.set("llm.api_key", "sk-dashboard-secret-5678")
+    await store.set("channels.telegram.token", telegram.token)
+    await engine.dispose()
+
+    result = await bruce("doctor", "--config", str(path), cwd=tmp_path)
+
+    assert status_of(result, "llm") == "✓", result.out
+    assert status_of(result, "telegram") == "✓" and f"@{BOT_USERNAME}" in result.out
+    settings = "\n".join(lines_of(result, "settings"))
+    assert "llm.base_url" in settings and "channels.telegram.token" in settings
+    assert "sk-dashboard-secret-5678" not in result.out + result.err
+    assert llm.requests[0]["max_tokens"] == 1
     result.assert_no_traceback()
 
 
