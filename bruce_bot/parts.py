@@ -41,6 +41,7 @@ from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.llm.transcription import Transcriber
 from bruce_bot.logs import scrubber
+from bruce_bot.mcp_client.manager import McpManager
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
 from bruce_bot.outbox import FileSending, Outbox
@@ -100,6 +101,8 @@ class Parts:
     live_llm: LiveLLMSettings | None = None
     # The Telegram token the dashboard changes (None: tests put their own channels in place).
     live_telegram: LiveTelegramToken | None = None
+    # The MCP servers of `mcp.servers` (None: none configured); started once Bruce is ready.
+    mcp: McpManager | None = None
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -114,6 +117,16 @@ def build_channels(config: Config) -> list[ChannelAdapter]:
 
         channels.append(DiscordChannel(config.channels.discord))
     return channels
+
+
+def build_mcp(config: Config, tools: ToolRegistry) -> McpManager | None:
+    """The MCP servers' manager, whose tools join the registry once their servers are up (the
+    SDK itself is imported only when the first server starts)."""
+    if not config.mcp.servers:
+        return None
+    manager = McpManager(config.mcp, tools.reserved_names())
+    tools.add_source(manager)
+    return manager
 
 
 def build_transcriber(config: Config) -> Transcriber | None:
@@ -411,6 +424,7 @@ def build_parts(
     tools = overrides.tools
     if tools is None:
         tools = assemble_tools(config, stores, llm, confirmations, brain, overrides.clock)
+    mcp = build_mcp(config, tools)
     listeners: list[TurnListener] = [_BriefingListener(tasks)]
     if brain:
         listeners.append(_BrainListener(brain))
@@ -452,4 +466,5 @@ def build_parts(
         budget=budget,
         live_llm=live_llm,
         live_telegram=live_telegram,
+        mcp=mcp,
     )

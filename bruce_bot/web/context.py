@@ -17,6 +17,7 @@ from bruce_bot.usage.prices import PriceTable
 if TYPE_CHECKING:
     from bruce_bot.live_channels import LiveTelegramToken
     from bruce_bot.live_llm import LiveLLMSettings
+    from bruce_bot.mcp_client.manager import McpManager
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
 
@@ -53,3 +54,5 @@ class WebContext:
     channels_config: ChannelsConfig | None = None
     # The Telegram token the Settings page changes (None: not offered).
     live_telegram: LiveTelegramToken | None = None
+    # The MCP servers, their state and tools (None: none configured).
+    mcp: McpManager | None = None
