@@ -67,7 +67,7 @@ class ToolStatus:
 @dataclass(frozen=True, slots=True)
 class ServerStatus:
     name: str
-    transport: str  # stdio, streamable_http or sse
+    transport: Literal["stdio", "streamable_http", "sse"]
     state: State
     last_error: str
     tools: tuple[ToolStatus, ...]

@@ -14,7 +14,12 @@ HTTP on loopback in the test's own event loop (`FakeMcpHttpServer`). Its tools:
 Environment: `FAKE_MCP_FAIL=<message>` writes the message to stderr and exits before the handshake
 (a server that never starts); `FAKE_MCP_GREETING` is echoed by `echo` (to prove `env` arrives);
 `FAKE_MCP_CRASH_ONCE=<path>`: `crash()` exits only while that file does not exist, and creates it
-(so the restarted server answers the next call).
+(so the restarted server answers the next call); `FAKE_MCP_PID_FILE=<path>`: each start appends
+its process id there (to prove no child outlives Bruce).
+
+`python -m tests.fakes.mcp_server --invalid` is no SDK server but a few lines of JSON-RPC that
+complete the handshake, list one tool `broken` and answer its call with content that is not valid
+MCP (a block of an unknown type).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -158,11 +164,41 @@ async def http_server(require_header: str | None = None) -> AsyncIterator[FakeMc
         yield server
 
 
+def _invalid_server() -> None:
+    """Hand-written JSON-RPC over stdio: a valid handshake and listing, an invalid result."""
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, ident = message.get("method"), message.get("id")
+        if ident is None:
+            continue  # notifications/initialized
+        result: dict[str, Any]
+        if method == "initialize":
+            result = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "invalid", "version": "1"},
+            }
+        elif method == "tools/list":
+            schema = {"type": "object", "properties": {}}
+            result = {"tools": [{"name": "broken", "inputSchema": schema}]}
+        else:
+            result = {"content": [{"type": "hologram", "payload": 42}]}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}) + "\n")
+        sys.stdout.flush()
+
+
 def main() -> None:
     failure = os.environ.get("FAKE_MCP_FAIL")
     if failure:
         sys.stderr.write(f"fake mcp server: {failure}\n")
         sys.exit(2)
+    pid_file = os.environ.get("FAKE_MCP_PID_FILE")
+    if pid_file:
+        with open(pid_file, "a", encoding="utf-8") as out:
+            out.write(f"{os.getpid()}\n")
+    if "--invalid" in sys.argv:
+        _invalid_server()
+        return
     sys.stderr.write("fake mcp server: starting\n")
     build_server().run("stdio")
 

@@ -1,7 +1,8 @@
 """The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions (one in
 detail, deleting one) and their messages with their tool calls, scheduled tasks, artifacts,
 what Bruce remembers about people, the logs (tool calls, failed deliveries), editable settings,
-who may talk on the chat platforms (pairing), token usage and signed-in browsers;
+who may talk on the chat platforms (pairing), token usage, signed-in browsers and the MCP
+servers with their tools;
 `/api/openapi.json` describes them all.
 
 Every route sits behind the app's auth middleware and is an `Endpoint` value: its parameters,
@@ -21,6 +22,7 @@ from bruce_bot.web.api import (
     chat,
     llm_settings,
     logs,
+    mcp_servers,
     memories,
     people,
     session_detail,
@@ -53,6 +55,7 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
         *settings.ENDPOINTS,
         *llm_settings.ENDPOINTS,
         *channel_tests.ENDPOINTS,
+        *mcp_servers.ENDPOINTS,
         *people.ENDPOINTS,
         *usage.ENDPOINTS,
         *web_sessions.ENDPOINTS,
