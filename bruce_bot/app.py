@@ -6,10 +6,11 @@ the web app made (no I/O: most of Bruce's modules are imported by now; the `buil
 change feed (PostgreSQL) → background upkeep (lease renewal, periodic redelivery) → recovery of
 unfinished messages → channels (intake) → redelivery of unsent replies → scheduler (on
 PostgreSQL, once this process is elected its leader) → web server listening → ready (the LLM
-SDK then loads in the background).
+SDK then loads in the background, and the MCP servers start, each on its own).
 Stop: channels stop taking messages → running turns finish within `agent.shutdown_timeout_seconds`
 (the rest go back to `pending`) → brain runs finish within what is left of that time (the rest
-are cancelled) → web server → LLM client → database.
+are cancelled) → MCP servers (their sessions closed, stdio children ended) → web server → LLM
+client → database.
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ class Bruce:
         self.ready_seconds = time.perf_counter() - started
         if isinstance(parts.llm, LazyLLM | SwitchableLLM):
             parts.llm.preload()  # after ready: the SDK import must not compete with start-up
+        if parts.mcp is not None:
+            parts.mcp.start()  # in the background: a slow or broken server delays nothing
         log.info(
             "bruce_ready",
             seconds=round(self.ready_seconds, 3),
@@ -269,6 +272,7 @@ class Bruce:
                 channels_config=config.channels,
                 live_tokens=parts.live_tokens,
                 live_allowlists=parts.live_allowlists,
+                mcp=parts.mcp,
             )
         )
         return WebServer(app, web.host, web.port)
@@ -287,6 +291,8 @@ class Bruce:
         parts = self.parts
         if parts is not None:
             await self._stop_intake_and_work(parts)
+        if parts is not None and parts.mcp is not None:
+            await parts.mcp.stop()  # the turns are done: no call is cut
         if parts is not None and parts.budget is not None:
             await parts.budget.stop()
         for task in self._background:

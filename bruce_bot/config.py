@@ -15,7 +15,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -664,6 +664,91 @@ class UsageConfig(_Section):
         return value
 
 
+class McpToolFilter(_Section):
+    """Which of a server's tools are offered: `allow` empty means all of them; `deny` wins.
+    Names are the server's own (`read_file`), not Bruce's `<server>__<tool>`."""
+
+    allow: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+
+    def offers(self, tool: str) -> bool:
+        return tool not in self.deny and (not self.allow or tool in self.allow)
+
+
+class McpServerConfig(_Section):
+    """One MCP server: a command Bruce runs (stdio) or a URL it connects to (streamable HTTP;
+    `transport: sse` for a server that only speaks the older SSE transport)."""
+
+    enabled: bool = True
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: Path | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    transport: Literal["streamable_http", "sse"] = "streamable_http"
+    tools: McpToolFilter = Field(default_factory=McpToolFilter)
+    call_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    startup_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    max_output_chars: int = Field(default=20_000, ge=100)
+    # Scheduled (agent-mode) runs act with nobody watching: a server's tools are kept out of
+    # them unless the owner says otherwise.
+    allow_in_tasks: bool = False
+
+    _check_server_url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @property
+    def kind(self) -> Literal["stdio", "streamable_http", "sse"]:
+        return "stdio" if self.command else self.transport
+
+
+# A server's name is the first half of its tools' names (`<server>__<tool>`), which the LLM APIs
+# restrict to ^[a-zA-Z0-9_-]{1,64}$.
+_MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
+
+
+class McpConfig(_Section):
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+    @property
+    def enabled_servers(self) -> dict[str, McpServerConfig]:
+        return {name: server for name, server in self.servers.items() if server.enabled}
+
+
+def _mcp_problems(mcp: McpConfig) -> list[str]:
+    problems: list[str] = []
+    for name, server in mcp.servers.items():
+        key = f"mcp.servers.{name}"
+        if not _MCP_SERVER_NAME.fullmatch(name) or len(name) > 30:
+            problems.append(
+                f"{key}: the name {name!r} cannot start tool names; use up to 30 letters, digits, "
+                "'-' or single '_' (like github or home-assistant)"
+            )
+        if server.command is not None and not server.command.strip():
+            problems.append(f"{key}.command: empty; give the program that starts the server")
+        elif server.command and server.url:
+            problems.append(
+                f"{key}.command: set together with {key}.url; a server is either a command "
+                "Bruce runs (stdio) or a URL it connects to, keep one of them"
+            )
+        elif not server.command and not server.url:
+            problems.append(
+                f"{key}.command: missing; set command (and args) for a server Bruce runs, or "
+                f"{key}.url for one it connects to over HTTP"
+            )
+        if server.command and (server.headers or server.transport != "streamable_http"):
+            problems.append(
+                f"{key}.headers: headers and transport are for a server with a url; a command "
+                "gets its settings through env"
+            )
+        if server.url and (server.args or server.env or server.cwd):
+            problems.append(
+                f"{key}.args: args, env and cwd are for a server Bruce runs (command); a URL "
+                "server takes headers"
+            )
+    return problems
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_output: bool = Field(default=False, alias="json")
@@ -687,6 +772,7 @@ class Config(_Section):
     transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     usage: UsageConfig = Field(default_factory=UsageConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property
@@ -720,6 +806,14 @@ class Config(_Section):
         password = urlparse(self.database_url.replace("+asyncpg", "")).password
         if password:
             candidates.append(password)
+        # An MCP server's env and headers carry its tokens (`Authorization: Bearer ${GITHUB}`):
+        # every value is scrubbed, and so is a bearer token on its own.
+        for server in self.mcp.servers.values():
+            for value in [*server.env.values(), *server.headers.values()]:
+                candidates.append(value)
+                scheme, _, credential = value.partition(" ")
+                if credential and scheme.lower() in {"bearer", "token", "basic"}:
+                    candidates.append(credential)
         return [secret for secret in candidates if secret and len(secret) >= 4]
 
     def warnings(self) -> list[str]:
@@ -809,11 +903,18 @@ def interpolate(value: Any, env: dict[str, str], path: str, missing: list[str]) 
 
 def _model_for(location: tuple[Any, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] | None = Config
+    keyed = False  # the part before was a mapping of names to sections (mcp.servers)
     for part in location[:-1]:
+        if keyed:
+            keyed = False
+            continue
         if model is None or not isinstance(part, str):
             return None
         field = model.model_fields.get(part)
         annotation = field.annotation if field else None
+        if get_origin(annotation) is dict:
+            annotation = get_args(annotation)[1]
+            keyed = True
         model = (
             annotation
             if isinstance(annotation, type) and issubclass(annotation, BaseModel)
@@ -925,6 +1026,7 @@ def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
     # An enabled platform without a token is allowed: its channel waits for the token the
     # dashboard saves (Settings, live_channels.py), and start-up logs that it waits.
     problems += _web_search_problems(config.tools.web_search)
+    problems += _mcp_problems(config.mcp)
     if problems:
         raise ConfigError(problems, source)
     return config

@@ -43,6 +43,7 @@ from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.llm.transcription import Transcriber
 from bruce_bot.logs import scrubber
+from bruce_bot.mcp_client.manager import McpManager
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
 from bruce_bot.outbox import FileSending, Outbox
@@ -108,6 +109,8 @@ class Parts:
     live_allowlists: LiveAllowlists | None = None
     # Where the LLM settings a failure reply names come from, and the dashboard's address.
     hints: FailureHints = field(default_factory=lambda: FailureHints(None))
+    # The MCP servers of `mcp.servers` (None: none configured); started once Bruce is ready.
+    mcp: McpManager | None = None
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -122,6 +125,16 @@ def build_channels(config: Config) -> list[ChannelAdapter]:
 
         channels.append(DiscordChannel(config.channels.discord))
     return channels
+
+
+def build_mcp(config: Config, tools: ToolRegistry) -> McpManager | None:
+    """The MCP servers' manager, whose tools join the registry once their servers are up (the
+    SDK itself is imported only when the first server starts)."""
+    if not config.mcp.servers:
+        return None
+    manager = McpManager(config.mcp, tools.reserved_names())
+    tools.add_source(manager)
+    return manager
 
 
 def build_transcriber(config: Config) -> Transcriber | None:
@@ -458,6 +471,7 @@ def build_parts(
     tools = overrides.tools
     if tools is None:
         tools = assemble_tools(config, stores, llm, confirmations, brain, overrides.clock)
+    mcp = build_mcp(config, tools)
     listeners: list[TurnListener] = [_BriefingListener(tasks)]
     if brain:
         listeners.append(_BrainListener(brain))
@@ -509,4 +523,5 @@ def build_parts(
         live_tokens=live_tokens,
         live_allowlists=allowlists,
         hints=hints,
+        mcp=mcp,
     )

@@ -92,7 +92,9 @@ class SpawnSubagentTool(Tool):
         )
         task_id, _ = await stores.messages.add_settled(child.id, "user", task, "done")
         # No memory tools either: a sub-agent talks to nobody whose memories they could be.
-        tools = self._tools.without({NAME, *SCHEDULING_TOOLS, *MEMORY_TOOLS})
+        tools = self._tools.without(
+            {NAME, *SCHEDULING_TOOLS, *MEMORY_TOOLS}, task_run=context.task_run
+        )
         agent = self._config.agent
         base_prompt = await stores.settings.system_prompt(agent.system_prompt)
         system_prompt = build_system_prompt(
@@ -111,7 +113,12 @@ class SpawnSubagentTool(Tool):
                 system_prompt,
                 [ChatMessage("user", task)],
                 await stores.settings.max_turns(agent.max_turns),
-                context=ToolContext(session_id=child.id, channel=CHANNEL, chat_id=child.chat_id),
+                context=ToolContext(
+                    session_id=child.id,
+                    channel=CHANNEL,
+                    chat_id=child.chat_id,
+                    task_run=context.task_run,
+                ),
                 observer=AuditRecorder(stores.audit, child.id),
                 purpose=PURPOSE,
             )

@@ -86,6 +86,11 @@ class TurnKind:
     withheld_tools: frozenset[str]  # a briefing must not schedule more work: no feedback loops
     always_tell_failure: bool  # a chat hears of an outage once; every failed briefing says so
 
+    @property
+    def task_run(self) -> bool:
+        """A scheduled task's run: only the tools allowed in unattended runs are offered."""
+        return self.reply_kind == "briefing"
+
     def titled(self, title: str, reply: str) -> str:
         return f"📋 {title}\n\n{reply}" if self.reply_kind == "briefing" and title else reply
 
@@ -283,11 +288,16 @@ class TurnRunner:
             # what arrived since appended, so its tools' idempotency keys stay the same.
             turn_key=f"m{batch[0].id}",
             person=person_of(session, batch),
+            task_run=kind.task_run,
         )
         recorder = AuditRecorder(
             self._stores.audit, session.id, answers_message_id=ids[-1], hold_usage=True
         )
-        tools = self._tools.without(kind.withheld_tools) if kind.withheld_tools else self._tools
+        tools = (
+            self._tools.without(kind.withheld_tools, task_run=kind.task_run)
+            if kind.withheld_tools or kind.task_run
+            else self._tools
+        )
         resumed = await self._resumed(session, ids)
         memories = await self._memories(context.person, batch)
         return _Turn(

@@ -4,10 +4,12 @@ A tool is a small class: a name, a description, a JSON Schema for its arguments,
 (timeout, output size) and one `execute` method. The registry turns tools into provider-neutral
 `ToolSpec`s and executes calls so that nothing a tool or the model does can break the agent loop:
 an unknown name, malformed or schema-violating arguments, an exception or a timeout all become
-error results the model can read and act on. A tool's JSON Schema is checked, and its validator
-built, the first time the model calls it: jsonschema and the schema checks cost start-up about
-50 ms for tools most processes call seldom (tests/unit/test_tool_registry.py checks every
-shipped schema instead).
+error results the model can read and act on. Besides the tools added once, a registry may hold
+sources whose tools come and go while Bruce runs (the MCP servers' tools, `mcp_client/`): they
+are read at each look-up, so a turn sees the tools there when it asks. A tool's JSON Schema is
+checked, and its validator built, the first time the model calls it: jsonschema and the schema
+checks cost start-up about 50 ms for tools most processes call seldom
+(tests/unit/test_tool_registry.py checks every shipped schema instead).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import structlog
 
@@ -32,7 +34,12 @@ DEFAULT_MAX_OUTPUT_CHARS = 20_000
 
 
 class ToolError(Exception):
-    """A failure a tool reports on purpose: its message is shown to the model as is."""
+    """A failure a tool reports on purpose: its message is shown to the model as is, followed by
+    `untrusted`, outside text that explains it (an MCP server's error), fenced as data."""
+
+    def __init__(self, message: str, *, untrusted: str | None = None) -> None:
+        super().__init__(message)
+        self.untrusted = untrusted
 
 
 @dataclass(slots=True)
@@ -54,6 +61,8 @@ class ToolContext:
     # The analytical brain's run: the people speaking in the conversation it reads, in the
     # order its message numbers them (person 1 first).
     people: tuple[str, ...] = ()
+    # A scheduled (agent-mode) task's run: tools not meant for unattended runs stay out.
+    task_run: bool = False
 
 
 class Tool:
@@ -66,6 +75,8 @@ class Tool:
     max_output_chars: ClassVar[int] = DEFAULT_MAX_OUTPUT_CHARS
     # The tool reads the outside world (pages, search results): its output is untrusted data.
     reads_outside_world: ClassVar[bool] = False
+    # Offered in scheduled (agent-mode) task runs too.
+    allowed_in_tasks: ClassVar[bool] = True
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
         raise NotImplementedError
@@ -98,11 +109,21 @@ def _describe_schema_error(error: Any) -> str:
     return f"argument '{where}': {error.message}" if where else error.message
 
 
+class ToolSource(Protocol):
+    """Tools that change while Bruce runs; `tools()` is asked at each look-up, so it is cheap."""
+
+    def tools(self) -> Sequence[Tool]: ...
+
+
 class ToolRegistry:
     """The enabled tools, looked up by name."""
 
     def __init__(self, tools: Iterable[Tool] = (), default_timeout: float = 60.0) -> None:
         self._tools: dict[str, Tool] = {}
+        self._sources: list[ToolSource] = []
+        # What `without` takes out, applied to the sources' tools at each look-up as well.
+        self._excluded: frozenset[str] = frozenset()
+        self._task_run = False
         # id(schema) -> (schema, its validator), built on a tool's first call; shared with the
         # registries `without` derives, so a briefing's subset does not build them again.
         self._validators: dict[int, tuple[dict[str, Any], Validator]] = {}
@@ -113,25 +134,50 @@ class ToolRegistry:
     def add(self, tool: Tool) -> None:
         self._tools[tool.name] = tool
 
+    def add_source(self, source: ToolSource) -> None:
+        self._sources.append(source)
+
+    def _offered(self, tool: Tool) -> bool:
+        return tool.name not in self._excluded and (tool.allowed_in_tasks or not self._task_run)
+
+    def _current(self) -> dict[str, Tool]:
+        if not self._sources:
+            return self._tools
+        current = dict(self._tools)
+        for source in self._sources:
+            for tool in source.tools():
+                # A fixed tool keeps its name: a source's tool never shadows it.
+                if tool.name not in current and self._offered(tool):
+                    current[tool.name] = tool
+        return current
+
     def names(self) -> list[str]:
-        return list(self._tools)
+        return list(self._current())
+
+    def reserved_names(self) -> frozenset[str]:
+        """The fixed tools' names, which a source's tools must not take."""
+        return frozenset(self._tools)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return name in self._current()
 
     def __len__(self) -> int:
-        return len(self._tools)
+        return len(self._current())
 
     def specs(self) -> list[ToolSpec]:
-        return [tool.spec for tool in self._tools.values()]
+        return [tool.spec for tool in self._current().values()]
 
-    def without(self, names: Iterable[str]) -> ToolRegistry:
-        """A registry with the same tools minus `names` (e.g. scheduling tools in agent mode)."""
-        excluded = set(names)
+    def without(self, names: Iterable[str], *, task_run: bool = False) -> ToolRegistry:
+        """A registry with the same tools minus `names` (e.g. scheduling tools in agent mode);
+        `task_run`: minus the tools not allowed in scheduled runs too."""
+        excluded = self._excluded | frozenset(names)
         subset = ToolRegistry(default_timeout=self.default_timeout)
         subset._validators = self._validators
+        subset._sources = self._sources
+        subset._excluded = excluded
+        subset._task_run = self._task_run or task_run
         for name, tool in self._tools.items():
-            if name not in excluded:
+            if subset._offered(tool):
                 subset._tools[name] = tool
         return subset
 
@@ -154,9 +200,10 @@ class ToolRegistry:
 
     def check_arguments(self, call: ToolCall) -> tuple[Tool | None, str | None]:
         """The tool to run, or why the call cannot run (told to the model as an error)."""
-        tool = self._tools.get(call.name)
+        current = self._current()
+        tool = current.get(call.name)
         if tool is None:
-            available = ", ".join(sorted(self._tools)) or "none"
+            available = ", ".join(sorted(current)) or "none"
             return None, f"unknown tool '{call.name}'. Available tools: {available}."
         if call.arguments is None:
             return None, (
@@ -185,7 +232,11 @@ class ToolRegistry:
             message = f"Error: '{call.name}' did not finish within {timeout:g} seconds."
             return ToolResult(call.id, call.name, message, is_error=True)
         except ToolError as exc:
-            return ToolResult(call.id, call.name, f"Error: {exc}", is_error=True)
+            if exc.untrusted is None:
+                return ToolResult(call.id, call.name, f"Error: {exc}", is_error=True)
+            fenced = as_untrusted(truncate(exc.untrusted, tool.max_output_chars), call.name)
+            message = f"Error: {exc}\n{fenced}"
+            return ToolResult(call.id, call.name, message, is_error=True, untrusted=True)
         except Exception as exc:  # a tool bug must not end the turn: the model is told instead
             log.warning(
                 "tool_raised", tool=call.name, error=repr(exc), session_id=context.session_id

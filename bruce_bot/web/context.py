@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from bruce_bot.live_allowlists import LiveAllowlists
     from bruce_bot.live_channels import LiveTokens
     from bruce_bot.live_llm import LiveLLMSettings
+    from bruce_bot.mcp_client.manager import McpManager
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
 
@@ -69,3 +70,6 @@ class WebContext:
     async def display_timezone(self) -> str:
         """`display_zone`'s IANA name."""
         return (await self.display_zone()).key
+
+    # The MCP servers, their state and tools (None: none configured).
+    mcp: McpManager | None = None

@@ -104,6 +104,8 @@ def graph_with_externals() -> grimp.ImportGraph:
         ("discord", ("bruce_bot.channels.discord",)),
         ("anthropic", ("bruce_bot.llm.anthropic",)),
         ("openai", ("bruce_bot.llm.openai",)),
+        ("mcp", ("bruce_bot.mcp_client.connection",)),
+        ("mcp_types", ("bruce_bot.mcp_client.connection",)),
     ],
 )
 def test_each_platform_sdk_is_imported_by_its_own_modules_only(

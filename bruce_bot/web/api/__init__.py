@@ -1,8 +1,8 @@
 """The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions (one in
 detail, deleting one) and their messages with their tool calls, scheduled tasks, artifacts,
 what Bruce remembers about people, the logs (tool calls, failed deliveries), editable settings,
-who may talk on the chat platforms (allowlists, pairing), the platforms' tokens, token usage
-and signed-in browsers;
+who may talk on the chat platforms (allowlists, pairing), the platforms' tokens, token usage,
+signed-in browsers and the MCP servers with their tools;
 `/api/openapi.json` describes them all.
 
 Every route sits behind the app's auth middleware and is an `Endpoint` value: its parameters,
@@ -23,6 +23,7 @@ from bruce_bot.web.api import (
     chat,
     llm_settings,
     logs,
+    mcp_servers,
     memories,
     people,
     session_detail,
@@ -56,6 +57,7 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
         *llm_settings.ENDPOINTS,
         *channel_tests.ENDPOINTS,
         *allowlists.ENDPOINTS,
+        *mcp_servers.ENDPOINTS,
         *people.ENDPOINTS,
         *usage.ENDPOINTS,
         *web_sessions.ENDPOINTS,
