@@ -45,7 +45,7 @@ from bruce_bot.llm.base import (
 from bruce_bot.llm.errors import ErrorReply
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.storage.database import SCHEMA_HEAD
-from bruce_bot.storage.settings import SettingsStore
+from bruce_bot.storage.settings import LLM_FIELDS, SettingsStore, llm_setting, token_setting
 
 log = structlog.get_logger(__name__)
 
@@ -112,10 +112,6 @@ async def with_saved_settings(config: Config) -> tuple[Config, list[str]]:
     """`config` with what the dashboard saved in the database (LLM settings, platform tokens)
     over config.yml's, as the daemon runs with them, and the keys taken from there. A database
     that is missing or cannot be read changes nothing (its own check says why)."""
-    # Imported here: live_llm uses this module's probe.
-    from bruce_bot.live_channels import token_setting
-    from bruce_bot.live_llm import FIELDS, setting_key
-
     url = make_url(config.database_url)
     if url.get_backend_name() == "sqlite" and (
         not url.database
@@ -127,14 +123,14 @@ async def with_saved_settings(config: Config) -> tuple[Config, list[str]]:
     store = SettingsStore(engine)
     platforms = ("telegram", "discord")
     try:
-        llm = {name: await store.get(setting_key(name)) for name in FIELDS}
+        llm = {name: await store.get(llm_setting(name)) for name in LLM_FIELDS}
         tokens = {name: await store.get(token_setting(name)) for name in platforms}
     except Exception as exc:
         log.debug("doctor_settings_unreadable", error=repr(exc))
         return config, []
     finally:
         await engine.dispose()
-    saved = [setting_key(name) for name, value in llm.items() if value is not None]
+    saved = [llm_setting(name) for name, value in llm.items() if value is not None]
     saved += [token_setting(name) for name, value in tokens.items() if value]
     llm_data = {**config.llm.model_dump(), **{k: v for k, v in llm.items() if v is not None}}
     if llm_data.get("base_url") == "":

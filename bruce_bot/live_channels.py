@@ -29,7 +29,7 @@ from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config import ChannelsConfig, DiscordConfig, TelegramConfig
 from bruce_bot.live_llm import mask
 from bruce_bot.storage.changes import EVERYTHING, Refresh
-from bruce_bot.storage.settings import SettingsStore
+from bruce_bot.storage.settings import SettingsStore, token_setting
 
 log = structlog.get_logger(__name__)
 
@@ -38,10 +38,6 @@ PLATFORMS: tuple[Platform, ...] = ("telegram", "discord")
 PROBE_TIMEOUT_SECONDS = 10.0
 # Kept for code that imported the name from before both platforms were live.
 TELEGRAM_TOKEN_SETTING = "channels.telegram.token"
-
-
-def token_setting(channel: str) -> str:
-    return f"channels.{channel}.token"
 
 
 @dataclass(frozen=True, slots=True)

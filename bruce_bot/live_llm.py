@@ -27,17 +27,16 @@ from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.storage.changes import EVERYTHING, Refresh
-from bruce_bot.storage.settings import SettingsStore
+from bruce_bot.storage.settings import LLM_FIELDS, SettingsStore, llm_setting
 
 log = structlog.get_logger(__name__)
 
-FIELDS = ("provider", "model", "background_model", "base_url", "api_key")
+FIELDS = LLM_FIELDS
 SECRET_FIELDS = frozenset({"api_key"})
 Source = Literal["config", "dashboard", "default"]
 
 
-def setting_key(field: str) -> str:
-    return f"llm.{field}"
+setting_key = llm_setting
 
 
 def mask(secret: str) -> str:

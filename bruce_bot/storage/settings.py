@@ -28,6 +28,17 @@ TIMEZONE_SETTING = "app.timezone"
 # The most model calls one turn may make, over `agent.max_turns` (stored as text, 1-50).
 MAX_TURNS_SETTING = "agent.max_turns"
 MAX_TURNS_RANGE = range(1, 51)
+# The LLM settings the dashboard changes, each stored as `llm.<field>` over config.yml's.
+LLM_FIELDS = ("provider", "model", "background_model", "base_url", "api_key")
+
+
+def llm_setting(field: str) -> str:
+    return f"llm.{field}"
+
+
+def token_setting(channel: str) -> str:
+    """Where a platform's bot token saved in the dashboard is kept."""
+    return f"channels.{channel}.token"
 
 
 class SettingsStore:
