@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, TextIO, cast
 
+import httpx
 import mcp_types as types
 import structlog
 from mcp import Client
@@ -41,6 +42,21 @@ from bruce_bot.mcp_client.tools import Outcome
 log = structlog.get_logger(__name__)
 
 _LIST_PAGES = 20  # a server whose listing never ends cannot hang the start
+PING_SECONDS = 5.0  # how long a live server may take to answer a ping
+
+
+async def reachable(config: McpServerConfig, within: float) -> bool:
+    """Whether a URL server's address answers HTTP at all (any status). Over HTTP a server that
+    went away is not always told by the SDK's transport (its requests just get no answer), and a
+    probe through the session itself would wait on that same transport: a plain request tells."""
+    if not config.url:
+        return True
+    try:
+        async with httpx.AsyncClient(timeout=within) as http:
+            await http.get(config.url, headers=dict(config.headers))
+    except httpx.HTTPError:
+        return False
+    return True
 
 
 class ConnectionLost(Exception):
@@ -230,6 +246,12 @@ class McpConnection:
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED or self.ended.is_set():
                 raise ConnectionLost(str(exc)) from exc
+            if exc.code == types.REQUEST_TIMEOUT and not await reachable(
+                self._config, PING_SECONDS
+            ):
+                raise ConnectionLost(
+                    f"no answer within {within:g} s; its URL is unreachable"
+                ) from exc
             return Outcome(
                 f"MCP server {self.name} refused the call: {exc.error.message}", is_error=True
             )

@@ -172,15 +172,16 @@ class _Supervisor:
                 self.state = "ready"
                 self.last_error = ""
                 log.info("mcp_server_ready", server=self.name, tools=[t.name for t in self.tools])
+                lost = ""
                 try:
                     await self._serve(connection)
                 except ConnectionLost as exc:
                     self._broken.set()
-                    self.last_error = _reason(exc)
+                    lost = _reason(exc)
                 finally:
                     self._connection = None
                 if not self._stop.is_set():
-                    self._failed("the server stopped", stderr)
+                    self._failed(lost or "the server stopped", stderr)
                 return True
         finally:
             if stderr is not None:
@@ -192,20 +193,29 @@ class _Supervisor:
 
     async def _serve(self, connection: McpConnection) -> None:
         """Until the server goes away or Bruce stops; a changed tool list is read again."""
-        from bruce_bot.mcp_client.connection import ConnectionLost
+        from bruce_bot.mcp_client.connection import PING_SECONDS, ConnectionLost, reachable
 
+        # A URL server that went away may go unnoticed by the transport (its requests just get
+        # no answer): its URL is probed when quiet for `call_timeout_seconds`, restarted if mute.
+        quiet = self.config.call_timeout_seconds if self.config.url else None
         while True:
             waits = {
                 asyncio.ensure_future(event.wait())
                 for event in (self._stop, self._refresh, self._broken, connection.ended)
             }
             try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    waits, timeout=quiet, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 for waiting in waits:
                     waiting.cancel()
             if self._stop.is_set() or self._broken.is_set() or connection.ended.is_set():
                 return
+            if not done:
+                if not await reachable(self.config, min(PING_SECONDS, quiet or PING_SECONDS)):
+                    raise ConnectionLost(f"MCP server {self.name} does not answer at its URL")
+                continue
             self._refresh.clear()
             try:
                 async with asyncio.timeout(self.config.startup_timeout_seconds):

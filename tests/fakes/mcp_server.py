@@ -106,8 +106,9 @@ class FakeMcpHttpServer:
     """The same server over streamable HTTP on 127.0.0.1 (a free port), with a header check:
     with `require_header` set, a request without that `Authorization` value gets 401."""
 
-    def __init__(self, require_header: str | None = None) -> None:
+    def __init__(self, require_header: str | None = None, port: int = 0) -> None:
         self.require_header = require_header
+        self.port = port  # 0: a free one; a server started again on the same port comes back
         self.seen_authorization: list[str] = []
         self._server: WebServer | None = None
         self._sessions: asyncio.Task[None] | None = None
@@ -145,8 +146,9 @@ class FakeMcpHttpServer:
                         return
                 await self.inner(scope, receive, send)
 
-        self._server = WebServer(_Guard(app), "127.0.0.1", 0)
+        self._server = WebServer(_Guard(app), "127.0.0.1", self.port)
         base = await self._server.start()
+        self.port = int(base.rsplit(":", 1)[1].rstrip("/"))
         self.url = f"{base.rstrip('/')}/mcp"
         return self
 

@@ -151,7 +151,9 @@ async def test_a_server_that_crashes_mid_call_is_restarted_and_usable_again(
         assert "MCP server flaky stopped during the call" in block_text(crashed)
         dash.channel.sent.clear()
 
-        status = await wait_for_state(dash, "flaky", "ready")  # restarted after its backoff
+        # Seen going down (for at least the ~1 s backoff), then restarted.
+        await wait_for_state(dash, "flaky", "restarting")
+        status = await wait_for_state(dash, "flaky", "ready")
         assert marker.exists()
         _, [echo] = await one_turn(dash, [("flaky__echo", {"text": "again"})])
         assert untrusted_body(block_text(echo), "flaky__echo") == "echo: again"
@@ -202,6 +204,29 @@ async def test_a_streamable_http_server_with_headers_and_a_changing_tool_list(
     assert "web__late_tool" in tool_names(offered)
     assert untrusted_body(block_text(late), "web__late_tool") == "late: hi"
     assert set(remote.seen_authorization) == {"Bearer http-secret-42"}
+
+
+async def test_a_streamable_http_server_that_goes_away_is_noticed_and_reconnected(
+    tmp_path: Path,
+) -> None:
+    # Over HTTP nothing tells the client that the server went away: the quiet connection is
+    # probed (every call_timeout_seconds), found mute, and connected again once it is back.
+    remote = FakeMcpHttpServer()
+    await remote.__aenter__()
+    server = {"url": remote.url, "call_timeout_seconds": 1}
+    async with running_dashboard(tmp_path, TOKEN, mcp={"servers": {"web": server}}) as dash:
+        await wait_for_state(dash, "web", "ready")
+        await remote.__aexit__(None, None, None)
+        gone = await wait_for_state(dash, "web", "restarting")
+        _, [refused] = await one_turn(dash, [("web__echo", {"text": "anyone?"})])
+        assert refused["is_error"] is True and "restarting" in block_text(refused)
+
+        async with FakeMcpHttpServer(port=remote.port):
+            await wait_for_state(dash, "web", "ready")
+            dash.channel.sent.clear()
+            _, [echo] = await one_turn(dash, [("web__echo", {"text": "back"})])
+    assert gone["last_error"]  # why: its URL did not answer, or no connection
+    assert untrusted_body(block_text(echo), "web__echo") == "echo: back"
 
 
 @pytest.mark.parametrize("allow_in_tasks", [False, True])
