@@ -103,11 +103,13 @@ def build_server() -> MCPServer:
 
 
 class FakeMcpHttpServer:
-    """The same server over streamable HTTP on 127.0.0.1 (a free port), with a header check:
-    with `require_header` set, a request without that `Authorization` value gets 401."""
+    """The same server over streamable HTTP (or, with `sse`, the older HTTP+SSE transport) on
+    127.0.0.1 (a free port), with a header check: with `require_header` set, a request without
+    that `Authorization` value gets 401."""
 
-    def __init__(self, require_header: str | None = None, port: int = 0) -> None:
+    def __init__(self, require_header: str | None = None, port: int = 0, sse: bool = False) -> None:
         self.require_header = require_header
+        self.sse = sse
         self.port = port  # 0: a free one; a server started again on the same port comes back
         self.seen_authorization: list[str] = []
         self._server: WebServer | None = None
@@ -125,10 +127,13 @@ class FakeMcpHttpServer:
     async def __aenter__(self) -> FakeMcpHttpServer:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         mcp = build_server()
-        app = mcp.streamable_http_app(transport_security=security)
-        running = asyncio.Event()
-        self._sessions = asyncio.create_task(self._run_sessions(mcp, running))
-        await asyncio.wait_for(running.wait(), 10)
+        if self.sse:  # its sessions run inside each request: no session manager
+            app = mcp.sse_app(transport_security=security)
+        else:
+            app = mcp.streamable_http_app(transport_security=security)
+            running = asyncio.Event()
+            self._sessions = asyncio.create_task(self._run_sessions(mcp, running))
+            await asyncio.wait_for(running.wait(), 10)
         outer = self
 
         class _Guard:
@@ -149,7 +154,7 @@ class FakeMcpHttpServer:
         self._server = WebServer(_Guard(app), "127.0.0.1", self.port)
         base = await self._server.start()
         self.port = int(base.rsplit(":", 1)[1].rstrip("/"))
-        self.url = f"{base.rstrip('/')}/mcp"
+        self.url = f"{base.rstrip('/')}/{'sse' if self.sse else 'mcp'}"
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -229,6 +229,19 @@ async def test_a_streamable_http_server_that_goes_away_is_noticed_and_reconnecte
     assert untrusted_body(block_text(echo), "web__echo") == "echo: back"
 
 
+async def test_a_server_with_only_the_older_sse_transport_is_listed_and_called(
+    tmp_path: Path,
+) -> None:
+    async with FakeMcpHttpServer(sse=True) as remote:
+        server = {"url": remote.url, "transport": "sse"}
+        async with running_dashboard(tmp_path, TOKEN, mcp={"servers": {"old": server}}) as dash:
+            status = await wait_for_state(dash, "old", "ready")
+            offered, [echo] = await one_turn(dash, [("old__echo", {"text": "over sse"})])
+    assert status["transport"] == "sse"
+    assert "old__echo" in tool_names(offered)
+    assert untrusted_body(block_text(echo), "old__echo") == "echo: over sse"
+
+
 @pytest.mark.parametrize("allow_in_tasks", [False, True])
 async def test_a_scheduled_run_gets_a_servers_tools_only_when_allowed(
     tmp_path: Path, allow_in_tasks: bool
