@@ -18,7 +18,7 @@ import base64
 import binascii
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -83,12 +83,15 @@ class _WatchedReadStream:
     def last_context(self) -> Any:
         return getattr(self._inner, "last_context", None)
 
-    async def receive(self) -> Any:
+    async def _watched(self, next_message: Awaitable[Any]) -> Any:
         try:
-            return await self._inner.receive()
+            return await next_message
         except BaseException:
             self._ended.set()
             raise
+
+    async def receive(self) -> Any:
+        return await self._watched(self._inner.receive())
 
     async def aclose(self) -> None:
         self._ended.set()
@@ -98,11 +101,7 @@ class _WatchedReadStream:
         return self
 
     async def __anext__(self) -> Any:
-        try:
-            return await self._inner.__anext__()
-        except BaseException:
-            self._ended.set()
-            raise
+        return await self._watched(self._inner.__anext__())
 
     async def __aenter__(self) -> _WatchedReadStream:
         return self

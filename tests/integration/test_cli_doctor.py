@@ -94,6 +94,26 @@ def healthy_config(
     return write_config(directory, **base)
 
 
+def with_tokens(
+    directory: Path,
+    services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer],
+    telegram_token: str,
+    discord_token: str,
+) -> Path:
+    """The healthy config with these Telegram and Discord tokens in config.yml."""
+    llm, telegram, discord = services
+    return healthy_config(
+        directory,
+        llm,
+        telegram,
+        discord,
+        channels={
+            "telegram": {"enabled": True, "token": telegram_token, "base_url": telegram.base_url},
+            "discord": {**discord.discord_config(allowed_user_ids=[42]), "token": discord_token},
+        },
+    )
+
+
 async def test_doctor_passes_every_check_of_a_healthy_setup(
     tmp_path: Path, services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer]
 ) -> None:
@@ -172,17 +192,7 @@ async def test_an_unreachable_telegram_fails_its_check_and_says_to_check_the_net
 async def test_a_wrong_telegram_token_names_the_token_key(
     tmp_path: Path, services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer]
 ) -> None:
-    llm, telegram, discord = services
-    path = healthy_config(
-        tmp_path,
-        llm,
-        telegram,
-        discord,
-        channels={
-            "telegram": {"enabled": True, "token": "999:WRONG", "base_url": telegram.base_url},
-            "discord": {**discord.discord_config(allowed_user_ids=[42]), "token": "not-it"},
-        },
-    )
+    path = with_tokens(tmp_path, services, "999:WRONG", "not-it")
 
     result = await bruce("doctor", "--config", str(path), cwd=tmp_path)
 
@@ -196,17 +206,7 @@ async def test_a_wrong_telegram_token_names_the_token_key(
 async def test_a_platform_enabled_without_a_token_is_a_warning_pointing_at_settings(
     tmp_path: Path, services: tuple[FakeAnthropicServer, FakeTelegramServer, FakeDiscordServer]
 ) -> None:
-    llm, telegram, discord = services
-    path = healthy_config(
-        tmp_path,
-        llm,
-        telegram,
-        discord,
-        channels={
-            "telegram": {"enabled": True, "token": "", "base_url": telegram.base_url},
-            "discord": {**discord.discord_config(allowed_user_ids=[42]), "token": ""},
-        },
-    )
+    path = with_tokens(tmp_path, services, "", "")
 
     result = await bruce("doctor", "--config", str(path), cwd=tmp_path)
 
