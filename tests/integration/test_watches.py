@@ -32,6 +32,7 @@ from tests.integration.support import (
     untrusted_body,
     user_texts,
 )
+from tests.integration.test_postgres import rows
 from tests.integration.test_scheduler import ChatChannel, say, stored_utc, tool_names
 
 INTERVAL = timedelta(minutes=10)
@@ -118,7 +119,11 @@ async def model(anthropic_fake: FakeAnthropicServer) -> Model:
 
 
 def watch_config(
-    tmp_path: Path, fake: FakeAnthropicServer, search: str | None = None, **scheduler: Any
+    tmp_path: Path,
+    fake: FakeAnthropicServer,
+    search: str | None = None,
+    database: dict[str, Any] | None = None,
+    **scheduler: Any,
 ) -> Config:
     """Watches checked at least every minute; `search`: the SearXNG URL (None: no search)."""
     web_search = {"provider": "searxng", "searxng_url": search} if search else {"enabled": False}
@@ -129,6 +134,7 @@ def watch_config(
         scheduler={"min_watch_interval_minutes": 1, **scheduler},
         # The page is on 127.0.0.1: this test lets the fetcher reach loopback.
         tools={"web_fetch": {"allow_private_addresses": True}, "web_search": web_search},
+        **({"database": database} if database else {}),
     )
 
 
@@ -427,3 +433,38 @@ async def test_a_watched_search_alerts_with_the_results_fenced_as_untrusted(
     results = model.page_in(model.checks[0], "web_search")
     assert results.startswith("Search results for 'brazil startups':")
     assert any(path.startswith("/search?") and "brazil" in path for path in web.paths())
+
+
+async def test_a_watch_on_postgresql_alerts_once_per_change_and_keeps_its_state(
+    tmp_path: Path,
+    anthropic_fake: FakeAnthropicServer,
+    model: Model,
+    web: FakeWebServer,
+    postgres_url: str,
+) -> None:
+    config = watch_config(tmp_path, anthropic_fake, database={"url": postgres_url})
+    clock, channel = ManualClock(), ChatChannel()
+
+    def verdicts(task_id: int) -> list[str]:
+        found = rows(
+            postgres_url, "SELECT verdict FROM task_runs WHERE task_id = %s ORDER BY id", task_id
+        )
+        return [row["verdict"] for row in found]
+
+    async with running_bruce(config, channels=[channel], clock=clock) as bruce:
+        assert bruce.tasks is not None
+        task_id = await create_watch(model, channel, anthropic_fake, f"{web.url}/tickets")
+        await wait_until(lambda: verdicts(task_id) == ["NO_MATCH"])
+        web.extra_pages["/tickets"] = ("text/html", on_sale(40))
+        for _ in range(2):  # a change, then the same page again
+            clock.advance(INTERVAL)
+            await bruce.tasks.fire(task_id)
+        await wait_until(lambda: len(channel.texts_starting(ALERT)) == 1)
+
+    assert verdicts(task_id) == ["NO_MATCH", "MATCH", "MATCH"]
+    [watch] = rows(postgres_url, "SELECT * FROM watches WHERE task_id = %s", task_id)
+    assert watch["verdict"] == "MATCH" and watch["matched_hash"] and watch["failures"] == 0
+    assert channel.texts_starting(ALERT) == [
+        f"{ALERT}Watch «Concert tickets»: “tickets are on sale” — tickets are on sale for 40 EUR"
+        f"\n{web.url}/tickets"
+    ]
