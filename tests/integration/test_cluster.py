@@ -13,6 +13,7 @@ seeded, and the seed printed; rerun one with BRUCE_CLUSTER_SEED=<seed>.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import signal
@@ -99,6 +100,9 @@ async def test_a_worker_killed_mid_turn_leaves_its_messages_to_the_other_answere
     seed = SEED
     rng = random.Random(f"{seed}:plan")
     plan = chat_plan(rng, CHATS, 16, gap=(0.15, 0.5), slow=0.3, slow_think=3.0)
+    # Whatever the seed, slow answers come after the first four messages too (seed 249071 had
+    # none there): the kill needs one in progress.
+    plan[5:9] = [dataclasses.replace(ask, think=3.0) for ask in plan[5:9]]
     async with cluster_of(tmp_path, postgres_url, seed, CHATS, plan) as cluster:
         await cluster.start("a", "b")
         cluster.balance("a", "b")
