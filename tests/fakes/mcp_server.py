@@ -19,7 +19,8 @@ its process id there (to prove no child outlives Bruce).
 
 `python -m tests.fakes.mcp_server --invalid` is no SDK server but a few lines of JSON-RPC that
 complete the handshake, list one tool `broken` and answer its call with content that is not valid
-MCP (a block of an unknown type).
+MCP (a block of an unknown type). `--script FILE` answers the same way from a recorded exchange
+(tests/fixtures/mcp/: the listing's pages and each call's result or error).
 """
 
 from __future__ import annotations
@@ -171,26 +172,50 @@ async def http_server(require_header: str | None = None) -> AsyncIterator[FakeMc
         yield server
 
 
-def _invalid_server() -> None:
-    """Hand-written JSON-RPC over stdio: a valid handshake and listing, an invalid result."""
+INVALID_SCRIPT: dict[str, Any] = {
+    "pages": [{"tools": [{"name": "broken", "inputSchema": {"type": "object", "properties": {}}}]}],
+    "calls": [{"tool": "broken", "answer": {"result": {"content": [{"type": "hologram"}]}}}],
+}
+
+
+def _scripted_server(script: dict[str, Any]) -> None:
+    """Hand-written JSON-RPC over stdio, answering from `script`: `pages` are the tools/list
+    pages (each one's `nextCursor` leads to the next), `calls` the recorded answers of
+    tools/call (`result` or `error`), picked by tool name and, when given, its `location`."""
+    pages: list[dict[str, Any]] = script["pages"]
     for line in sys.stdin:
         message = json.loads(line)
         method, ident = message.get("method"), message.get("id")
         if ident is None:
             continue  # notifications/initialized
-        result: dict[str, Any]
+        params = message.get("params") or {}
+        answer: dict[str, Any]
         if method == "initialize":
-            result = {
-                "protocolVersion": message["params"]["protocolVersion"],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "invalid", "version": "1"},
+            capabilities = {"tools": {"listChanged": True}}
+            answer = {
+                "result": {
+                    "protocolVersion": params["protocolVersion"],
+                    "capabilities": capabilities,
+                    "serverInfo": {"name": "scripted", "version": "1"},
+                }
             }
         elif method == "tools/list":
-            schema = {"type": "object", "properties": {}}
-            result = {"tools": [{"name": "broken", "inputSchema": schema}]}
+            cursor = params.get("cursor")
+            index = next(
+                (n + 1 for n, page in enumerate(pages) if page.get("nextCursor") == cursor), 0
+            )
+            answer = {"result": pages[index] if cursor else pages[0]}
+        elif method == "tools/call":
+            arguments = params.get("arguments") or {}
+            answer = next(
+                call["answer"]
+                for call in script["calls"]
+                if call["tool"] == params["name"]
+                and call.get("location", arguments.get("location")) == arguments.get("location")
+            )
         else:
-            result = {"content": [{"type": "hologram", "payload": 42}]}
-        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}) + "\n")
+            answer = {"result": {}}  # ping and the like
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": ident, **answer}) + "\n")
         sys.stdout.flush()
 
 
@@ -204,7 +229,12 @@ def main() -> None:
         with open(pid_file, "a", encoding="utf-8") as out:
             out.write(f"{os.getpid()}\n")
     if "--invalid" in sys.argv:
-        _invalid_server()
+        _scripted_server(INVALID_SCRIPT)
+        return
+    if "--script" in sys.argv:  # a recorded exchange: --script FILE (tests/fixtures/mcp/)
+        path = sys.argv[sys.argv.index("--script") + 1]
+        with open(path, encoding="utf-8") as recorded:
+            _scripted_server(json.load(recorded))
         return
     sys.stderr.write("fake mcp server: starting\n")
     build_server().run("stdio")

@@ -154,3 +154,50 @@ async def test_a_result_that_is_not_valid_mcp_is_an_error_result() -> None:
     assert "MCP server odd answered with content that is not valid MCP" in result.content
     [status] = manager.statuses()
     assert status.state == "ready"  # one bad answer is no reason to restart the server
+
+
+SPEC_EXAMPLES = REPO / "tests" / "fixtures" / "mcp" / "spec_2025_06_18_tools.json"
+
+
+async def test_the_specifications_own_examples_are_listed_and_read_as_the_model_sees_them() -> None:
+    # The MCP specification's tools examples (tests/fixtures/mcp/), answered by a hand-written
+    # server: a listing over two pages, text, an isError result, a protocol error, every
+    # content type and structured content.
+    server = {
+        "command": sys.executable,
+        "args": ["-m", "tests.fakes.mcp_server", "--script", str(SPEC_EXAMPLES)],
+        "cwd": str(REPO),
+    }
+    manager = McpManager(validate({"mcp": {"servers": {"weather": server}}}).mcp)
+    manager.start()
+    registry = ToolRegistry()
+    registry.add_source(manager)
+
+    async def call(tool: str, location: str) -> Any:
+        arguments = {"location": location}
+        return await registry.execute(ToolCall("1", f"weather__{tool}", arguments), ToolContext())
+
+    try:
+        tools = await wait_until(lambda: len(manager.tools()) == 2 and manager.tools(), 20)
+        new_york = await call("get_weather", "New York")
+        atlantis = await call("get_weather", "Atlantis")
+        nowhere = await call("get_weather", "Nowhere")
+        lisbon = await call("get_weather", "Lisbon")
+        data = await call("get_weather_data", "New York")
+        missing = await registry.execute(ToolCall("2", "weather__get_weather", {}), ToolContext())
+    finally:
+        await manager.stop()
+
+    assert {tool.name for tool in tools} == {"weather__get_weather", "weather__get_weather_data"}
+    assert not new_york.is_error and new_york.untrusted
+    assert "Current weather in New York:\nTemperature: 72°F" in new_york.content
+    assert atlantis.is_error and "API rate limit exceeded" in atlantis.content
+    assert (
+        nowhere.is_error and "refused the call: Unknown tool: invalid_tool_name" in nowhere.content
+    )
+    assert "[an image was returned: image/png" in lisbon.content
+    assert "[an audio clip was returned: audio/wav" in lisbon.content
+    assert "[a resource: main.rs <file:///project/src/main.rs>]" in lisbon.content
+    assert 'println!("Hello world!");' in lisbon.content  # an embedded text resource is read
+    assert not data.is_error and '"temperature": 22.5' in data.content
+    assert missing.is_error and "location" in missing.content  # the schema's required field
