@@ -132,11 +132,8 @@ async def with_saved_settings(config: Config) -> tuple[Config, list[str]]:
         await engine.dispose()
     saved = [llm_setting(name) for name, value in llm.items() if value is not None]
     saved += [token_setting(name) for name, value in tokens.items() if value]
-    llm_data = {**config.llm.model_dump(), **{k: v for k, v in llm.items() if v is not None}}
-    if llm_data.get("base_url") == "":
-        llm_data["base_url"] = None
     try:
-        merged_llm = LLMConfig.model_validate(llm_data)
+        merged_llm = config.llm.with_values({k: v for k, v in llm.items() if v is not None})
     except ValueError:
         merged_llm = config.llm  # the daemon ignores such values too (llm_settings_ignored)
     channels = config.channels.model_copy(

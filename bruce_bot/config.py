@@ -14,6 +14,7 @@ import difflib
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 from urllib.parse import urlparse
@@ -357,6 +358,14 @@ class LLMConfig(_Section):
                 "part of the reply. Raise max_tokens or lower budget_tokens."
             )
         return self
+
+    def with_values(self, values: Mapping[str, Any]) -> LLMConfig:
+        """These settings with `values` (e.g. the dashboard's) over them, validated (an empty
+        base URL means none); pydantic's ValidationError when they do not fit."""
+        data = {**self.model_dump(), **values}
+        if data.get("base_url") == "":
+            data["base_url"] = None
+        return LLMConfig.model_validate(data)
 
     @property
     def effective_background_model(self) -> str:

@@ -100,12 +100,8 @@ class LiveLLMSettings:
         return found
 
     def _merged(self, values: Mapping[str, str | None]) -> LLMConfig:
-        data = self._configured.model_dump()
-        data.update(values)
-        if data.get("base_url") == "":
-            data["base_url"] = None
         try:
-            return LLMConfig.model_validate(data)
+            return self._configured.with_values(values)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in error['loc']) or 'llm'}: {error['msg']}"
