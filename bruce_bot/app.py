@@ -160,6 +160,8 @@ class Bruce:
         if parts.live_tokens is not None:
             parts.live_tokens.started(parts.gateway)
         await parts.outbox.redeliver()
+        # What a crash left between storing a held action (or task) and asking about it.
+        await parts.confirmations.ask_everywhere()
         if parts.budget is not None:
             parts.budget.start()  # the month read once: a level reached while down is told
         await parts.tasks.start()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from bruce_bot.agent.approvals import ActionApprovals
 from bruce_bot.agent.brain.library import Library
 from bruce_bot.agent.brain.runner import AnalyticalBrain, BrainRunner
 from bruce_bot.agent.subagent import SpawnSubagentTool
@@ -489,6 +490,10 @@ def build_parts(
     public_url = config.app.public_url if "public_url" in config.app.model_fields_set else None
     hints = FailureHints(live_llm, public_url)
     turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media, hints.current)
+    # After outside content, what is not a plain read waits for the user (agent/approvals.py).
+    approvals = ActionApprovals(stores.approvals, stores.audit, tools)
+    turns.gate_actions(approvals)
+    confirmations.use_actions(approvals)
     gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)
     _connect_feed(feed, inbox, web_channel, shared)
     # A setting saved in another process: a new LLM client, a channel reconnected with its token.

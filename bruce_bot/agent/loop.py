@@ -19,6 +19,7 @@ from typing import Protocol
 
 import structlog
 
+from bruce_bot.agent.approvals import CANNOT_ASK, Hold, needs_user
 from bruce_bot.agent.budget import message_chars, shrink_to
 from bruce_bot.agent.progress import status_lines
 from bruce_bot.channels.live import LiveReply
@@ -34,7 +35,7 @@ from bruce_bot.domain import (
 )
 from bruce_bot.llm.base import LLMContextOverflowError, LLMError, LLMService
 from bruce_bot.llm.text import join_text_parts
-from bruce_bot.tools.registry import ToolContext, ToolRegistry
+from bruce_bot.tools.registry import Tool, ToolContext, ToolRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +75,14 @@ class LoopObserver(Protocol):
     async def on_tool_executed(self, execution: ToolExecution) -> None: ...
 
 
+class ApprovalPort(Protocol):
+    """Holds a call for the user's yes (agent/approvals.py); its result tells the model so."""
+
+    async def hold(
+        self, call: ToolCall, tool: Tool, context: ToolContext, hold: Hold
+    ) -> ToolResult: ...
+
+
 class NullObserver:
     async def on_llm_call(self, record: LLMCallRecord) -> None:
         return None
@@ -94,6 +103,7 @@ class AgentRun:
     refused: bool = False  # the model declined: `text` is REFUSAL_REPLY
     cut: bool = False  # the answer stayed cut by the token limit: `text` ends with CUT_MARK
     shrunk: bool = False  # the prompt did not fit the window and was cut down to retry
+    untrusted: bool = False  # the run read outside content (its actions waited for the user)
 
     def succeeded(self, tool_name: str) -> bool:
         return any(e.call.name == tool_name and not e.result.is_error for e in self.executions)
@@ -160,17 +170,51 @@ class _Caller:
         return response
 
 
+@dataclass(frozen=True, slots=True)
+class _Gate:
+    """What decides whether a call runs now: after outside content, every call that is not a
+    plain read waits for the user (agent/approvals.py)."""
+
+    system_prompt: SystemPrompt
+    messages: Sequence[ChatMessage]
+    approvals: ApprovalPort | None
+
+    async def held(
+        self, call: ToolCall, tools: ToolRegistry, context: ToolContext
+    ) -> ToolResult | None:
+        if not context.untrusted_input:
+            return None
+        tool, problem = tools.check_arguments(call)
+        if tool is None or problem is not None:
+            return None  # the registry tells the model what is wrong with the call
+        hold = needs_user(tool, call, context, self.system_prompt, self.messages)
+        if hold is None:
+            return None
+        log.info("tool_held", tool=call.name, reason=hold.reason, session_id=context.session_id)
+        if self.approvals is None:
+            note = CANNOT_ASK.format(reason=hold.reason, tool=call.name)
+            return ToolResult(call.id, call.name, note, is_error=True)
+        return await self.approvals.hold(call, tool, context, hold)
+
+
 async def _execute(
-    call: ToolCall, turn: int, tools: ToolRegistry, context: ToolContext, observer: LoopObserver
+    call: ToolCall,
+    turn: int,
+    tools: ToolRegistry,
+    context: ToolContext,
+    observer: LoopObserver,
+    gate: _Gate,
 ) -> ToolExecution:
     started = time.perf_counter()
-    result: ToolResult = await tools.execute(call, context)
+    held = await gate.held(call, tools, context)
+    result: ToolResult = held or await tools.execute(call, context)
     execution = ToolExecution(turn, call, result, (time.perf_counter() - started) * 1000)
     log.info(
         "tool_executed",
         tool=call.name,
         turn=turn,
         is_error=result.is_error,
+        held=held is not None,
         duration_ms=round(execution.duration_ms, 1),
         session_id=context.session_id,
     )
@@ -196,6 +240,7 @@ async def run_agent_loop(
     finish_tools: Collection[str] = (),
     max_tokens: int | None = None,
     live: LiveReply | None = None,
+    approvals: ApprovalPort | None = None,
 ) -> AgentRun:
     """Run the model with tools until it answers in text (or `max_turns` forces it to).
 
@@ -207,13 +252,19 @@ async def run_agent_loop(
 
     With a `live` reply, the model's text streams to it as it is written, and a status line
     takes its place while tools run; the final text is still only what this returns.
+
+    Once the run has read outside content (`ToolContext.untrusted_input`), a call that is not
+    a plain read goes to `approvals` to wait for the user instead of running (without
+    `approvals`, nobody can be asked: it is refused); `AgentRun.untrusted` says so afterwards.
     """
     context = context or ToolContext()
-    if not context.untrusted_input and any(r.untrusted for m in history for r in m.tool_results):
-        context = dataclasses.replace(context, untrusted_input=True)  # e.g. the guard's retry
+    earlier = sorted({r.name for m in history for r in m.tool_results if r.untrusted})
+    if not context.untrusted_input and earlier:  # e.g. the guard's retry
+        context = _tainted(context, ", ".join(earlier))
     observer = observer or NullObserver()
     messages = list(history)
-    run = AgentRun(text="", turns=0, transcript=messages)
+    gate = _Gate(system_prompt, messages, approvals)
+    run = AgentRun(text="", turns=0, transcript=messages, untrusted=context.untrusted_input)
     call = _Caller(llm, system_prompt, tools, observer, run, purpose, context.session_id, live)
     output_limit = max_tokens
     parts: list[str] = []  # pieces of the answer being written (paused or cut, then continued)
@@ -271,11 +322,13 @@ async def run_agent_loop(
         if live is not None:
             await live.status(status_lines(response.tool_calls))
         executions = await asyncio.gather(
-            *(_execute(c, run.turns, tools, context, observer) for c in response.tool_calls)
+            *(_execute(c, run.turns, tools, context, observer, gate) for c in response.tool_calls)
         )
         run.executions.extend(executions)
-        if not context.untrusted_input and any(e.result.untrusted for e in executions):
-            context = dataclasses.replace(context, untrusted_input=True)
+        read = sorted({e.call.name for e in executions if e.result.untrusted})
+        if not context.untrusted_input and read:
+            context = _tainted(context, ", ".join(read))
+        run.untrusted = context.untrusted_input
         messages.append(ChatMessage("user", tool_results=tuple(e.result for e in executions)))
         if any(e.call.name in finish_tools and not e.result.is_error for e in executions):
             run.text = response.text
@@ -299,6 +352,11 @@ async def run_agent_loop(
     if not response.text.strip():
         return _finished(run, [NO_FINAL_TEXT], cut=False)
     return _finished(run, [response.text], cut=response.truncated)
+
+
+def _tainted(context: ToolContext, source: str) -> ToolContext:
+    """The context once the run has read outside content (`source`: the tools that read it)."""
+    return dataclasses.replace(context, untrusted_input=True, untrusted_source=source)
 
 
 def _finished(run: AgentRun, parts: Sequence[str], *, cut: bool) -> AgentRun:

@@ -47,6 +47,8 @@ FinishedHook = Callable[[int], None]
 
 class SpawnSubagentTool(Tool):
     name = NAME
+    # The child runs its own loop, whose gate holds its own actions: delegating reads only.
+    effect = "reads"
     # The child may have read pages and search results: its answer carries what they said.
     reads_outside_world = True
     description = (
@@ -118,6 +120,10 @@ class SpawnSubagentTool(Tool):
                     channel=CHANNEL,
                     chat_id=child.chat_id,
                     task_run=context.task_run,
+                    # A task written after outside content may carry its instructions: the
+                    # child's actions are gated as the parent's would be (it cannot ask).
+                    untrusted_input=context.untrusted_input,
+                    untrusted_source=context.untrusted_source,
                 ),
                 observer=AuditRecorder(stores.audit, child.id),
                 purpose=PURPOSE,

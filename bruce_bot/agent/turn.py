@@ -35,7 +35,7 @@ from bruce_bot.agent.context import (
 )
 from bruce_bot.agent.failures import FixHints, OutageMemory, notice_for
 from bruce_bot.agent.guard import ClaimKind, correction_request, find_unbacked_claim
-from bruce_bot.agent.loop import AgentRun, run_agent_loop
+from bruce_bot.agent.loop import AgentRun, ApprovalPort, run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.agent.resume import ResumedRounds, resumed_rounds
 from bruce_bot.agent.summarizer import Summarizer, over_budget
@@ -172,6 +172,7 @@ class _Turn:
     media: PreparedMedia | None = None  # the batch's files, read (bruce_bot/media/)
     memories: str = ""  # the person's memories layer, read once per turn
     live: LiveReply | None = None  # the reply shown as it is written (channels/live.py)
+    untrusted: bool = False  # the turn read outside content (the brain curates no memory of it)
 
     @property
     def ids(self) -> list[int]:
@@ -219,10 +220,16 @@ class TurnRunner:
             llm, settings.llm, settings.agent, stores.messages, stores.summaries, stores.audit
         )
         self._outages = OutageMemory()
+        # None: after outside content, what is not a plain read is refused (nobody to ask).
+        self._approvals: ApprovalPort | None = None
         self._typing_tasks: set[asyncio.Task[None]] = set()  # finishing their last request
 
     def listen(self, listener: TurnListener) -> None:
         self._listeners.append(listener)
+
+    def gate_actions(self, approvals: ApprovalPort) -> None:
+        """After outside content, hold what is not a plain read for the user's yes."""
+        self._approvals = approvals
 
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
         turn = await self._begin(session, batch)
@@ -237,6 +244,7 @@ class TurnRunner:
             reply_kind,
             turn.recorder.llm_calls,
             files=turn.files,
+            untrusted=turn.untrusted,
         )
         self._stores.sessions.touch(session.id, at)
         delivery: DeliveryStatus = "sent"
@@ -336,6 +344,7 @@ class TurnRunner:
                     # Only files that could not be read: what went wrong is the whole answer.
                     return media.notice, "done", False
                 run, shortened = await self._answer(turn)
+            turn.untrusted = run.untrusted or turn.context.untrusted_input
             self._outages.recovered(session.id)
             turn.files = saved_files(run)
             reply = turn.kind.titled(turn.title, run.text.strip() or NO_ANSWER)
@@ -451,6 +460,7 @@ class TurnRunner:
             observer=turn.recorder,
             max_tokens=self._settings.budget.reply_reserve(),
             live=turn.live,
+            approvals=self._approvals,
             # The Usage page tells a scheduled briefing's calls from chat turns.
             purpose="briefing" if turn.kind is BRIEFING_TURN else "agent",
         )

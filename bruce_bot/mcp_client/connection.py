@@ -70,6 +70,8 @@ class RemoteTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    # The server's `readOnlyHint`: true only when it says the tool does not change anything.
+    read_only: bool = False
 
 
 class _WatchedReadStream:
@@ -221,7 +223,12 @@ class McpConnection:
                     raise ConnectionLost(str(exc)) from exc
                 raise
             found += [
-                RemoteTool(tool.name, tool.description or "", dict(tool.input_schema))
+                RemoteTool(
+                    tool.name,
+                    tool.description or "",
+                    dict(tool.input_schema),
+                    read_only=bool(tool.annotations and tool.annotations.read_only_hint),
+                )
                 for tool in page.tools
             ]
             cursor = page.next_cursor

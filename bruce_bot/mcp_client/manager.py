@@ -257,6 +257,7 @@ class _Supervisor:
                     timeout_seconds=config.call_timeout_seconds,
                     max_output_chars=config.max_output_chars,
                     allowed_in_tasks=config.allow_in_tasks,
+                    read_only=remote.read_only,
                 )
             )
         self.tools, self.statuses = tools, tuple(statuses)

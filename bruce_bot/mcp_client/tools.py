@@ -3,7 +3,9 @@
 The registry validates the model's arguments against the schema and records the call like any
 other; `execute` hands it to the server's supervisor. What the server answers is outside content:
 the result is fenced as untrusted data (`reads_outside_world`), an error result too, and capped at
-the server's `max_output_chars` with a note saying how much was cut.
+the server's `max_output_chars` with a note saying how much was cut. A tool the server
+annotates `readOnlyHint: true` only reads; any other (a `destructiveHint`, or no annotations at
+all) is taken to act on the world, so after outside content it waits for the user's yes.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def mcp_tool(
     timeout_seconds: float,
     max_output_chars: int,
     allowed_in_tasks: bool,
+    read_only: bool = False,
 ) -> McpTool:
     """The tool `remote_name` of `server` as Bruce offers it."""
     text = description.strip() or f"The {remote_name} tool."
@@ -91,6 +94,9 @@ def mcp_tool(
         "timeout_seconds": timeout_seconds + 5,
         "max_output_chars": max_output_chars,
         "allowed_in_tasks": allowed_in_tasks,
+        # Annotations are hints from the server, trusted only in the safe direction: a tool
+        # without `readOnlyHint: true` may send data out.
+        "effect": "reads" if read_only else "outward",
     }
     kind = type(f"McpTool[{attributes['name']}]", (McpTool,), attributes)
     tool: McpTool = kind(call)

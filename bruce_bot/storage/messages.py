@@ -54,6 +54,7 @@ class StoredMessage:
 
 ANSWERS = "answers"  # key of a reply's `extra`: the ids of the user messages it answers
 FILES = "files"  # key of a reply's `extra`: the artifacts sent with it (`OutboundFile`s)
+UNTRUSTED = "untrusted"  # key of a reply's `extra`: its turn read outside content
 
 
 def file_ref(file: OutboundFile) -> dict[str, str]:
@@ -409,6 +410,14 @@ class MessageStore:
         """Messages of a session for display (notices included), oldest first."""
         return await self._select(RECENT, {"sid": session_id, "after": after_id, "limit": limit})
 
+    async def newest_id_before(self, session_id: int, before_id: int) -> int:
+        """The id of the session's newest message older than `before_id` (0: none)."""
+        query = select(func.max(_messages.c.id)).where(
+            _messages.c.session_id == session_id, _messages.c.id < before_id
+        )
+        async with self._engine.connect() as connection:
+            return int((await connection.execute(query)).scalar() or 0)
+
     async def last_settled_id(self, session_id: int) -> int:
         """The newest message id of the session that is not waiting for or in a turn.
 
@@ -431,13 +440,16 @@ class MessageStore:
         usage: Sequence[LLMCallRecord] = (),
         *,
         files: Sequence[OutboundFile] = (),
+        untrusted: bool = False,
     ) -> tuple[int | None, datetime]:
         """Store the reply, settle the inbound messages and record usage, in one commit.
 
         The reply remembers the messages it answers (`extra["answers"]`): messages that arrived
         during the turn have lower ids than the reply, yet come after it in the conversation,
         and the files that go with it (`extra["files"]`), so a redelivery sends them too.
-        Without a reply (a failure the chat was already told about) only the rest is stored.
+        `untrusted`: the turn read outside content (`extra["untrusted"]`, which the analytical
+        brain reads: what such an exchange says is no memory). Without a reply (a failure the
+        chat was already told about) only the rest is stored.
         """
         now = utcnow()
         extra: dict[str, Any] = {}
@@ -445,6 +457,8 @@ class MessageStore:
             extra[ANSWERS] = list(inbound_ids)
         if files:
             extra[FILES] = [file_ref(file) for file in files]
+        if untrusted:
+            extra[UNTRUSTED] = True
         reply_row = {
             "session_id": session_id,
             "role": "assistant",

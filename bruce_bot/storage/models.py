@@ -345,6 +345,10 @@ class ProactiveTaskRow(Base):
     origin: Mapped[str | None] = mapped_column(BoundedString(64))
     # The person who asked for it ("<channel>:<user id>"): a briefing runs with their memories.
     created_by: Mapped[str | None] = mapped_column(BoundedString(160))
+    # An unconfirmed task: Bruce's question about it, once asked (after the turn's reply).
+    question_message_id: Mapped[int | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="SET NULL")
+    )
 
 
 class TaskRunRow(Base):
@@ -506,3 +510,36 @@ class PairingCodeRow(Base):
     chat_id: Mapped[str] = mapped_column(BoundedString(128), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
+
+
+class PendingActionRow(Base):
+    """A tool call held for the user's yes: the model asked for it in a turn that had read
+    outside content (agent/approvals.py). It runs only once confirmed, in the chat it was asked
+    in, and is never run twice: `status` moves waiting → running → done | failed, or waiting →
+    cancelled, each step a conditional update."""
+
+    __tablename__ = "pending_actions"
+    __table_args__ = (
+        Index("ix_pending_actions_session_id", "session_id"),
+        Index("uq_pending_actions_origin", "session_id", "origin", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    tool: Mapped[str] = mapped_column(BoundedString(64))
+    arguments: Mapped[str] = mapped_column(CleanText)  # JSON, as the model sent it
+    # Why it was held: the outside content the turn read, in Bruce's words.
+    reason: Mapped[str] = mapped_column(CleanText)
+    # The turn and arguments that asked for it: the same call in a turn resumed after a crash
+    # finds it instead of asking again.
+    origin: Mapped[str] = mapped_column(BoundedString(64))
+    person: Mapped[str] = mapped_column(BoundedString(160), default="")
+    task_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # waiting | running | done | failed | cancelled
+    status: Mapped[str] = mapped_column(BoundedString(16), default="waiting")
+    question_message_id: Mapped[int | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="SET NULL")
+    )
+    result: Mapped[str | None] = mapped_column(CleanText)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    resolved_at: Mapped[datetime | None]

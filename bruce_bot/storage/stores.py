@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bruce_bot.storage.approvals import ApprovalStore
 from bruce_bot.storage.artifacts import ArtifactStore
 from bruce_bot.storage.audit import AuditStore
 from bruce_bot.storage.changes import ChangeFeed, LocalFeed
@@ -42,6 +43,7 @@ class Stores:
     memories: MemoryStore
     pairing: PairingStore
     watches: WatchStore
+    approvals: ApprovalStore
     feed: ChangeFeed = field(default_factory=LocalFeed)
 
     @classmethod
@@ -73,5 +75,6 @@ class Stores:
             memories=MemoryStore(engine),
             pairing=PairingStore(engine),
             watches=WatchStore(engine, claimant),
+            approvals=ApprovalStore(engine, claimant),
             feed=feed,
         )

@@ -80,6 +80,7 @@ class TaskRecord:
     created_at: datetime
     origin: str | None = None
     created_by: str | None = None  # the person who asked for it, "<channel>:<user id>"
+    question_message_id: int | None = None  # unconfirmed: Bruce's question about it, once asked
 
 
 _COLUMNS = columns_for(_tasks, TaskRecord)
@@ -174,12 +175,13 @@ class TaskStore:
         async with self._engine.connect() as connection:
             return [from_row(TaskRecord, row) for row in await connection.execute(query)]
 
-    async def with_status(self, status: TaskStatus, session_id: int) -> list[TaskRecord]:
-        query = (
-            select(*_COLUMNS)
-            .where(_tasks.c.status == status, _tasks.c.session_id == session_id)
-            .order_by(_tasks.c.id)
-        )
+    async def with_status(
+        self, status: TaskStatus, session_id: int | None = None
+    ) -> list[TaskRecord]:
+        """The tasks with `status`, of one session or (None) of all."""
+        query = select(*_COLUMNS).where(_tasks.c.status == status).order_by(_tasks.c.id)
+        if session_id is not None:
+            query = query.where(_tasks.c.session_id == session_id)
         async with self._engine.connect() as connection:
             return [from_row(TaskRecord, row) for row in await connection.execute(query)]
 

@@ -125,6 +125,7 @@ ARTIFACT_TOOL = "artifact_save"
 
 class ArtifactSaveTool(Tool):
     name = ARTIFACT_TOOL
+    effect = "own_state"
     description = (
         "Save a file for the user (an HTML report or dashboard, Markdown, text, CSV, JSON or SVG) "
         "and get a link to it. Put the complete document in 'content'. Returns 'Artifact saved "

@@ -91,6 +91,7 @@ def _person(context: ToolContext) -> str:
 
 class MemorySave(Tool):
     name = SAVE_TOOL
+    effect = "own_state"
     description = (
         "Remember a fact about the user for future conversations: something they told you about "
         "themselves (preferences, diet, family and pet names, where they live or work, ongoing "
@@ -162,6 +163,7 @@ class MemorySave(Tool):
 
 class MemorySearch(Tool):
     name = SEARCH_TOOL
+    effect = "reads"
     description = (
         "Look up what you remember about the user (only this user's memories). With a query, "
         "the memories matching its words, best first; without one (or when the user asks "
@@ -208,6 +210,7 @@ class MemorySearch(Tool):
 
 class MemoryForget(Tool):
     name = FORGET_TOOL
+    effect = "own_state"
     description = (
         "Forget one of the user's memories for good, by its id (shown in <user_memories> and by "
         "memory_search), when the user asks you to forget it or it is no longer true. To forget "

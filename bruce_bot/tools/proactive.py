@@ -52,6 +52,8 @@ def _session(context: ToolContext) -> int:
 
 class ProactiveCreate(Tool):
     name = CREATE_TOOL
+    effect = "own_state"
+    confirms_itself = True  # after outside content: stored unconfirmed, Bruce asks
     description = (
         "Schedule something for later in this chat. execution_mode 'message' sends `content` as "
         "written when due (a plain reminder, no AI). execution_mode 'agent' runs `content` as an "
@@ -103,7 +105,8 @@ class ProactiveCreate(Tool):
             return (
                 f"Task {task.id} was stored but is NOT scheduled yet: this turn read content from "
                 "outside (web pages or search results), so the user must confirm it first. "
-                "Bruce has asked the user, with the details, in the chat. Tell the user it waits "
+                "Bruce asks the user, with the details, in the chat after your answer. Tell the "
+                "user it waits "
                 f"for their yes; do not say it is scheduled. Would run ({task.mode} mode): "
                 f"{when}{repeat}."
             )
@@ -112,6 +115,7 @@ class ProactiveCreate(Tool):
 
 class ProactiveList(Tool):
     name = LIST_TOOL
+    effect = "reads"
     description = "List this chat's active reminders and scheduled briefings with their next run."
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -131,6 +135,7 @@ class ProactiveList(Tool):
 
 class ProactiveCancel(Tool):
     name = CANCEL_TOOL
+    effect = "own_state"
     description = "Cancel an active task of this chat by its id (see proactive_list)."
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import structlog
 
@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
+
+# What a tool does, which decides whether it may run in a turn that read outside content:
+# "reads" only looks (a page, the user's memories, the task list); "own_state" changes Bruce's
+# own state (a memory, a task, an artifact); "outward" sends data out or changes the world (an
+# MCP server's action). Once a turn has read untrusted content, every call that is not "reads"
+# waits for the user's confirmation (agent/approvals.py).
+Effect = Literal["reads", "own_state", "outward"]
 
 
 class ToolError(Exception):
@@ -52,6 +59,9 @@ class ToolContext:
     # Content from the outside world entered this turn before the call: whatever the call sets
     # up might have been asked for by that content, not by the user.
     untrusted_input: bool = False
+    # What that content was, in Bruce's words ("web_fetch", "a forwarded message"), for the
+    # question the user is asked before an action the turn wants runs.
+    untrusted_source: str = ""
     # Names the turn (the newest message it answers): a tool with lasting effects keys them on
     # it and its arguments, so the same call in a turn resumed after a crash does not repeat.
     turn_key: str = ""
@@ -77,6 +87,14 @@ class Tool:
     reads_outside_world: ClassVar[bool] = False
     # Offered in scheduled (agent-mode) task runs too.
     allowed_in_tasks: ClassVar[bool] = True
+    # What the tool does (see `Effect`); a tool that says nothing is taken to act outwards.
+    effect: ClassVar[Effect] = "outward"
+    # The tool asks the user itself before anything it sets up after untrusted content takes
+    # effect (a task stored unconfirmed, with Bruce's own question): the gate lets it through.
+    confirms_itself: ClassVar[bool] = False
+    # The argument holding a URL the tool reads: after untrusted content, reading a URL that
+    # carries text from the conversation sends that text out (agent/outward.py).
+    url_argument: ClassVar[str | None] = None
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
         raise NotImplementedError
@@ -197,6 +215,9 @@ class ToolRegistry:
         validator = Draft202012Validator(tool.parameters)
         self._validators[id(tool.parameters)] = (tool.parameters, validator)
         return validator
+
+    def get(self, name: str) -> Tool | None:
+        return self._current().get(name)
 
     def check_arguments(self, call: ToolCall) -> tuple[Tool | None, str | None]:
         """The tool to run, or why the call cannot run (told to the model as an error)."""

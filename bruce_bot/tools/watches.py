@@ -46,6 +46,8 @@ def _session(context: ToolContext) -> int:
 
 class WatchCreate(Tool):
     name = CREATE_TOOL
+    effect = "own_state"
+    confirms_itself = True  # after outside content: stored unconfirmed, Bruce asks
     description = (
         "Watch a web page (url) or a web search (query) for the user: every interval Bruce reads "
         "it and checks `condition` (e.g. 'the price is below 100 EUR', 'tickets are on sale'), "
@@ -97,7 +99,8 @@ class WatchCreate(Tool):
             return (
                 f"Watch {task.id} was stored but is NOT active yet: this turn read content from "
                 "outside (web pages or search results), so the user must confirm it first. "
-                "Bruce has asked the user in the chat. Tell the user it waits for their yes."
+                "Bruce asks the user in the chat after your answer. Tell the user it waits for "
+                "their yes."
             )
         return (
             f"Watch {task.id} created; its first check runs now and the user is alerted when "
@@ -107,6 +110,7 @@ class WatchCreate(Tool):
 
 class WatchList(Tool):
     name = LIST_TOOL
+    effect = "reads"
     description = "List this chat's watches: target, condition, interval and last result."
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -126,6 +130,7 @@ class WatchList(Tool):
 
 class WatchCancel(Tool):
     name = CANCEL_TOOL
+    effect = "own_state"
     description = "Cancel a watch of this chat by its id (see watch_list)."
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

@@ -600,6 +600,8 @@ def render(page: FetchedPage, title: str, text: str, max_chars: int) -> str:
 
 class WebFetchTool(Tool):
     name = "web_fetch"
+    effect = "reads"  # but a URL carrying the conversation's text sends it out (agent/outward.py)
+    url_argument = "url"
     description = (
         "Read a web page: returns its title, final URL (after redirects) and readable text, "
         "truncated when long. Only http:// and https:// URLs of the public internet; HTML, plain "

@@ -255,6 +255,7 @@ def format_results(query: str, results: list[SearchResult]) -> str:
 
 class WebSearchTool(Tool):
     name = "web_search"
+    effect = "reads"
     reads_outside_world = True
     description = (
         "Search the web. Returns a numbered list of results, each with its title, URL and a "

@@ -84,7 +84,7 @@ async def question_after_reading_a_page(
     in_guild: bool = False,
 ) -> dict[str, Any]:
     """The owner asks about an article; the model reads it and sets up the task the page asked
-    for. Returns Bruce's confirmation question (the model's own answer comes after it)."""
+    for. Returns Bruce's confirmation question (it comes after the model's own answer)."""
     llm.script(tool_calls=[("web_fetch", {"url": f"{page.url}/article"})])
     llm.script(tool_calls=[("proactive_create", INJECTED_TASK)])
     llm.script("I set up the daily sync; it waits for your confirmation.")
@@ -96,7 +96,7 @@ async def question_after_reading_a_page(
         channel_id = discord_fake.dm_channel_id(OWNER_ID)
     before = len(posted(discord_fake, channel_id))
     await discord_fake.wait_for_sent(channel_id, before + 2, WITHIN)
-    question, answer = posted(discord_fake, channel_id)[before : before + 2]
+    answer, question = posted(discord_fake, channel_id)[before : before + 2]
     assert "Please confirm" in question["content"] and "Daily sync" in question["content"]
     assert "waits for your confirmation" in answer["content"] and answer["components"] == []
     return question

@@ -80,7 +80,7 @@ async def question_after_reading_a_page(
     topic: int | None = None,
 ) -> SentMessage:
     """Alice asks about an article; the model reads it and sets up the task the page asked for.
-    Returns Bruce's confirmation question (the model's own answer comes after it)."""
+    Returns Bruce's confirmation question (it comes after the model's own answer)."""
     llm.script(tool_calls=[("web_fetch", {"url": f"{page.url}/article"})])
     llm.script(tool_calls=[("proactive_create", INJECTED_TASK)])
     llm.script("I set up the daily sync; it waits for your confirmation.")
@@ -92,7 +92,7 @@ async def question_after_reading_a_page(
             chat_id, ALICE, "Summarise this article for me.", mention=True, topic=topic
         )
     sent = await telegram.wait_for_messages(chat_id, before + 2, WITHIN)
-    question, answer = sent[before], sent[before + 1]
+    answer, question = sent[before], sent[before + 1]
     assert "Please confirm" in question.plain and "Daily sync" in question.plain
     assert "waits for your confirmation" in answer.plain and answer.buttons == []
     return question

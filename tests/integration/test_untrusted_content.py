@@ -59,12 +59,14 @@ async def read_page_then_schedule(
     console: ConsoleChannel, fake: FakeAnthropicServer, page: FakeWebServer
 ) -> tuple[str, str]:
     """The model reads a page, then creates the task the page asked for; returns the two
-    messages the chat got (Bruce's confirmation question and the model's answer)."""
+    messages the chat got (Bruce's confirmation question and the model's answer), in that
+    order, though the answer comes first: the question is the newest message."""
     fake.script(tool_calls=[("web_fetch", {"url": f"{page.url}/article"})])
     fake.script(tool_calls=[("proactive_create", INJECTED_TASK)])
     fake.script("I set up the daily sync; it waits for your confirmation.")
     assert await console.say("Summarise this article for me.")
-    return await next_reply(console.replies), await next_reply(console.replies)
+    answer = await next_reply(console.replies)
+    return await next_reply(console.replies), answer
 
 
 async def test_fetched_content_is_fenced_as_untrusted_data_and_the_prompt_says_so(

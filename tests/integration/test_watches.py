@@ -400,7 +400,7 @@ async def test_a_watch_set_up_after_reading_a_page_waits_for_the_users_yes(
         }
         model.tool_call("watch_create", arguments)
         await say(channel, "alice", "read the article")
-        await wait_until(lambda: "Done." in channel.texts())
+        await wait_until(lambda: channel.texts_starting("⚠️ Please confirm"))  # after "Done."
         [task] = db_rows(tmp_path, "SELECT * FROM proactive_tasks")
         assert task["status"] == "unconfirmed"
         assert checks(tmp_path, task["id"]) == []

@@ -50,7 +50,7 @@ from bruce_bot.domain import (
 )
 from bruce_bot.llm.base import LLMError, LLMService, TextSink
 from bruce_bot.storage.memories import MemoryStore, owner_key
-from bruce_bot.storage.messages import StoredMessage
+from bruce_bot.storage.messages import UNTRUSTED, StoredMessage
 from bruce_bot.storage.sessions import SessionKind, SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
@@ -203,13 +203,17 @@ class BrainRunner:
         self.config = config
         self._memories = memories
         deps = BrainDeps(stores.sessions, stores.goals, library, memories)
-        self._registries: dict[SessionKind, ToolRegistry] = {}
-        self._prompts: dict[SessionKind, SystemPrompt] = {}
+        # By session kind and whether the run curates memories: a run that reads an exchange
+        # in which Bruce read outside content does not (what a page says is nobody's memory).
+        self._registries: dict[tuple[SessionKind, bool], ToolRegistry] = {}
+        self._prompts: dict[tuple[SessionKind, bool], SystemPrompt] = {}
         kinds: tuple[SessionKind, ...] = ("parent", "child")
         for kind in kinds:
-            responsibilities = responsibilities_for(kind, memory=memories is not None)
-            self._registries[kind] = registry_for(responsibilities, deps)
-            self._prompts[kind] = SystemPrompt(stable=(system_prompt_for(responsibilities),))
+            for memory in {False, memories is not None}:
+                responsibilities = responsibilities_for(kind, memory=memory)
+                self._registries[kind, memory] = registry_for(responsibilities, deps)
+                prompt = SystemPrompt(stable=(system_prompt_for(responsibilities),))
+                self._prompts[kind, memory] = prompt
 
     async def session(self, session_id: int) -> SessionRecord | None:
         return await self._stores.sessions.get(session_id)  # cached: no query once known
@@ -230,9 +234,13 @@ class BrainRunner:
             log.debug("brain_skipped", session_id=session_id, reason="nothing new")
             return None
         kind: SessionKind = "child" if session.kind == "child" else "parent"
-        responsibilities = responsibilities_for(kind, memory=self._memories is not None)
+        tainted = any((m.extra or {}).get(UNTRUSTED) for m in new)
+        curates = self._memories is not None and not tainted
+        if tainted and self._memories is not None:
+            log.info("brain_memory_curation_skipped", session_id=session_id, reason="untrusted")
+        responsibilities = responsibilities_for(kind, memory=curates)
         goals = await self._stores.goals.open_tree(session_id)
-        people = await self._people(session, new) if kind == "parent" else []
+        people = await self._people(session, new) if kind == "parent" and curates else []
         state = render_state(responsibilities, BrainState(session, goals, self._library, people))
         labels = speaker_labels(speaking(new)) if people else None
         started = time.perf_counter()
@@ -247,8 +255,8 @@ class BrainRunner:
         try:
             run = await run_agent_loop(
                 self._llm,
-                self._registries[kind],
-                self._prompts[kind],
+                self._registries[kind, curates],
+                self._prompts[kind, curates],
                 [ChatMessage("user", briefing(state, earlier, new, labels))],
                 config.max_rounds,
                 context=ToolContext(

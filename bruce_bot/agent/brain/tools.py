@@ -47,6 +47,9 @@ class BrainDeps:
 class BrainTool(Tool):
     """A brain tool: `apply` runs under the shared lock, on the observed session."""
 
+    # The session's own metadata; the brain runs apart from any chat turn.
+    effect = "own_state"
+
     timeout_seconds: ClassVar[float | None] = 30.0
 
     def __init__(self, deps: BrainDeps) -> None:
