@@ -38,6 +38,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import ToolAnnotations
 
 from bruce_bot.web.server import WebServer
 
@@ -55,6 +56,24 @@ def build_server() -> MCPServer:
     def echo(text: str) -> str:
         greeting = os.environ.get("FAKE_MCP_GREETING", "")
         return f"echo: {text}" + (f" ({greeting})" if greeting else "")
+
+    @server.tool(
+        description="Look a word up (annotated read-only).",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    def lookup(word: str) -> str:
+        return f"{word}: a word"
+
+    @server.tool(
+        description="Delete a file (annotated destructive).",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+    def delete_file(path: str) -> str:
+        marker = os.environ.get("FAKE_MCP_DELETED_FILE")
+        if marker:
+            with open(marker, "a", encoding="utf-8") as out:
+                out.write(path + "\n")
+        return f"deleted {path}"
 
     @server.tool(description="Add two integers.")
     def add(a: int, b: int) -> str:
