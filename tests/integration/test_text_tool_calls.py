@@ -22,9 +22,11 @@ import pytest
 from bruce_bot.channels.console import ConsoleChannel
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolResult, ToolSpec
+from bruce_bot.llm.anthropic import AnthropicLLM
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.openai import OpenAICompatibleLLM
 from tests.conftest import running_bruce
+from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.integration.support import config_for, db_rows, next_reply
 
@@ -215,6 +217,25 @@ async def test_llama_style_json_as_the_whole_answer_runs(
 
     assert (response.text, calls_of(response)) == ("", [("web_search", {"query": "x"})])
     assert response.tool_calls[0].id.startswith("call_")
+
+
+async def test_the_anthropic_provider_never_reads_its_text_for_calls(
+    anthropic_fake: FakeAnthropicServer,
+) -> None:
+    """Claude always calls through `tool_use` blocks: markup in its text is only text."""
+    anthropic_fake.script(TASK_CALL)
+    anthropic_fake.script(f"I'll remember that.\n{MEMORY_CALL}")
+    llm = AnthropicLLM(
+        LLMConfig(api_key="sk-ant-test", base_url=anthropic_fake.base_url, max_retries=0)
+    )
+    try:
+        whole = await llm.complete(SYSTEM, HELLO, TOOLS)
+        tail = await llm.complete(SYSTEM, HELLO, TOOLS)
+    finally:
+        await llm.aclose()
+
+    assert (whole.text, whole.tool_calls) == (TASK_CALL, ())
+    assert (tail.text, tail.tool_calls) == (f"I'll remember that.\n{MEMORY_CALL}", ())
 
 
 # ---- llm.text_tool_calls ---------------------------------------------------------------------

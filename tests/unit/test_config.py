@@ -850,6 +850,10 @@ def test_text_tool_calls_defaults_to_auto_and_a_bad_value_names_the_key(tmp_path
     assert load_text(tmp_path, "llm: {text_tool_calls: off}").llm.text_tool_calls == "off"
     assert load_text(tmp_path, "llm: {text_tool_calls: on}").llm.text_tool_calls == "on"
 
+    # The dashboard's LLM settings change other keys: this one stays as config.yml says.
+    off = load_text(tmp_path, "llm: {text_tool_calls: 'off'}").llm
+    assert off.with_values({"model": "qwen3:8b", "base_url": ""}).text_tool_calls == "off"
+
     problems = error_of(tmp_path, "llm: {text_tool_calls: sometimes}\n")
 
     assert "llm.text_tool_calls" in problems and "'auto', 'on' or 'off'" in problems
