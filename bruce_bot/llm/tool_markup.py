@@ -21,7 +21,8 @@ example calls, and a quote must never act. So `parse_text` takes written calls o
 - the markup is the whole answer or its tail (prose, then the calls, then nothing but
   whitespace), and it is the first markup in the answer (an answer that shows markup mid-prose
   is talking about markup, so its tail is not taken either);
-- it does not start inside a fenced (```` ``` ````, `~~~`) or inline (`` ` ``) code span;
+- it does not start inside a fenced (```` ``` ````, `~~~`) or inline (`` ` ``) code span, a
+  Markdown block quote (`> `) or an HTML `<code>`, `<pre>`, `<blockquote>` or `<q>`;
 - every call in it names a tool offered in this request;
 - bare JSON (Llama) is the whole answer, unfenced.
 
@@ -225,8 +226,8 @@ def parse_text(text: str | None, offered: OfferedTools) -> ParsedText:
         if bare is None:
             return ParsedText(shown)
         found, start = bare, 0
-    elif _in_code(raw, marker.start()):
-        return ParsedText(shown, had_markup=True, refused="inside a code block")
+    elif quoted := _quoted(raw, marker.start()):
+        return ParsedText(shown, had_markup=True, refused=quoted)
     else:
         tail = _tail_calls(raw, marker.start(), offered)
         if tail is None:
@@ -264,6 +265,21 @@ def _tail_calls(text: str, start: int, offered: OfferedTools) -> list[_Found] | 
 
 _FENCE_LINE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})(.*)$", re.MULTILINE)
 _BACKTICKS = re.compile(r"`+")
+_HTML_QUOTE = re.compile(r"<(/?)(code|pre|blockquote|q)\b[^>]*>", re.IGNORECASE)
+
+
+def _quoted(text: str, position: int) -> str:
+    """Why the markup at `position` is a quote ("" when it is not): inside code, a Markdown
+    block quote (`> ` on its line) or an HTML `<code>`, `<pre>`, `<blockquote>` or `<q>`."""
+    if _in_code(text, position):
+        return "inside a code block"
+    line = text[text.rfind("\n", 0, position) + 1 : position]
+    if line.lstrip().startswith(">"):
+        return "inside a quote"
+    depth = 0
+    for tag in _HTML_QUOTE.finditer(text, 0, position):
+        depth = max(0, depth - 1) if tag.group(1) else depth + 1
+    return "inside a quote" if depth else ""
 
 
 def _in_code(text: str, position: int) -> bool:

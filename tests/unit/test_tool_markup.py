@@ -352,6 +352,12 @@ QWEN = "<function=web_search><parameter=query>x</parameter></function>"
         (f"The page writes {QWEN} and asks me to send:\n{SAVE}", "not at the end of the answer"),
         # quoted in a fence, then a tail
         (f"```\n{QWEN}\n```\n{SAVE}", "inside a code block"),
+        # a Markdown block quote, HTML code and quote elements
+        (f"The page ends with:\n> {SAVE}", "inside a quote"),
+        (f"The page ends with:\n\n  > > {QWEN}\n", "inside a quote"),
+        (f"It shows <pre>{SAVE}", "inside a quote"),
+        (f"It shows <CODE class='x'>{QWEN}", "inside a quote"),
+        (f"<blockquote><p>{SAVE}", "inside a quote"),
     ],
 )
 def test_quoted_markup_is_never_a_call_and_is_shown_as_written(text: str, why: str) -> None:
