@@ -346,8 +346,20 @@ class LLMConfig(_Section):
     # False for a server that cannot stream answers: live replies then show the whole answer
     # when it is ready (tool status lines still show).
     stream: bool = True
+    # Tool calls the model writes into its text (models without native tool calling): read only
+    # as the answer's tail, for offered tools, with no native call in the answer; auto stops
+    # once the model has called a tool natively, off never reads them (llm/text_calls.py).
+    text_tool_calls: Literal["auto", "on", "off"] = "auto"
 
     _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @field_validator("text_tool_calls", mode="before")
+    @classmethod
+    def _switch_words(cls, value: object) -> object:
+        # YAML reads an unquoted on/off as a boolean: `text_tool_calls: off` means "off".
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
 
     @model_validator(mode="after")
     def _thinking_fits(self) -> LLMConfig:

@@ -18,8 +18,10 @@ def create_llm(config: LLMConfig) -> LLMService:
         return UnconfiguredLLM(provider=config.provider, model=config.model)
     if config.provider == "openai":
         from bruce_bot.llm.openai import OpenAICompatibleLLM
+        from bruce_bot.llm.text_calls import PROCESS_NATIVE_MODELS
 
-        return OpenAICompatibleLLM(config)
+        # One record of the models seen calling tools natively, whatever provider is rebuilt.
+        return OpenAICompatibleLLM(config, PROCESS_NATIVE_MODELS)
     from bruce_bot.llm.anthropic import AnthropicLLM
 
     return AnthropicLLM(config)

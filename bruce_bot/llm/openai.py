@@ -9,11 +9,16 @@ job (`max_retries`); the call and its failures (servers word them in many ways: 
 
 Answers are read as servers really send them, not as the spec says:
 
-- tool calls with arguments as an object or double-encoded, without `type`, with missing, empty
-  or repeated ids (each call gets a unique id, the one the next request pairs results with), or
-  without a name (skipped, logged);
-- tool calls written into the text by models without native tool calling (`tool_markup`): kept
-  as calls when the tool was offered in this request, removed from the text otherwise;
+- tool calls with arguments as an object or double-encoded, without `type`, with missing or
+  empty ids (a fresh id each), ids repeated within one answer (DeepSeek, GLM, gateways: every
+  call is kept, the repeats get a suffix, `call_0` then `call_0_2`), or without a name (skipped,
+  logged). The id is the one the next request pairs the call's result with; an id an earlier
+  answer of the conversation already used (turn-scoped ids such as Kimi's `list_dir:0`) is
+  suffixed the same way in the request, call and result alike;
+- tool calls written into the text by models without native tool calling (`tool_markup`): a
+  call only when the answer carries no native call, `llm.text_tool_calls` allows it for the
+  model (`text_calls.py`), the markup is the answer's tail, outside code, and names offered
+  tools; otherwise the text is shown as written, markup included;
 - reasoning as `<think>` in the text (removed) or in `reasoning_content` / `reasoning` fields
   (ignored: never shown, never sent back);
 - `finish_reason: "stop"` (or none) with tool calls, `"tool_calls"` without any, a `tool_choice:
@@ -38,6 +43,7 @@ import base64
 import dataclasses
 import functools
 import json
+import re
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -61,7 +67,8 @@ from bruce_bot.llm.base import LLMRequestError, LLMUnavailableError, TextSink
 from bruce_bot.llm.call import SDKErrors, call_model
 from bruce_bot.llm.openai_stream import CompletionAssembler, VisibleText
 from bruce_bot.llm.text import join_text_parts
-from bruce_bot.llm.tool_markup import parse_arguments, parse_text
+from bruce_bot.llm.text_calls import NativeToolModels, reads_text_calls
+from bruce_bot.llm.tool_markup import parse_arguments, parse_text, visible_text
 
 log = structlog.get_logger(__name__)
 
@@ -87,8 +94,11 @@ _FINISH_REASONS: dict[str, StopReason] = {
 class OpenAICompatibleLLM:
     """A chat model behind an OpenAI-compatible API, configured from the `llm` section."""
 
-    def __init__(self, config: LLMConfig) -> None:
+    def __init__(self, config: LLMConfig, native_models: NativeToolModels | None = None) -> None:
         self._config = config
+        # Models seen calling tools natively (`llm.text_tool_calls: auto`); the factory passes
+        # the process-wide record, a provider built alone keeps its own.
+        self._native_models = native_models or NativeToolModels()
         self._client = openai.AsyncOpenAI(
             api_key=config.api_key or PLACEHOLDER_API_KEY,
             base_url=config.base_url or None,
@@ -128,7 +138,7 @@ class OpenAICompatibleLLM:
             if force_text:
                 params["tool_choice"] = "none"
 
-        read = functools.partial(from_openai_completion, tools=tools, force_text=force_text)
+        read = functools.partial(self._read, tools=tools, force_text=force_text, model=model_name)
         if stream is not None and self._config.stream and self._streams:
             try:
                 return await call_model(
@@ -155,6 +165,25 @@ class OpenAICompatibleLLM:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    def _read(
+        self,
+        completion: openai.types.chat.ChatCompletion,
+        *,
+        tools: Sequence[ToolSpec],
+        force_text: bool,
+        model: str,
+    ) -> LLMResponse:
+        base_url = self._config.base_url
+        text_calls = reads_text_calls(
+            self._config.text_tool_calls, self._native_models, base_url, model
+        )
+        response = from_openai_completion(
+            completion, tools, force_text=force_text, text_calls=text_calls
+        )
+        if _has_native_calls(completion):
+            self._native_models.record(base_url, model)
+        return response
 
     async def _streamed(
         self, params: dict[str, Any], sink: TextSink
@@ -202,18 +231,24 @@ def to_openai_messages(
     out: list[dict[str, Any]] = []
     if stable.strip():
         out.append({"role": "system", "content": stable})
+    used: set[str] = set()  # every call id of the request so far
+    renamed: dict[str, str] = {}  # the last assistant message's ids as sent
     for index, message in enumerate(messages):
         if message.role == "assistant":
             entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
             if message.tool_calls:
-                entry["tool_calls"] = [_tool_call_param(call) for call in message.tool_calls]
+                renamed = _request_ids(message.tool_calls, used)
+                entry["tool_calls"] = [
+                    _tool_call_param(call, renamed[call.id]) for call in message.tool_calls
+                ]
             elif not message.text.strip():
                 continue
             out.append(entry)
             continue
         for result in message.tool_results:
             content = f"Error: {result.content}" if result.is_error else result.content
-            out.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
+            call_id = renamed.get(result.call_id, result.call_id)
+            out.append({"role": "tool", "tool_call_id": call_id, "content": content})
         if message.text.strip() or message.images:
             text = f"{message.text}\n\n{volatile}" if index == anchor else message.text
             out.append({"role": "user", "content": _user_content(text, message.images)})
@@ -241,12 +276,31 @@ def _newest_user_text(messages: Sequence[ChatMessage]) -> int | None:
     return None
 
 
-def _tool_call_param(call: ToolCall) -> dict[str, Any]:
+def _request_ids(calls: Sequence[ToolCall], used: set[str]) -> dict[str, str]:
+    """Each call's id as sent in this request: its own, or, when an earlier answer of the
+    conversation used it (ids a server counts per answer), the first free suffix. Strict servers
+    (DeepSeek) refuse a request in which one id appears twice."""
+    sent: dict[str, str] = {}
+    for call in calls:
+        call_id = _free_id(call.id, used) if call.id in used else call.id
+        used.add(call_id)
+        sent.setdefault(call.id, call_id)
+    return sent
+
+
+def _free_id(call_id: str, used: set[str]) -> str:
+    number = 2
+    while f"{call_id}_{number}" in used:
+        number += 1
+    return f"{call_id}_{number}"
+
+
+def _tool_call_param(call: ToolCall, call_id: str) -> dict[str, Any]:
     arguments = call.raw_arguments or json.dumps(
         call.arguments if call.arguments is not None else {}, ensure_ascii=False
     )
     return {
-        "id": call.id,
+        "id": call_id,
         "type": "function",
         "function": {"name": call.name, "arguments": arguments},
     }
@@ -274,8 +328,10 @@ def from_openai_completion(
     tools: Sequence[ToolSpec] = (),
     *,
     force_text: bool = False,
+    text_calls: bool = True,
 ) -> LLMResponse:
-    """Bruce's view of one completion (see the module docstring for what is tolerated)."""
+    """Bruce's view of one completion (see the module docstring for what is tolerated).
+    `text_calls` False: the text is never read for calls (`llm.text_tool_calls`)."""
     response_id = str(getattr(completion, "id", "") or "")
     choices = getattr(completion, "choices", None)
     if not choices:
@@ -285,25 +341,41 @@ def from_openai_completion(
     if message is None:
         raise LLMUnavailableError("invalid response", f"no message in response {response_id!r}")
 
-    offered = {tool.name: tool.parameters for tool in tools}
-    parsed = parse_text(_content_text(getattr(message, "content", None)), offered)
+    content = _content_text(getattr(message, "content", None))
     calls = _native_calls(getattr(message, "tool_calls", None), response_id)
-    native = {(call.name, _canonical(call.arguments)) for call in calls}
-    for written in parsed.calls:
-        if (written.name, _canonical(written.arguments)) not in native:
-            calls.append(ToolCall("", written.name, written.arguments, written.raw_arguments))
-    if parsed.had_markup:
-        log.info(
-            "llm_tool_markup_in_text",
-            provider="openai",
-            response_id=response_id,
-            calls=[call.name for call in parsed.calls],
-            ignored=list(parsed.ignored),
-        )
-    calls = _with_unique_ids(calls)
+    if calls or not text_calls:
+        # Next to native calls, markup in the text is the model quoting or echoing: never run.
+        text = visible_text(content)
+        if _MARKUP_HINT.search(text):
+            log.info(
+                "llm_tool_markup_not_run",
+                provider="openai",
+                response_id=response_id,
+                reason="native tool calls in the answer" if calls else "text tool calls off",
+            )
+    else:
+        parsed = parse_text(content, {tool.name: tool.parameters for tool in tools})
+        text = parsed.text
+        calls = [ToolCall("", c.name, c.arguments, c.raw_arguments) for c in parsed.calls]
+        if parsed.calls:
+            log.info(
+                "llm_tool_markup_in_text",
+                provider="openai",
+                response_id=response_id,
+                calls=[call.name for call in parsed.calls],
+            )
+        elif parsed.had_markup:
+            log.info(
+                "llm_tool_markup_not_run",
+                provider="openai",
+                response_id=response_id,
+                reason=parsed.refused,
+                not_offered=list(parsed.ignored),
+            )
+    calls = _with_unique_ids(calls, response_id)
 
     text, calls, stop_reason = _settled(
-        parsed.text,
+        text,
         calls,
         finish=getattr(choice, "finish_reason", None),
         refusal=getattr(message, "refusal", None),
@@ -318,6 +390,21 @@ def from_openai_completion(
         model=str(getattr(completion, "model", "") or ""),
         response_id=response_id,
     )
+
+
+# Only for the log: text that holds what looks like tool-call markup.
+_MARKUP_HINT = re.compile(r"<tool_call>|<function=|\[TOOL_CALLS\]")
+
+
+def _has_native_calls(completion: object) -> bool:
+    """Whether the server returned a native tool call (with a name) in this completion."""
+    choices = getattr(completion, "choices", None) or ()
+    message = getattr(choices[0], "message", None) if choices else None
+    for tool_call in getattr(message, "tool_calls", None) or ():
+        name = getattr(getattr(tool_call, "function", None), "name", None)
+        if isinstance(name, str) and name.strip():
+            return True
+    return False
 
 
 def _settled(
@@ -392,17 +479,31 @@ def _native_calls(tool_calls: Iterable[Any] | None, response_id: str) -> list[To
     return calls
 
 
-def _with_unique_ids(calls: list[ToolCall]) -> list[ToolCall]:
-    """Each call with an id of its own: missing, empty and repeated ids get a fresh one. The id
-    is the one sent back with the call and its result, so replays pair."""
+def _with_unique_ids(calls: list[ToolCall], response_id: str = "") -> list[ToolCall]:
+    """Each call with an id of its own, every call kept: a missing or empty id gets a fresh one,
+    a repeated id the first free suffix (`call_0`, `call_0_2`, ...; the same answer always gets
+    the same ids). The id is the one sent back with the call and its result, so they pair."""
+    taken = {call.id for call in calls if call.id}
     seen: set[str] = set()
     unique: list[ToolCall] = []
+    repeated: list[str] = []
     for call in calls:
         call_id = call.id
-        if not call_id or call_id in seen:
+        if not call_id:
             call_id = f"call_{uuid.uuid4().hex[:24]}"
+        elif call_id in seen:
+            repeated.append(call_id)
+            call_id = _free_id(call_id, taken | seen)
         seen.add(call_id)
         unique.append(call if call_id == call.id else dataclasses.replace(call, id=call_id))
+    if repeated:
+        log.info(
+            "llm_tool_call_ids_repeated",
+            provider="openai",
+            response_id=response_id,
+            ids=sorted(set(repeated)),
+            calls=len(calls),
+        )
     return unique
 
 
@@ -416,10 +517,6 @@ def _dropped(calls: list[ToolCall], response_id: str, why: str) -> list[ToolCall
             names=[call.name for call in calls],
         )
     return []
-
-
-def _canonical(arguments: dict[str, Any] | None) -> str:
-    return json.dumps(arguments, sort_keys=True, default=str)
 
 
 def _usage(usage: Any) -> Usage:

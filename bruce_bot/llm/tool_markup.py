@@ -1,9 +1,9 @@
-"""Tool calls and reasoning that models write into their text, turned into calls or removed.
+"""Tool calls and reasoning that models write into their text: calls when they are the answer.
 
 Models served without native tool calling (or whose server's tool parser is off or failed) write
 their calls into the answer's text in their training format; reasoning models write their
-thinking there too. What a person reads must hold neither, so every provider passes the text
-through `parse_text`, which knows these dialects:
+thinking there too. The OpenAI-compatible provider passes the text through `parse_text` (or,
+when the text is not read for calls, `visible_text`), which knows these dialects:
 
 - Hermes / Qwen2.5: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one or several,
   the last possibly unclosed (the model stopped, or its output was cut);
@@ -12,14 +12,27 @@ through `parse_text`, which knows these dialects:
 - Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (also with Python quotes) and
   the newer `[TOOL_CALLS]name[ARGS]{...}`;
 - Llama 3.x: the whole answer is the call as bare JSON, `{"name": ..., "parameters": {...}}`
-  (or `"arguments"`), possibly fenced in ```json, several separated by `;`, after
-  `<|python_tag|>`.
+  (or `"arguments"`, or `{"type": "function", "function": {...}}`), several separated by `;`,
+  after `<|python_tag|>`.
 
-A written call becomes a real call only when its name is one of the tools offered in this
-request; otherwise it is removed from the text all the same (raw markup is never shown). A call
-whose JSON is garbled keeps its name with `arguments=None`, so the agent loop can tell the model.
-Reasoning - `<think>...</think>`, `<thinking>...</thinking>`, a lone `</think>` with the thinking
-before it, an unclosed `<think>` at the end - is removed. No SDK is imported here.
+Markup is a call only when it is the answer: a model that explains a page may quote that page's
+example calls, and a quote must never act. So `parse_text` takes written calls only when
+
+- the markup is the whole answer or its tail (prose, then the calls, then nothing but
+  whitespace), and it is the first markup in the answer (an answer that shows markup mid-prose
+  is talking about markup, so its tail is not taken either);
+- it does not start inside a fenced (```` ``` ````, `~~~`) or inline (`` ` ``) code span, a
+  Markdown block quote (`> `) or an HTML `<code>`, `<pre>`, `<blockquote>` or `<q>`;
+- every call in it names a tool offered in this request;
+- bare JSON (Llama) is the whole answer, unfenced.
+
+Otherwise nothing is a call and the text is shown as it is, markup included (`ParsedText.refused`
+says why, for the log). Whether the text is read for calls at all is the provider's decision
+(`text_calls.py`: never next to native calls, never for a model seen calling natively).
+A call whose JSON is garbled keeps its name with `arguments=None`, so the agent loop can tell the
+model. Reasoning - `<think>...</think>`, `<thinking>...</thinking>`, a lone `</think>` with the
+thinking before it, an unclosed `<think>` at the end - is removed, and so are the chat
+template's special tokens (`<|python_tag|>`, `<|eot_id|>`, ...). No SDK is imported here.
 """
 
 from __future__ import annotations
@@ -46,13 +59,15 @@ class TextCall:
 
 @dataclass(frozen=True, slots=True)
 class ParsedText:
-    """The text a person reads, and the calls to offered tools written into it."""
+    """The text a person reads, and the calls to offered tools written as its tail."""
 
     text: str
     calls: tuple[TextCall, ...] = ()
-    # Names of calls written in markup for tools not offered (removed from the text, not run).
+    # Names in the tail markup of tools not offered (the whole tail then stays text, unrun).
     ignored: tuple[str, ...] = ()
     had_markup: bool = False
+    # Why markup in the text was not taken as calls ("" when it was, or there was none).
+    refused: str = ""
 
 
 # ---- reasoning -------------------------------------------------------------------------------
@@ -185,7 +200,6 @@ _MARKERS = re.compile(r"<tool_call>|<function=[^>\n]+>|\[TOOL_CALLS\]")
 _STRAY = re.compile(r"</tool_call>|</function>")
 _SPECIAL_TOKENS = re.compile(r"<\|(?:python_tag|eom_id|eot_id|im_end|end)\|>")
 _NAME = re.compile(r"""["']name["']\s*:\s*["']([^"'\\]+)["']""")
-_FENCE = re.compile(r"\A```[a-zA-Z]*\s*\n?(.*?)\n?\s*```\Z", re.DOTALL)
 _CALL_KEYS = {"name", "arguments", "parameters", "type", "id"}
 
 
@@ -196,38 +210,105 @@ class _Found:
     raw: str
 
 
+def visible_text(text: str | None) -> str:
+    """What a person reads of an answer whose text is not read for calls: the reasoning and the
+    template's special tokens removed, everything else (markup included) as written."""
+    return _tidy(_SPECIAL_TOKENS.sub("", strip_reasoning(text or "")))
+
+
 def parse_text(text: str | None, offered: OfferedTools) -> ParsedText:
-    """Reasoning and tool-call markup out of `text`; calls to `offered` tools kept as calls."""
-    visible = strip_reasoning(text or "")
-    had_markup = bool(_SPECIAL_TOKENS.search(visible))
-    visible = _SPECIAL_TOKENS.sub("", visible)
-    kept: list[str] = []
+    """The answer's text and the calls written as its tail (see the module docstring)."""
+    raw = _SPECIAL_TOKENS.sub("", strip_reasoning(text or ""))
+    shown = _tidy(raw)
+    marker = _MARKERS.search(raw)
+    if marker is None:
+        bare = _bare_json_calls(raw)
+        if bare is None:
+            return ParsedText(shown)
+        found, start = bare, 0
+    elif quoted := _quoted(raw, marker.start()):
+        return ParsedText(shown, had_markup=True, refused=quoted)
+    else:
+        tail = _tail_calls(raw, marker.start(), offered)
+        if tail is None:
+            return ParsedText(shown, had_markup=True, refused="not at the end of the answer")
+        found, start = tail, marker.start()
+    ignored = tuple(call.name for call in found if call.name not in offered)
+    if ignored:
+        return ParsedText(shown, (), ignored, True, "names a tool not offered")
+    if not found:
+        return ParsedText(shown, had_markup=True, refused="holds no call")
+    calls = tuple(TextCall(call.name, call.arguments, call.raw) for call in found)
+    return ParsedText(_tidy(raw[:start]), calls, (), True)
+
+
+def _tail_calls(text: str, start: int, offered: OfferedTools) -> list[_Found] | None:
+    """The calls of the markup from `start` when it runs to the end of `text` (whitespace and
+    stray closing tags aside), else None: markup followed by prose is not a call."""
     found: list[_Found] = []
-    position = 0
-    marked = False
-    while (marker := _MARKERS.search(visible, position)) is not None:
-        marked = True
-        kept.append(visible[position : marker.start()])
-        in_marker, position = _parse_marked(visible, marker, offered)
-        found.extend(in_marker)
-    kept.append(visible[position:])
-    remaining = "".join(kept)
-    if _STRAY.search(remaining):
-        had_markup = True
-        remaining = _STRAY.sub("", remaining)
-    if not marked:
-        bare = _bare_json_calls(remaining)
-        if bare is not None:
-            found, remaining, marked = bare, "", True
-    had_markup = had_markup or marked
-    calls: list[TextCall] = []
-    ignored: list[str] = []
-    for call in found:
-        if call.name in offered:
-            calls.append(TextCall(call.name, call.arguments, call.raw))
-        else:
-            ignored.append(call.name)
-    return ParsedText(_tidy(remaining), tuple(calls), tuple(ignored), had_markup)
+    position = start
+    while True:
+        marker = _MARKERS.match(text, position)
+        if marker is None:
+            return None
+        calls, position = _parse_marked(text, marker, offered)
+        found.extend(calls)
+        while True:
+            stripped = len(text) - len(text[position:].lstrip())
+            stray = _STRAY.match(text, stripped)
+            position = stray.end() if stray else stripped
+            if stray is None:
+                break
+        if position >= len(text):
+            return found
+
+
+_FENCE_LINE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})(.*)$", re.MULTILINE)
+_BACKTICKS = re.compile(r"`+")
+_HTML_QUOTE = re.compile(r"<(/?)(code|pre|blockquote|q)\b[^>]*>", re.IGNORECASE)
+
+
+def _quoted(text: str, position: int) -> str:
+    """Why the markup at `position` is a quote ("" when it is not): inside code, a Markdown
+    block quote (`> ` on its line) or an HTML `<code>`, `<pre>`, `<blockquote>` or `<q>`."""
+    if _in_code(text, position):
+        return "inside a code block"
+    line = text[text.rfind("\n", 0, position) + 1 : position]
+    if line.lstrip().startswith(">"):
+        return "inside a quote"
+    depth = 0
+    for tag in _HTML_QUOTE.finditer(text, 0, position):
+        depth = max(0, depth - 1) if tag.group(1) else depth + 1
+    return "inside a quote" if depth else ""
+
+
+def _in_code(text: str, position: int) -> bool:
+    """Whether `position` lies inside a fenced code block or an inline code span (Markdown's
+    rules, simplified: a fence closes on a line of its own, inline spans end at a blank line).
+    An unmatched backtick counts as code: a quote is never taken for a call."""
+    before = text[:position]
+    fence = ""
+    after_fence = 0
+    for line in _FENCE_LINE.finditer(before):
+        run, rest = line.group(1), line.group(2)
+        if not fence:
+            fence, after_fence = run, line.end()
+        elif run[0] == fence[0] and len(run) >= len(fence) and not rest.strip():
+            fence, after_fence = "", line.end()
+    if fence:
+        return True
+    paragraph = before[after_fence:]
+    blank = paragraph.rfind("\n\n")
+    if blank >= 0:
+        paragraph = paragraph[blank:]
+    opened = 0
+    for run in _BACKTICKS.finditer(paragraph):
+        length = len(run.group(0))
+        if not opened:
+            opened = length
+        elif length == opened:
+            opened = 0
+    return opened > 0
 
 
 def _tidy(text: str) -> str:
@@ -391,11 +472,9 @@ def _parse_mistral(text: str, start: int) -> tuple[list[_Found], int]:
 
 
 def _bare_json_calls(text: str) -> list[_Found] | None:
-    """Llama 3.x: the whole answer is the call (or calls) as JSON, or None if it is not."""
+    """Llama 3.x: the whole answer is the call (or calls) as JSON, or None if it is not (JSON
+    in a code fence is shown, not run: it is how a model quotes)."""
     body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1).strip()
     if not body.startswith(("{", "[")):
         return None
     values, complete = _decode_all(body)

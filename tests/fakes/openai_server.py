@@ -27,8 +27,9 @@ can take the shape each server gives them::
 A responder returns an `OpenAIReply` or a string (a text answer); it may be async. Every request
 body is kept in `server.requests` (headers in `server.request_headers`); wait for them with
 `await server.wait_for_requests(n)`. Like the real API, the fake refuses (400) an empty `tools`
-list, `tool_choice` without tools, `tool` messages that answer no preceding `tool_calls`, and
-assistant `tool_calls` left unanswered; pass `validate=False` to switch that off. With
+list, `tool_choice` without tools, `tool` messages that answer no preceding `tool_calls`,
+assistant `tool_calls` left unanswered, and, as DeepSeek does (craft-ai-agents/craft-agents-oss
+issue #630), a call id used twice in one request; pass `validate=False` to switch that off. With
 `tool_choice: "none"` scripted tool calls are dropped (the model answers in text, `NO_TOOLS_TEXT`
 if the reply had none), as OpenAI does. Servers that ignore `tool_choice` (Ollama, some vLLM
 versions) are played by `script(..., ignores_tool_choice=True)`, by a responder (it sees the
@@ -392,6 +393,7 @@ def _problem_with(body: dict[str, Any]) -> str | None:
             "specified."
         )
     unanswered: list[str] = []  # tool_call ids of the last assistant message not yet answered
+    call_ids: set[str] = set()  # every call id of the request
     for index, message in enumerate(messages):
         role = message.get("role")
         if role not in ("system", "developer", "user", "assistant", "tool"):
@@ -429,6 +431,9 @@ def _problem_with(body: dict[str, Any]) -> str | None:
                         f"Invalid type for 'messages[{index}].tool_calls[0].function.arguments': "
                         "expected a string."
                     )
+                if call["id"] in call_ids:
+                    return f"Duplicate value for 'tool_call_id' of {call['id']} in message[{index}]"
+                call_ids.add(call["id"])
             unanswered = [call["id"] for call in calls]
         elif message.get("content") is None:
             return f"Invalid value for 'messages[{index}].content': expected a string, got null."

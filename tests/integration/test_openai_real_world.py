@@ -61,8 +61,9 @@ TOOLS = {
     )
 }
 
-# Nothing of these may reach what a person reads.
-MARKUP = re.compile(r"<think|</think|<thinking|<tool_call|</tool_call|<function=|\[TOOL_CALLS\]")
+# Reasoning never reaches what a person reads; markup does only when it was not taken as calls.
+REASONING = re.compile(r"<think|</think|<thinking")
+MARKUP = re.compile(r"<tool_call|</tool_call|<function=|\[TOOL_CALLS\]")
 
 
 @pytest.fixture
@@ -101,10 +102,19 @@ async def replayed(
 ) -> LLMResponse:
     server.replay(FIXTURES / f"{name}.json")
     response = await llm.complete(SYSTEM, HELLO, [TOOLS[n] for n in offered], **options)
-    assert not MARKUP.search(response.text), response.text
+    assert not REASONING.search(response.text), response.text
+    if response.tool_calls:
+        assert not MARKUP.search(response.text), response.text
     ids = [call.id for call in response.tool_calls]
     assert all(ids) and len(set(ids)) == len(ids)
     return response
+
+
+def as_written(name: str) -> str:
+    """The recorded answer's text as the server sent it (what is shown when it is no call)."""
+    content = recorded(name)["choices"][0]["message"]["content"]
+    assert isinstance(content, str)
+    return content.strip()
 
 
 def calls_of(response: LLMResponse) -> list[tuple[str, Any]]:
@@ -145,32 +155,29 @@ ANSWERS = [
         [("glob", {"pattern": "src/semantic_harvest/src/common/cli/commands/*.py"})],
         "tool_use",
     ),
+    # Markup for a tool not offered is no call: shown as the model wrote it.
     (
         "ollama_qwen3coder_function_markup_in_content",
         (),
-        "I'll scan the source code structure to identify potential improvement areas. Let me "
-        "examine the project layout and key files to understand the current implementation.",
+        as_written("ollama_qwen3coder_function_markup_in_content"),
         [],
         "end_turn",
     ),
+    # A call in a code fence is how a model quotes, even as the whole answer: shown, not run.
     (
         "ollama_llama32_json_in_content",
         ("query_web_search",),
-        "",
-        [("query_web_search", {"query": "install ollama models"})],
-        "tool_use",
+        as_written("ollama_llama32_json_in_content"),
+        [],
+        "end_turn",
     ),
-    ("ollama_llama32_json_in_content", ("web_search",), "", [], "end_turn"),
+    # Calls followed by prose (here the model's made-up continuation) are not the answer.
     (
         "vllm_mistral_tool_calls_in_content",
         ("get_current_weather",),
-        "$$ In order to execute these functions, I need to provide the current weather API. "
-        "Let me find the data for you.",
-        [
-            ("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"}),
-            ("get_current_weather", {"city": "San Francisco", "state": "CA", "unit": "fahrenheit"}),
-        ],
-        "tool_use",
+        as_written("vllm_mistral_tool_calls_in_content"),
+        [],
+        "end_turn",
     ),
     (
         "vllm_qwen25_hermes_tool_calls_in_content",
@@ -247,7 +254,7 @@ ANSWERS = [
     (
         "omlx_unclosed_tool_call_finish_stop",
         (),
-        "I'll use web-browsing to look that up.",
+        as_written("omlx_unclosed_tool_call_finish_stop"),
         [],
         "end_turn",
     ),
@@ -421,16 +428,17 @@ async def test_calls_made_despite_tool_choice_none_are_dropped(
 async def test_calls_cut_by_the_token_limit_lose_their_arguments(
     server: FakeOpenAIServer, llm: OpenAICompatibleLLM
 ) -> None:
+    body = recorded("omlx_unclosed_tool_call_finish_stop")
+    body["choices"][0]["finish_reason"] = "length"
+    server.replay(body)
     server.script(
         tool_calls=[("web_search", {"query": "a"}), ("web_search", '{"query": "b"}')],
         finish_reason="length",
     )
-    body = recorded("omlx_unclosed_tool_call_finish_stop")
-    body["choices"][0]["finish_reason"] = "length"
-    server.replay(body)
 
-    native = await llm.complete(SYSTEM, HELLO, [TOOLS["web_search"]])
+    # Written first: once the model has called natively, its text is not read for calls (auto).
     written = await llm.complete(SYSTEM, HELLO, [TOOLS["web_search"]])
+    native = await llm.complete(SYSTEM, HELLO, [TOOLS["web_search"]])
 
     assert native.stop_reason == "max_tokens"
     # The last call may be cut even where its JSON parses; earlier ones are whole.

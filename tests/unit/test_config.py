@@ -843,6 +843,22 @@ def test_media_settings_are_checked_with_errors_that_name_the_key(tmp_path: Path
     assert "documents.max_chars" in problems
 
 
+def test_text_tool_calls_defaults_to_auto_and_a_bad_value_names_the_key(tmp_path: Path) -> None:
+    assert load_text(tmp_path, "{}").llm.text_tool_calls == "auto"
+    assert load_text(tmp_path, "llm: {text_tool_calls: 'off'}").llm.text_tool_calls == "off"
+    # Unquoted, YAML reads on/off as booleans: still the words they are.
+    assert load_text(tmp_path, "llm: {text_tool_calls: off}").llm.text_tool_calls == "off"
+    assert load_text(tmp_path, "llm: {text_tool_calls: on}").llm.text_tool_calls == "on"
+
+    # The dashboard's LLM settings change other keys: this one stays as config.yml says.
+    off = load_text(tmp_path, "llm: {text_tool_calls: 'off'}").llm
+    assert off.with_values({"model": "qwen3:8b", "base_url": ""}).text_tool_calls == "off"
+
+    problems = error_of(tmp_path, "llm: {text_tool_calls: sometimes}\n")
+
+    assert "llm.text_tool_calls" in problems and "'auto', 'on' or 'off'" in problems
+
+
 def test_transcription_is_off_until_an_endpoint_or_key_is_set(tmp_path: Path) -> None:
     assert not load_text(tmp_path, "{}").transcription.is_configured
     config = load_text(
