@@ -3,11 +3,11 @@
 A forwarded message (Telegram's `forward_origin`, Discord's `message_snapshots`) or a quote of
 another person's message reaches Bruce from the user, but its words are not the user's: a
 forwarded "remind me every minute to ..." is data the user passed on, never a request. So the
-channel stores such text already fenced (`as_untrusted`, source "forwarded message from …"):
-whatever reads the stored text later (the model, the summary) reads it as data, even when the
-media step is skipped. The user's own words of the same message stay outside the fence. The
-message's `extra` records under `FORWARDED` what was quoted and who it came from as the
-platform reports it, and a turn that reads such a message is untrusted
+channel stores such text already fenced (bruce_bot/untrusted.py, with the source "forwarded
+message from …"): whatever reads the stored text later (the model, the summary) reads it as
+data, even when the media step is skipped. The user's own words of the same message stay
+outside the fence. The message's `extra` records under `FORWARDED` what was quoted and who it
+came from as the platform reports it, and a turn that reads such a message is untrusted
 (`media/preparation.py`): what it would do needs the user's confirmation.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bruce_bot.domain import Attachment
-from bruce_bot.tools.registry import as_untrusted
+from bruce_bot.untrusted import fence as fence_untrusted
 
 FORWARDED = "forwarded"  # key of a user message's `extra`: [Quoted.as_dict(), ...]
 MAX_NAME_CHARS = 80
@@ -44,7 +44,7 @@ class Quoted:
         return f"{what} from {self.author}" if self.author else what
 
     def fence(self, text: str) -> str:
-        return as_untrusted(text.strip(), self.source)
+        return fence_untrusted(text.strip(), self.source)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "from": self.author, "origin": self.origin}
