@@ -129,6 +129,30 @@ async def test_a_telegram_forward_is_read_fenced_and_what_it_asks_for_waits_for_
     assert record["origin"]["date"] == 1704135815
 
 
+async def test_a_forward_still_in_the_history_keeps_later_turns_untrusted_until_new(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    forward = load_fixture("built_forward_hidden_user_private")
+    async with FakeAnthropicServer(responder=obliging) as llm:
+        async with running_bruce(telegram_config(tmp_path, telegram, llm.base_url)):
+            telegram.replay(forward, ids={RX_USER: ALICE.id})
+            await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            # The forward is in what the model reads next: a delayed instruction in it could
+            # still act, so the user's own request waits too (as after a document).
+            telegram.private_text(ALICE, OWN_ASK)
+            await telegram.wait_for(
+                lambda: any("Please confirm" in t for t in telegram.texts_to(ALICE.id)), WITHIN
+            )
+            assert tasks(tmp_path) == [{"title": "Stretch", "status": "unconfirmed"}]
+            # /new sets the forward aside: the same request is scheduled at once.
+            sent = len(telegram.texts_to(ALICE.id))
+            telegram.command(ALICE, "/new")
+            await telegram.wait_for_messages(ALICE.id, sent + 1, WITHIN)
+            telegram.private_text(ALICE, OWN_ASK)
+            await telegram.wait_for(lambda: len(tasks(tmp_path)) == 2, WITHIN)
+    assert tasks(tmp_path)[1] == {"title": "Stretch", "status": "active"}
+
+
 async def test_every_kind_of_telegram_origin_is_named_in_the_fence(
     tmp_path: Path, telegram: FakeTelegramServer
 ) -> None:
