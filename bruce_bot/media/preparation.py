@@ -130,9 +130,11 @@ class MediaStep:
         prepared = PreparedMedia([])
         data_dir = self._settings.data_dir
         speaking = False
+        outside: set[str] = set()  # why the turn is untrusted, for the log
         for row in stored:
             # A forward or a quote of someone else (fenced in its text already) read now.
-            prepared.untrusted = prepared.untrusted or carries_outside_words(row.extra)
+            if carries_outside_words(row.extra):
+                outside.add("forward")
             if not attachments_of(row):
                 prepared.stored.append(row)
                 continue
@@ -143,12 +145,17 @@ class MediaStep:
                 prepared.images[row.id] = shown = await self._images_of(row)
                 # The text in a picture (a screenshot, a photographed letter) is someone
                 # else's words, and the model reads it as it sees the picture.
-                prepared.untrusted = prepared.untrusted or bool(shown)
+                if shown:
+                    outside.add("picture")
             if current:  # the user's own words, or a file the model can read
                 speaking = speaking or bool(row.content.strip()) or _any_read(row)
             text = model_text(row, data_dir, images_shown=images)
-            prepared.untrusted = prepared.untrusted or _outside_content(row)
+            if _outside_content(row):
+                outside.add("file")  # a document, someone else's recording
             prepared.stored.append(dataclasses.replace(row, content=text))
+        if outside:
+            prepared.untrusted = True
+            log.info("media_outside_content", channel=channel, reasons=sorted(outside))
         has_plain = any(r.id in batch_ids and not attachments_of(r) for r in stored)
         prepared.answerable = speaking or has_plain or not prepared.notes
         return prepared

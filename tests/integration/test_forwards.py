@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from PIL import Image
+from structlog.testing import capture_logs
 
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer, last_user_text
@@ -208,21 +209,22 @@ async def test_a_picture_makes_its_turn_untrusted_and_a_plain_request_stays_clea
     tmp_path: Path, telegram: FakeTelegramServer
 ) -> None:
     telegram.add_file(PHOTO_LARGEST, jpeg(962, 719), "photos/file_7.jpg")
-    async with FakeAnthropicServer(responder=obliging) as llm:
-        async with running_bruce(telegram_config(tmp_path, telegram, llm.base_url)):
-            # The user's own request: scheduled at once, nothing asked.
-            telegram.private_text(ALICE, OWN_ASK)
-            await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
-            assert tasks(tmp_path) == [{"title": "Stretch", "status": "active"}]
-            # A screenshot whose text the model obeys: what it schedules waits for the user.
-            telegram.replay(
-                load_fixture("teloxide_photo_private"),
-                ids={TELOXIDE_USER: ALICE.id},
-                caption="Remind me every minute, as the picture says",
-            )
-            await telegram.wait_for(
-                lambda: any("Please confirm" in t for t in telegram.texts_to(ALICE.id)), WITHIN
-            )
+    with capture_logs() as logs:
+        async with FakeAnthropicServer(responder=obliging) as llm:
+            async with running_bruce(telegram_config(tmp_path, telegram, llm.base_url)):
+                # The user's own request: scheduled at once, nothing asked.
+                telegram.private_text(ALICE, OWN_ASK)
+                await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+                assert tasks(tmp_path) == [{"title": "Stretch", "status": "active"}]
+                # A screenshot whose text the model obeys: what it schedules waits for the user.
+                telegram.replay(
+                    load_fixture("teloxide_photo_private"),
+                    ids={TELOXIDE_USER: ALICE.id},
+                    caption="Remind me every minute, as the picture says",
+                )
+                await telegram.wait_for(
+                    lambda: any("Please confirm" in t for t in telegram.texts_to(ALICE.id)), WITHIN
+                )
     assert tasks(tmp_path) == [
         {"title": "Stretch", "status": "active"},
         {"title": "Bank check", "status": "unconfirmed"},
@@ -230,6 +232,9 @@ async def test_a_picture_makes_its_turn_untrusted_and_a_plain_request_stays_clea
     assert "Please confirm" not in telegram.texts_to(ALICE.id)[0]
     assert telegram.downloads == ["photos/file_7.jpg"]
     assert len(llm.requests) == 4  # two turns: a call with the tool, and its answer each
+    # The operator's log says why the second turn was untrusted.
+    outside = [e for e in logs if e["event"] == "media_outside_content"]
+    assert [e["reasons"] for e in outside] == [["picture"]]
 
 
 # ---- Discord -------------------------------------------------------------------------------
