@@ -15,7 +15,8 @@ nothing of theirs is stored or shown to an LLM.
 `/new`, `/reminders` and `/help` (or `!new`, ...) are answered without the LLM. Who may talk, the
 refusals and the commands are the channel policy's (policy.py).
 
-What Discord really sends is handled too. A forwarded message is read as "[forwarded] ...". A
+What Discord really sends is handled too. A forwarded message's text is stored fenced as
+someone else's words, marked in the message's `extra` (channels/forwards.py). A
 message with nothing to read (poll, sticker, voice message, bare attachment) gets one short
 notice; system messages (joins, pins, "thread created") and edits are ignored; messages from
 bots, webhooks and applications too.
@@ -49,6 +50,7 @@ from bruce_bot.channels.discord_messages import (
     BotIds,
     addresses_bot,
     carries_something,
+    forwards_of,
     text_of,
 )
 from bruce_bot.channels.discord_sending import DiscordSender
@@ -61,6 +63,7 @@ from bruce_bot.channels.discord_texts import (
     TEXTS,
     TOKEN_FIX,
 )
+from bruce_bot.channels.forwards import metadata_of
 from bruce_bot.channels.policy import (
     BUTTON_INACTIVE,
     RESTARTING,
@@ -329,6 +332,7 @@ class DiscordChannel:
             log.info("discord_message_without_text", message_id=message.id, chat_id=chat_id)
             await self._out.say(channel, EMPTY_MENTION_REPLY if bare_mention else ONLY_TEXT_REPLY)
             return
+        quoted = forwards_of(message)  # whose words it passes on (channels/forwards.py)
         inbound = InboundMessage(
             DISCORD_CHANNEL,
             chat_id,
@@ -336,7 +340,7 @@ class DiscordChannel:
             user_id=str(author.id),
             user_name=author.display_name,
             platform_message_id=str(message.id),
-            metadata={"group": True} if in_guild else {},
+            metadata={**({"group": True} if in_guild else {}), **metadata_of(quoted)},
             attachments=attachments,
         )
         try:

@@ -6,7 +6,9 @@ Which message a reply points at: Discord includes the replied-to message
 (`referenced_message`), sends null when it was deleted and sometimes leaves it out; then the id
 is checked against the messages Bruce sent recently and, only when Discord left it out, that one
 message is fetched once. A forwarded message carries its text in a snapshot; that text (and the
-descriptions of its attachments and embeds) is read as "[forwarded] ...".
+descriptions of its attachments and embeds) is someone else's words: it is stored fenced, after
+the user's own text, and marked in the message's `extra` (channels/forwards.py). A snapshot
+does not say who wrote it, only where it was (`message_reference`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import discord
 import structlog
 
-from bruce_bot.channels.discord_texts import FORWARDED_MARK
+from bruce_bot.channels.forwards import Quoted
 from bruce_bot.channels.recent import Recent
 
 log = structlog.get_logger(__name__)
@@ -105,16 +107,39 @@ def _is_reply(message: discord.Message) -> bool:
 
 def text_of(message: discord.Message, bot: BotIds) -> str:
     """The message's own text (in a guild without the mention that addressed Bruce), then
-    the text of what it forwards, each forwarded part marked."""
+    the text of what it forwards, each forwarded part fenced as someone else's words."""
     own = message.content
     if message.guild is not None:
         own = _without_bot_mentions(own, bot)
     parts = [own.strip()]
+    forward = forward_of(message)
     for snapshot in message.message_snapshots:
         forwarded = _snapshot_text(snapshot, bot)
         if forwarded:
-            parts.append(f"{FORWARDED_MARK} {forwarded}")
-    return "\n".join(part for part in parts if part)
+            parts.append(forward.fence(forwarded))
+    return "\n\n".join(part for part in parts if part)
+
+
+def forward_of(message: discord.Message) -> Quoted:
+    """Where the forwarded message was, as Discord reports it (a snapshot names no author)."""
+    ref = message.reference
+    origin: dict[str, object] = {}
+    where = ""
+    if ref is not None:
+        origin = {"message_id": ref.message_id, "channel_id": ref.channel_id}
+        if ref.guild_id is not None:
+            origin["guild_id"] = ref.guild_id
+        here = message.guild.id if message.guild is not None else None
+        if ref.guild_id is None:
+            where = "a Discord direct message"
+        else:
+            where = "this Discord server" if ref.guild_id == here else "another Discord server"
+    return Quoted("forward", where, origin)
+
+
+def forwards_of(message: discord.Message) -> tuple[Quoted, ...]:
+    """The forward the message carries, for its `extra` (empty: none)."""
+    return (forward_of(message),) if message.message_snapshots else ()
 
 
 def _without_bot_mentions(text: str, bot: BotIds) -> str:

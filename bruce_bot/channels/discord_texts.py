@@ -45,7 +45,6 @@ ONLY_TEXT_REPLY = (
 )
 EMPTY_MENTION_REPLY = "Yes? Write your message after the mention and I'll answer."
 NOT_STORED_REPLY = "I couldn't take your message just now; please send it again in a minute."
-FORWARDED_MARK = "[forwarded]"
 
 TEXTS = PolicyTexts(stranger=STRANGER_REPLY)
 

@@ -14,6 +14,7 @@ Replies go out through telegram_sending.py; failures become `DeliveryError`s, an
 the one place that retries them.
 
 Telegram as it really arrives: the parts of an album become one message (telegram_albums.py);
+a forward or a quote of someone else is stored fenced as their words (telegram_forwards.py);
 each forum topic is its own conversation, and everything for it is sent into that topic
 (telegram_chats.py names the sessions); service messages and channel posts copied into a
 discussion group are passed over in silence; a group upgraded to a supergroup is followed to
@@ -34,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -43,6 +44,7 @@ from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, T
 from telegram.ext import Application, ContextTypes, TypeHandler
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
+from bruce_bot.channels.forwards import Quoted
 from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, PairingPort, Press
 from bruce_bot.channels.telegram_albums import AlbumBook
 from bruce_bot.channels.telegram_app import (
@@ -54,7 +56,7 @@ from bruce_bot.channels.telegram_app import (
     tls_options,
 )
 from bruce_bot.channels.telegram_chats import ChatAddress
-from bruce_bot.channels.telegram_files import attachments_of, fetch
+from bruce_bot.channels.telegram_files import fetch
 from bruce_bot.channels.telegram_intake import DurableUpdateQueue
 from bruce_bot.channels.telegram_live import EDIT_INTERVAL_SECONDS, TelegramLive
 from bruce_bot.channels.telegram_messages import (
@@ -294,12 +296,12 @@ class TelegramChannel:
             if turn.action == "notice":
                 await self._out.reply(message, ONLY_TEXT)
             elif turn.action == "submit":
-                await self._submit(heard, turn.text, turn.attachments)
+                await self._submit(heard, turn.text, turn.attachments, turn.quoted)
             return
         text = heard.text(self._bot_username, self._bot_id)
-        attachments = attachments_of(message)
+        attachments = heard.attachments()
         if text is not None or attachments:
-            await self._submit(heard, text or "", attachments)
+            await self._submit(heard, text or "", attachments, heard.quoted)
         elif has_content(message):  # a sticker, a video, a location...
             await self._out.reply(message, ONLY_TEXT)
 
@@ -319,14 +321,18 @@ class TelegramChannel:
             self._albums.expect(album_part(message, self._bot_username, self._bot_id))
 
     async def _submit(
-        self, heard: Heard, text: str, attachments: tuple[Attachment, ...] = ()
+        self,
+        heard: Heard,
+        text: str,
+        attachments: tuple[Attachment, ...] = (),
+        quoted: Sequence[Quoted] = (),
     ) -> None:
         message, chat_id = heard.message, str(heard.address)
         inbox = self._inbox
         if inbox is None:
             await self._out.reply(message, RESTARTING)
             return
-        inbound = heard.inbound(TELEGRAM_CHANNEL, text, attachments)
+        inbound = heard.inbound(TELEGRAM_CHANNEL, text, attachments, quoted)
         try:
             submission = await inbox.submit(inbound)
         except Exception:

@@ -36,6 +36,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bruce_bot.channels.forwards import Quoted
 from bruce_bot.domain import Attachment
 
 DEFAULT_CAPACITY = 256
@@ -52,6 +53,7 @@ class AlbumPart:
     kind: str  # "photo", "video", "file", "audio file"
     caption: str | None = None  # the words to read, None when the part has none
     attachment: Attachment | None = None  # its file, when Bruce can read that kind
+    quoted: tuple[Quoted, ...] = ()  # a forwarded part: whose it is (its caption is fenced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,7 @@ class AlbumTurn:
     action: Literal["submit", "notice", "skip"]
     text: str = ""
     attachments: tuple[Attachment, ...] = ()
+    quoted: tuple[Quoted, ...] = ()  # the forwarded parts' origins
 
 
 @dataclass(slots=True)
@@ -94,6 +97,7 @@ class AlbumBook:
         album.read.update(known.message_id for known in unread)
         captions = "\n\n".join(known.caption for known in unread if known.caption)
         attachments = tuple(known.attachment for known in unread if known.attachment)
+        quoted = tuple(origin for known in unread for origin in known.quoted)
         if not captions and not attachments:
             if album.noticed or album.answered:
                 return AlbumTurn("skip")
@@ -101,7 +105,7 @@ class AlbumBook:
             return AlbumTurn("notice")
         answered_before, album.answered = album.answered, True
         text = f"{captions}\n\n{_describe(album, answered_before)}".strip()
-        return AlbumTurn("submit", text, attachments)
+        return AlbumTurn("submit", text, attachments, quoted)
 
     def _album(self, part: AlbumPart) -> _Album:
         key = (part.conversation, part.album)

@@ -4,7 +4,8 @@ In a private chat every message is for Bruce; in a group only an @mention, a tex
 command (to Bruce, not "/new@other_bot") or a reply to one of Bruce's own messages is. Service
 messages (members, titles, pins, topics, video chats...) and channel posts copied into their
 discussion group are nobody speaking to Bruce. The forum topic a message is in is its own
-conversation (telegram_chats.py).
+conversation (telegram_chats.py). A forward, and the words of another person a reply quotes,
+are read fenced as someone else's (telegram_forwards.py); a forwarded "/new" is no command.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from telegram import Message, MessageEntity, Update, User
 from telegram.constants import ChatType
 from telegram.ext import filters
 
+from bruce_bot.channels.forwards import Quoted, metadata_of, recorded_by_someone_else
 from bruce_bot.channels.policy import CommandCall
 from bruce_bot.channels.telegram_albums import AlbumPart
 from bruce_bot.channels.telegram_chats import ChatAddress
 from bruce_bot.channels.telegram_entities import command_of, mentions_of_bot, without_bot_mentions
 from bruce_bot.channels.telegram_files import attachments_of
+from bruce_bot.channels.telegram_forwards import forward_of, quote_of
 from bruce_bot.domain import Attachment, InboundMessage
 
 SUPPORTED_CHATS = (ChatType.PRIVATE, ChatType.GROUP, ChatType.SUPERGROUP)
@@ -44,12 +47,30 @@ class Heard:
     command: str | None  # a command of the channel, addressed to Bruce
     body: str | None  # the text, or the caption of a media message
     entities: Sequence[MessageEntity]
+    forward: Quoted | None = None  # the message is a forward: its body is someone else's
+    quote: tuple[Quoted, str] | None = None  # another person's words the reply quotes
 
     def text(self, username: str, bot_id: int) -> str | None:
-        """What the sender says to Bruce, without "@bruce_bot"; None when there is no text."""
-        if self.body is None:
-            return None
-        return without_bot_mentions(self.body, self.entities, username, bot_id)
+        """What the sender says to Bruce, without "@bruce_bot"; None when there is no text.
+        Someone else's words (a forward's, a quote) are fenced, a quote before the reply."""
+        own = None
+        if self.body is not None:
+            own = without_bot_mentions(self.body, self.entities, username, bot_id)
+            if self.forward is not None:
+                own = self.forward.fence(own) if own.strip() else ""
+        if self.quote is None:
+            return own
+        quoted, words = self.quote
+        return "\n\n".join(part for part in (quoted.fence(words), own) if part and part.strip())
+
+    @property
+    def quoted(self) -> tuple[Quoted, ...]:
+        return tuple(q for q in (self.forward, self.quote[0] if self.quote else None) if q)
+
+    def attachments(self) -> tuple[Attachment, ...]:
+        """The files Bruce can read; a forwarded voice note is someone else's recording."""
+        found = attachments_of(self.message)
+        return recorded_by_someone_else(found) if self.forward is not None else found
 
     def command_call(self, username: str) -> CommandCall | None:
         """The command the message sends, for the channel policy; None when it sends none."""
@@ -61,10 +82,18 @@ class Heard:
         )
 
     def inbound(
-        self, channel: str, text: str, attachments: tuple[Attachment, ...] = ()
+        self,
+        channel: str,
+        text: str,
+        attachments: tuple[Attachment, ...] = (),
+        quoted: Sequence[Quoted] = (),
     ) -> InboundMessage:
-        """The message for the inbox; in a group the answer replies to it."""
+        """The message for the inbox; in a group the answer replies to it. `quoted`: whose
+        words it passes on (stored in its `extra`, channels/forwards.py)."""
         message_id = self.message.message_id
+        metadata: dict[str, object] = {}
+        if self.in_group:
+            metadata = {"group": True, "reply_to": message_id}
         return InboundMessage(
             channel,
             str(self.address),
@@ -72,7 +101,7 @@ class Heard:
             user_id=str(self.user.id),
             user_name=display_name(self.user),
             platform_message_id=str(message_id),
-            metadata={"group": True, "reply_to": message_id} if self.in_group else {},
+            metadata={**metadata, **metadata_of(quoted)},
             attachments=attachments,
         )
 
@@ -94,6 +123,9 @@ def hear(
     for_me = target.lower() == username.lower()
     if target and not for_me:
         command = None  # "/new@other_bot" is another bot's business
+    forward = forward_of(message)
+    if forward is not None:
+        command = None  # a forwarded "/new" is someone else's words, not the sender's command
     addressed = (
         not in_group
         or for_me
@@ -103,7 +135,17 @@ def hear(
     )
     if not addressed:
         return None
-    return Heard(message, user, address_of(message), in_group, command, body, entities)
+    return Heard(
+        message,
+        user,
+        address_of(message),
+        in_group,
+        command,
+        body,
+        entities,
+        forward,
+        quote_of(message, bot_id),
+    )
 
 
 def address_of(message: Message) -> ChatAddress:
@@ -118,11 +160,16 @@ def address_of(message: Message) -> ChatAddress:
 
 def album_part(message: Message, username: str, bot_id: int) -> AlbumPart:
     caption = message.caption
+    forward = forward_of(message)
     if caption is not None:
         caption = without_bot_mentions(caption, message.caption_entities, username, bot_id)
+        if forward is not None:  # a forwarded album's caption is someone else's words
+            caption = forward.fence(caption) if caption.strip() else None
     kind = next((name for field, name in _ALBUM_KINDS if message[field]), "part")
     address = address_of(message)
     found = attachments_of(message)
+    if forward is not None:
+        found = recorded_by_someone_else(found)
     return AlbumPart(
         str(address),
         str(message.media_group_id),
@@ -130,6 +177,7 @@ def album_part(message: Message, username: str, bot_id: int) -> AlbumPart:
         kind,
         caption,
         found[0] if found else None,
+        (forward,) if forward is not None else (),
     )
 
 

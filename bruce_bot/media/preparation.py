@@ -11,6 +11,9 @@ nothing sent is lost. The user hears, above the reply, what was heard ("🎤 …
 not be read, with the limit or the type; a message with nothing the model can use is answered
 with that alone, without calling the model. Stored pictures older than `media.retention_days`
 are deleted (at most once an hour, from here); their messages then show a note (view.py).
+A turn whose model reads something from outside (a document, someone else's recording, a
+picture of the batch it is shown, a forwarded or quoted message: channels/forwards.py) is
+untrusted (`PreparedMedia.untrusted`): what it would do waits for the user's confirmation.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import structlog
 
 from bruce_bot.channels.base import AttachmentSource, AttachmentUnavailableError
+from bruce_bot.channels.forwards import carries_outside_words
 from bruce_bot.config import DocumentsConfig, MediaConfig
 from bruce_bot.domain import Attachment, ImagePart
 from bruce_bot.llm.transcription import Transcriber, TranscriptionError
@@ -87,8 +91,9 @@ class PreparedMedia:
     images: dict[int, tuple[ImagePart, ...]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # shown above the reply
     answerable: bool = True  # False: nothing for the model; the notes are the reply
-    # The model reads outside content (a document, someone else's recording): what it
-    # schedules in this turn waits for the user's yes, as after reading a web page.
+    # The model reads outside content (a document, someone else's recording, a picture it is
+    # shown, a forwarded or quoted message): what it does in this turn waits for the user's
+    # yes, as after reading a web page.
     untrusted: bool = False
 
     def with_preface(self, reply: str) -> str:
@@ -125,7 +130,11 @@ class MediaStep:
         prepared = PreparedMedia([])
         data_dir = self._settings.data_dir
         speaking = False
+        outside: set[str] = set()  # why the turn is untrusted, for the log
         for row in stored:
+            # A forward or a quote of someone else (fenced in its text already) read now.
+            if carries_outside_words(row.extra):
+                outside.add("forward")
             if not attachments_of(row):
                 prepared.stored.append(row)
                 continue
@@ -133,12 +142,20 @@ class MediaStep:
             row = await self._read(channel, row, prepared.notes, current=current)
             images = self._settings.vision and current
             if images:
-                prepared.images[row.id] = await self._images_of(row)
+                prepared.images[row.id] = shown = await self._images_of(row)
+                # The text in a picture (a screenshot, a photographed letter) is someone
+                # else's words, and the model reads it as it sees the picture.
+                if shown:
+                    outside.add("picture")
             if current:  # the user's own words, or a file the model can read
                 speaking = speaking or bool(row.content.strip()) or _any_read(row)
             text = model_text(row, data_dir, images_shown=images)
-            prepared.untrusted = prepared.untrusted or _outside_content(row)
+            if _outside_content(row):
+                outside.add("file")  # a document, someone else's recording
             prepared.stored.append(dataclasses.replace(row, content=text))
+        if outside:
+            prepared.untrusted = True
+            log.info("media_outside_content", channel=channel, reasons=sorted(outside))
         has_plain = any(r.id in batch_ids and not attachments_of(r) for r in stored)
         prepared.answerable = speaking or has_plain or not prepared.notes
         return prepared
@@ -338,6 +355,7 @@ def sweep(root: Path, older_than: float) -> int:
 
 
 def _outside_content(row: StoredMessage) -> bool:
+    """A document or someone else's recording the model reads as text (pictures: above)."""
     return any(
         a.get("state") == READY
         and (a.get("kind") == "document" or not is_voice_note(a))

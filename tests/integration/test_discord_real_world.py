@@ -7,6 +7,7 @@ message is still answered. Nothing sleeps for a fixed time."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from bruce_bot.channels.discord_texts import (
     SERVER_HELP_TEXT,
 )
 from bruce_bot.media.preparation import NO_TRANSCRIPTION
+from bruce_bot.tools.registry import as_untrusted
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of
 from tests.fakes.discord_server import FakeDiscordServer, adapt_ids, load_fixture, user_payload
@@ -279,7 +281,7 @@ async def test_pins_joins_and_thread_notices_are_ignored_silently(
 # ---- forwards ------------------------------------------------------------------------------
 
 
-async def test_forwards_in_dms_are_read_as_forwarded_text(
+async def test_forwards_in_dms_are_read_as_someone_elses_words(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, discord_fake: FakeDiscordServer
 ) -> None:
     dm = discord_fake.dm_channel_id(OWNER_ID)
@@ -301,20 +303,30 @@ async def test_forwards_in_dms_are_read_as_forwarded_text(
         await discord_fake.wait_for_sent(dm, 3)
         await still_answered_in_dm(discord_fake)
 
-    forwarded = (
-        "[forwarded] Standup moves to 10:30 tomorrow, same room.\n"
-        "whiteboard with the Q3 roadmap\nembed title\nembed description"
+    # Fenced as someone else's words (a snapshot names no author, only where it was).
+    forwarded = as_untrusted(
+        "Standup moves to 10:30 tomorrow, same room.\n"
+        "whiteboard with the Q3 roadmap\nembed title\nembed description",
+        "forwarded message from another Discord server",
     )
+    role = as_untrusted(f"<@&{FORWARDED_ROLE}>", "forwarded message from another Discord server")
     assert discord_fake.texts(dm) == [
         f"You said: {forwarded}",
-        f"You said: [forwarded] <@&{FORWARDED_ROLE}>",
+        f"You said: {role}",
         "You said: remind me of this at 21:00",
         "You said: still there?",
     ]
-    assert [row["content"] for row in user_rows(tmp_path)][:2] == [
-        forwarded,
-        f"[forwarded] <@&{FORWARDED_ROLE}>",
+    rows = user_rows(tmp_path)
+    assert [row["content"] for row in rows][:2] == [forwarded, role]
+    # Marked as forwarded, with where it was as Discord reports it; the reply is the user's.
+    marks = [(json.loads(row["extra"] or "null") or {}).get("forwarded") for row in rows]
+    assert [[r["kind"] for r in mark] if mark else None for mark in marks] == [
+        ["forward"],
+        ["forward"],
+        None,
+        None,
     ]
+    assert marks[0][0]["origin"]["message_id"] == FORWARDED_MESSAGE
 
 
 async def test_forwards_in_a_guild_count_only_when_they_mention_bruce(
