@@ -18,7 +18,7 @@ from itertools import groupby
 
 from bruce_bot.domain import ChatMessage, ToolCall, ToolExecution, ToolResult
 from bruce_bot.storage.audit import ToolExecutionRecord
-from bruce_bot.tools.registry import UNTRUSTED_OPEN
+from bruce_bot.untrusted import OPEN as UNTRUSTED_OPEN
 
 _UNTRUSTED_PREFIX = UNTRUSTED_OPEN.split("{", 1)[0]
 

@@ -381,7 +381,10 @@ class TurnRunner:
             return None
         turn.media, turn.stored = media, media.stored
         if media.untrusted and not turn.context.untrusted_input:
-            turn.context = dataclasses.replace(turn.context, untrusted_input=True)
+            source = ", ".join(media.sources) or "a file"
+            turn.context = dataclasses.replace(
+                turn.context, untrusted_input=True, untrusted_source=source
+            )
         return media
 
     async def _resumed(self, session: SessionRecord, ids: Sequence[int]) -> ResumedRounds:

@@ -95,6 +95,7 @@ class PreparedMedia:
     # shown, a forwarded or quoted message): what it does in this turn waits for the user's
     # yes, as after reading a web page.
     untrusted: bool = False
+    sources: tuple[str, ...] = ()  # what that content was, in words the user is shown
 
     def with_preface(self, reply: str) -> str:
         return "\n\n".join([*self.notes, reply]) if self.notes else reply
@@ -102,6 +103,14 @@ class PreparedMedia:
     @property
     def notice(self) -> str:
         return "\n\n".join(self.notes)
+
+
+# The outside content a turn read, as Bruce's question before an action names it.
+OUTSIDE_SOURCES = {
+    "file": "a document or someone else's recording",
+    "forward": "a forwarded or quoted message",
+    "picture": "a picture",
+}
 
 
 class MediaStep:
@@ -155,6 +164,7 @@ class MediaStep:
             prepared.stored.append(dataclasses.replace(row, content=text))
         if outside:
             prepared.untrusted = True
+            prepared.sources = tuple(OUTSIDE_SOURCES[reason] for reason in sorted(outside))
             log.info("media_outside_content", channel=channel, reasons=sorted(outside))
         has_plain = any(r.id in batch_ids and not attachments_of(r) for r in stored)
         prepared.answerable = speaking or has_plain or not prepared.notes

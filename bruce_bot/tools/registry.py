@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 import structlog
 
 from bruce_bot.domain import ToolCall, ToolResult, ToolSpec
+from bruce_bot.untrusted import fence
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -104,16 +104,9 @@ class Tool:
         return ToolSpec(self.name, self.description, self.parameters)
 
 
-UNTRUSTED_OPEN = '<untrusted_content source="{source}">\n'
-UNTRUSTED_CLOSE = "\n</untrusted_content>"
-# Written inside the content, a closing tag would let a page end the boundary early.
-_TAG_INSIDE = re.compile(r"<\s*/?\s*untrusted_content", re.IGNORECASE)
-
-
 def as_untrusted(text: str, source: str) -> str:
     """`text` from the outside world, fenced so the model reads it as data."""
-    fenced = _TAG_INSIDE.sub("<untrusted-content-tag", text)
-    return UNTRUSTED_OPEN.format(source=source) + fenced + UNTRUSTED_CLOSE
+    return fence(text, source)
 
 
 def truncate(text: str, limit: int) -> str:
