@@ -27,7 +27,7 @@ _URL = re.compile(r"https?://[^\s<>\"'`]+", re.IGNORECASE)
 _TRAILING = ".,;:!?)]}»”’'\""
 _WORD = re.compile(r"[^\W_]{4,}")
 # Long enough to hold data, in the alphabets data is encoded with (base64, base32, hex).
-_OPAQUE = re.compile(r"[A-Za-z0-9+/=_-]{24,}")
+_OPAQUE = re.compile(r"[A-Za-z0-9+/=_-]{16,}")
 _FENCED = re.compile(r"<untrusted_content\b.*?</untrusted_content>", re.DOTALL | re.IGNORECASE)
 # Words every URL has: no sign of the conversation.
 _URL_WORDS = frozenset({"http", "https", "html", "index", "www"})

@@ -24,6 +24,7 @@ from bruce_bot.domain import InboundMessage, SessionKey
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer, ScriptedToolCall
+from tests.fakes.web_server import FakeWebServer
 from tests.integration.support import (
     block_text,
     config_for,
@@ -579,3 +580,38 @@ async def test_a_disabled_brain_makes_no_requests(
     # Stopping lets brain runs finish: had one been started, its request would be here.
     assert brain_requests(anthropic_fake) == []
     assert len(agent_requests(anthropic_fake)) == 2
+
+
+async def test_the_brain_curates_no_memory_of_an_exchange_that_read_outside_content(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    models = FakeModels()
+    async with FakeWebServer() as page:
+        agent = deque(
+            [
+                AnthropicReply(tool_calls=[("web_fetch", {"url": f"{page.url}/article"})]),
+                AnthropicReply(text="It is about startup funding."),
+            ]
+        )
+
+        async def responder(body: dict[str, Any]) -> AnthropicReply | str:
+            if body["model"] == MAIN_MODEL and agent:
+                return agent.popleft()
+            return await models(body)
+
+        anthropic_fake.responder = responder
+        tools = {"web_fetch": {"allow_private_addresses": True}, "web_search": {"enabled": False}}
+        console = ConsoleChannel()
+        config = brain_config(tmp_path, anthropic_fake, tools=tools)
+        async with running_bruce(config, channels=[console]) as bruce:
+            # The page could say anything about the user: nothing of this exchange is memory.
+            assert await console.say("I'm vegetarian. What does this page say?")
+            assert await next_reply(console.replies) == "It is about startup funding."
+            await settled(bruce)
+            await exchange(console, "I'm vegetarian, by the way.")
+            await settled(bruce)
+
+    tainted, clean = brain_runs(anthropic_fake)[:2]
+    assert "MEMORY CURATION" not in system_text(tainted)
+    assert not MEMORY_TOOLS & tool_names(tainted)
+    assert "MEMORY CURATION" in system_text(clean) and MEMORY_TOOLS <= tool_names(clean)
