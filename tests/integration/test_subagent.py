@@ -17,6 +17,7 @@ from bruce_bot.channels.console import ConsoleChannel
 from bruce_bot.config import Config
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer, ScriptedToolCall
+from tests.fakes.web_server import FakeWebServer
 from tests.integration.support import (
     block_text,
     config_for,
@@ -227,3 +228,29 @@ async def test_with_subagents_disabled_the_tool_is_not_offered(
     assert "spawn_subagent" not in tool_names(request)
     assert "artifact_save" in tool_names(request)
     assert "spawn_subagent" not in system_text(request)
+
+
+async def test_a_sub_agent_started_after_outside_content_cannot_act_and_says_why(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    models = FakeModels()
+    async with FakeWebServer() as page:
+        # The parent reads a page, then delegates: the task it writes may carry the page's words.
+        models.parent.append(reply("", ("web_fetch", {"url": f"{page.url}/article"})))
+        delegate_then_answer(models)
+        file = {"filename": "notes.html", "content": "<p>hi</p>", "title": "Notes"}
+        models.child.append(reply("", ("artifact_save", file)))
+        models.child.append(reply("I could not save the notes."))
+        anthropic_fake.responder = models
+        tools = {"web_fetch": {"allow_private_addresses": True}}
+        console = ConsoleChannel()
+        config = subagent_config(tmp_path, anthropic_fake, tools=tools)
+        async with running_bruce(config, channels=[console]):
+            assert await console.say("Read this and have someone take notes.")
+            assert await next_reply(console.replies) == "Here is what I found."
+
+    child_requests = [body for body in anthropic_fake.requests if is_child(body)]
+    (refused,) = last_tool_results(child_requests[-1])
+    assert block_text(refused).startswith("Not run: this run read content from outside")
+    assert "nobody can be asked" in block_text(refused)
+    assert db_rows(tmp_path, "SELECT * FROM artifacts") == []
