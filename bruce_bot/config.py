@@ -1015,9 +1015,10 @@ def _shown(location: tuple[Any, ...], value: Any) -> str:
     names = [part for part in location if isinstance(part, str)]
     if names and is_secret_key(names[-1]):
         return HIDDEN
-    if _holds_secret_shape(value):
+    redacted = _redacted(value)
+    if _holds_secret_shape(redacted):
         return HIDDEN_SHAPE
-    return repr(_redacted(value))
+    return repr(redacted)
 
 
 def _describe(error: ErrorDetails) -> str:

@@ -26,7 +26,7 @@ import structlog
 from pydantic import ValidationError
 
 from bruce_bot.config import LLMConfig
-from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.llm.base import LLMAuthenticationError, LLMError, LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.model_list import ANTHROPIC_URL, OPENAI_URL
@@ -164,6 +164,11 @@ class LiveLLMSettings:
     async def candidate(self, changes: Mapping[str, str | None]) -> LLMConfig:
         """The settings `changes` would give (a missing or empty key keeps the current one,
         only for the same server: `KeyNeeded` when another one needs a key)."""
+        return (await self.trial(changes))[0]
+
+    async def trial(self, changes: Mapping[str, str | None]) -> tuple[LLMConfig, str | None]:
+        """`candidate`'s settings, and the server the saved key was kept for when it was left
+        out of them (another server, no key typed: tried without one), else None."""
         stored = await self._stored()
         current = self._merged(stored)
         values: dict[str, str | None] = dict(stored)
@@ -173,17 +178,19 @@ class LiveLLMSettings:
             values[name] = value
         settings = self._merged(values)
         if changes.get("api_key") or destination(settings) == destination(current):
-            return settings
-        if settings.api_key:
-            # Another server: the saved key stays home; a local server may need none.
-            settings = self._merged({**values, "api_key": ""})
-            if not settings.is_configured:
-                _, url = destination(settings)
-                raise key_needed(settings.provider, url, destination(current)[1])
-        return settings
+            return settings, None
+        if not settings.api_key:
+            return settings, None
+        # Another server: the saved key stays home; a local server may need none.
+        kept_for = destination(current)[1]
+        settings = self._merged({**values, "api_key": ""})
+        if not settings.is_configured:
+            raise key_needed(settings.provider, destination(settings)[1], kept_for)
+        return settings, kept_for
 
-    async def test(self, settings: LLMConfig) -> None:
-        """One tiny call with `settings`; SettingsRefused with the provider's words."""
+    async def test(self, settings: LLMConfig, *, withheld_for: str | None = None) -> None:
+        """One tiny call with `settings`; SettingsRefused with the provider's words (KeyNeeded
+        when the saved key, kept for `withheld_for`, was left out and the server refused)."""
         if not settings.is_configured:
             raise SettingsRefused(
                 "no API key: paste the provider's key (a local OpenAI-compatible server needs "
@@ -194,12 +201,16 @@ class LiveLLMSettings:
         except LLMError as exc:
             from bruce_bot.checkup import llm_failure
 
-            raise SettingsRefused(llm_failure(exc)) from None
+            words = llm_failure(exc)
+            if withheld_for is not None and isinstance(exc, LLMAuthenticationError):
+                refusal = key_needed(settings.provider, destination(settings)[1], withheld_for)
+                raise KeyNeeded(f"{refusal}; asked without a key, it said: {words}") from None
+            raise SettingsRefused(words) from None
 
     async def save(self, changes: Mapping[str, str | None]) -> LLMConfig:
         """Try `changes`, then store them and use them from the next call on."""
-        settings = await self.candidate(changes)
-        await self.test(settings)
+        settings, withheld_for = await self.trial(changes)
+        await self.test(settings, withheld_for=withheld_for)
         for name in FIELDS:
             value = getattr(settings, name)
             if name in SECRET_FIELDS and value:

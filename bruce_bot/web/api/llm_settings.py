@@ -132,8 +132,8 @@ async def put_llm(call: Call[NoParams, LLMChange]) -> LLMSettingsAnswer:
 async def try_llm(call: Call[NoParams, LLMChange]) -> TestAnswer:
     live = _live(call.context)
     try:
-        settings = await live.candidate(call.body.changes())
-        await live.test(settings)
+        settings, withheld_for = await live.trial(call.body.changes())
+        await live.test(settings, withheld_for=withheld_for)
     except KeyNeeded as exc:
         raise ApiError(str(exc)) from None
     except SettingsRefused as exc:
