@@ -282,7 +282,9 @@ async def test_the_saved_key_is_never_sent_to_another_base_url(
         "/api/llm/test", json={**elsewhere, "model": "qwen3:8b", "api_key": LOCAL_KEY}
     )
     assert tested.json()["ok"] is True
-    assert keys_heard(local)[3:] == [f"Bearer {LOCAL_KEY}"] * 2
+    assert local.models_request_headers[-1]["Authorization"] == f"Bearer {LOCAL_KEY}"
+    assert local.request_headers[-1]["Authorization"] == f"Bearer {LOCAL_KEY}"
+    assert all(YAML_KEY not in header for header in keys_heard(local))
 
 
 async def test_a_keyless_local_server_is_tried_without_the_saved_key(
