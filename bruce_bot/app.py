@@ -312,6 +312,14 @@ class Bruce:
             return web.auth_token
         token = load_or_create(self.config.app.data_dir)
         scrubber.add_secret(token)  # never in a log line, like a configured one
+        if self.config.database_url.startswith("postgresql"):
+            # Each process has its own data dir, so its own token: a browser signed in to one
+            # is signed out by another (its session was made with another token).
+            log.warning(
+                "web_token_per_process",
+                hint="several processes share this database: give them one web.auth_token "
+                "(bruce token) so that a signed-in browser stays signed in on each",
+            )
         self._login_link = OneTimeLogin()
         return token
 

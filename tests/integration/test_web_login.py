@@ -275,3 +275,17 @@ def test_the_none_opt_out_names_its_risk_in_the_warnings() -> None:
     [warning] = [w for w in config.warnings() if "web.auth_token" in w]
     assert "no login" in warning and "every user on this machine" in warning
     assert "none" not in config.secrets()  # the word is not a secret to scrub from every log
+
+
+async def test_with_a_weak_token_the_throttle_still_comes_first(
+    tmp_path: Path, echo: FakeAnthropicServer
+) -> None:
+    # A weak token is accepted on loopback only; there the wait is what keeps guessing slow.
+    config = make_config(tmp_path, echo.base_url, web={"auth_token": "hunter2"})
+    async with running_bruce(config) as running:
+        async with httpx.AsyncClient(base_url=str(running.web_url)) as http:
+            for n in range(5):
+                wrong = await http.post("/login", data={"token": f"guess-{n}"})
+                assert wrong.headers["location"] == "/login?error=1"
+            held = await http.post("/login", data={"token": "hunter2"})
+            assert held.status_code == 429 and "too many failed sign-ins" in held.text
