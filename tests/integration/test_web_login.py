@@ -12,12 +12,14 @@ shuts out a valid session or bearer token. The data dir and the files people sen
 from __future__ import annotations
 
 import base64
+import io
 import stat
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from PIL import Image
 from structlog.testing import capture_logs
 
 from bruce_bot.config import ConfigError, validate
@@ -246,12 +248,15 @@ async def test_the_data_dir_is_private_and_what_people_send_is_0600(
                 base_url=str(running.web_url), headers=web_auth(running), timeout=20
             ) as http:
                 note = base64.b64encode(b"Buy milk and eggs.").decode()
+                picture = io.BytesIO()
+                Image.new("RGB", (64, 48), (200, 30, 30)).save(picture, "PNG")
+                photo = base64.b64encode(picture.getvalue()).decode()
+                files = [
+                    {"name": "list.txt", "mime_type": "text/plain", "data": note},
+                    {"name": "red.png", "mime_type": "image/png", "data": photo},
+                ]
                 posted = await http.post(
-                    "/api/chat/uploads",
-                    json={
-                        "text": "read this",
-                        "files": [{"name": "list.txt", "mime_type": "text/plain", "data": note}],
-                    },
+                    "/api/chat/uploads", json={"text": "read this", "files": files}
                 )
                 assert posted.status_code == 202, posted.text
 
@@ -265,7 +270,8 @@ async def test_the_data_dir_is_private_and_what_people_send_is_0600(
     for folder in (data, data / "media", data / "media" / "uploads", data / "artifacts"):
         assert mode(folder) == 0o700, folder
     files = [path for path in (data / "media").rglob("*") if path.is_file()]
-    assert files, "the upload was kept under media/"
+    assert {path.parent.name for path in files} >= {"uploads"}, files
+    assert any(path.parent.name != "uploads" for path in files), "the picture kept for the chat"
     assert all(mode(path) == 0o600 for path in files), [(p, oct(mode(p))) for p in files]
     assert all(mode(path) == 0o700 for path in (data / "media").rglob("*") if path.is_dir())
 
