@@ -1,12 +1,16 @@
 """Bruce's life cycle: the parts (built by `parts.build_parts`, no I/O) started and stopped in
 order.
 
-Start: instance lock → schema upgrade → skills and workflows (read once) → the parts built and
-the web app made (no I/O: most of Bruce's modules are imported by now; the `built` hook runs) →
-change feed (PostgreSQL) → background upkeep (lease renewal, periodic redelivery) → recovery of
-unfinished messages → channels (intake) → redelivery of unsent replies → scheduler (on
-PostgreSQL, once this process is elected its leader) → web server listening → ready (the LLM
-SDK then loads in the background, and the MCP servers start, each on its own).
+Start: the data dir made or tightened to 0700 (`private_files.py`) → instance lock → schema
+upgrade → skills and workflows (read once) → the parts built and the web app made (no I/O: most
+of Bruce's modules are imported by now; the `built` hook runs) → change feed (PostgreSQL) →
+background upkeep (lease renewal, periodic redelivery) → recovery of unfinished messages →
+channels (intake) → redelivery of unsent replies → scheduler (on PostgreSQL, once this process is
+elected its leader) → web server listening → ready (the LLM SDK then loads in the background,
+and the MCP servers start, each on its own). Without `web.auth_token` in config.yml the
+dashboard's token is Bruce's own (`web/login_token.py`, made on first start) and, once the web
+server listens, a one-time sign-in link is printed on stdout (the log scrubber masks a `?token=`
+in log lines, and a log is kept longer than a console).
 Stop: channels stop taking messages → running turns finish within `agent.shutdown_timeout_seconds`
 (the rest go back to `pending`) → brain runs finish within what is left of that time (the rest
 are cancelled) → MCP servers (their sessions closed, stdio children ended) → web server → LLM
@@ -37,8 +41,10 @@ from bruce_bot.instance_lock import AlreadyRunningError, InstanceLock
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
+from bruce_bot.logs import scrubber
 from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
 from bruce_bot.parts import Overrides, Parts, build_parts
+from bruce_bot.private_files import secure_data_dir
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.service import TaskService
 from bruce_bot.storage.changes import ChangeFeed
@@ -50,6 +56,7 @@ from bruce_bot.storage.settings import (
 )
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.web.login_token import OneTimeLogin, load_or_create, token_path
 from bruce_bot.web.server import CannotListenError, WebServer
 
 log = structlog.get_logger(__name__)
@@ -90,6 +97,9 @@ class Bruce:
         )
         self.parts: Parts | None = None
         self.web_url: str | None = None
+        # This start's one-time sign-in link (None: the token is set in config.yml, or 'none').
+        self.login_url: str | None = None
+        self._login_link: OneTimeLogin | None = None
         self.ready_seconds: float | None = None
         self._web: WebServer | None = None
         self._background: list[asyncio.Task[None]] = []
@@ -183,6 +193,14 @@ class Bruce:
         )
 
     def _lock_instance(self) -> None:
+        data_dir = self.config.app.data_dir
+        try:
+            secure_data_dir(data_dir)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot make the data directory {data_dir}: {exc.strerror or exc}. Check "
+                "app.data_dir: it must be a folder this user may create and write."
+            ) from None
         try:
             self._lock.acquire()
         except AlreadyRunningError as exc:
@@ -252,7 +270,7 @@ class Bruce:
             WebContext(
                 parts.stores,
                 web_channel,
-                web.auth_token,
+                self._web_token(),
                 config.app.name,
                 data_dir=config.app.data_dir,
                 tasks=parts.tasks,
@@ -275,9 +293,37 @@ class Bruce:
                 live_tokens=parts.live_tokens,
                 live_allowlists=parts.live_allowlists,
                 mcp=parts.mcp,
+                login_link=self._login_link,
+                secrets=tuple(config.secrets()),
             )
         )
         return WebServer(app, web.host, web.port)
+
+    def _web_token(self) -> str:
+        """The dashboard's token: config.yml's, else Bruce's own (with this start's sign-in
+        link); "" for `web.auth_token: none`."""
+        web = self.config.web
+        if web.login_disabled:
+            log.warning(
+                "web_login_disabled",
+                hint="web.auth_token is 'none': anyone on this machine can use the dashboard; "
+                "remove it to get a generated token and a sign-in link",
+            )
+            return ""
+        if web.auth_token:
+            return web.auth_token
+        token = load_or_create(self.config.app.data_dir)
+        scrubber.add_secret(token)  # never in a log line, like a configured one
+        if self.config.database_url.startswith("postgresql"):
+            # Each process has its own data dir, so its own token: a browser signed in to one
+            # is signed out by another (its session was made with another token).
+            log.warning(
+                "web_token_per_process",
+                hint="several processes share this database: give them one web.auth_token "
+                "(bruce token) so that a signed-in browser stays signed in on each",
+            )
+        self._login_link = OneTimeLogin()
+        return token
 
     async def _start_web(self, web: WebServer) -> None:
         self._web = web
@@ -287,6 +333,20 @@ class Bruce:
             raise StartupError(str(exc)) from None
         if self.parts is not None:
             self.parts.hints.dashboard_listening(self.web_url)
+        if self._login_link is not None:
+            self.login_url = self._login_link.link(self.web_url)
+            print(
+                "\nBruce's dashboard: open this link to sign in (it works once, until Bruce "
+                f"restarts):\n\n    {self.login_url}\n\nScripts: send 'Authorization: Bearer "
+                f"<token>', the token in {token_path(self.config.app.data_dir)} "
+                "(`bruce token --show` prints it).\n",
+                flush=True,
+            )
+            log.info(
+                "web_login_link_printed",
+                to="stdout",
+                token_file=str(token_path(self.config.app.data_dir)),
+            )
 
     async def stop(self) -> None:
         log.info("bruce_stopping")

@@ -7,7 +7,8 @@ key that may hold a secret. Everything the command writes to stderr, the traceba
 unexpected error included, goes through the log scrubber, so configured secrets and URL passwords
 come out as `***`. `bruce doctor` checks everything Bruce depends on (`checkup.py`): exit
 status 0 when nothing failed, 1 otherwise. `bruce token` prints a new random token for
-`web.auth_token`.
+`web.auth_token`; `bruce token --show` prints the one the dashboard takes (config.yml's, else the
+one Bruce made in the data dir on its first start), for scripts' `Authorization: Bearer` header.
 
 `bruce run` imports and builds Bruce with Python's cyclic garbage collector paused: that creates
 some 200,000 objects that live as long as the process (modules, classes, models), and each
@@ -143,8 +144,30 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _cmd_token(_args: argparse.Namespace) -> int:
-    print(secrets.token_urlsafe(TOKEN_BYTES))
+def _cmd_token(args: argparse.Namespace) -> int:
+    if not args.show:
+        print(secrets.token_urlsafe(TOKEN_BYTES))
+        return 0
+    from bruce_bot.web.login_token import read_token, token_path
+
+    config = load_config(args.config)
+    web = config.web
+    if web.login_disabled:
+        print("bruce: web.auth_token is 'none': the dashboard takes no token", file=sys.stderr)
+        return 1
+    if web.auth_token:
+        print(web.auth_token)
+        return 0
+    data_dir = config.app.data_dir
+    token = read_token(data_dir)
+    if token is None:
+        print(
+            f"bruce: no dashboard token yet in {token_path(data_dir)}: `bruce run` makes it on "
+            "its first start (or set web.auth_token in config.yml)",
+            file=sys.stderr,
+        )
+        return 1
+    print(token)
     return 0
 
 
@@ -202,9 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--json", action="store_true", help="the report as JSON, for machines")
     doctor.set_defaults(handler=_cmd_doctor)
-    commands.add_parser(
-        "token", help="print a new random token for web.auth_token and exit"
-    ).set_defaults(handler=_cmd_token)
+    token = with_config(
+        commands.add_parser("token", help="print a new random token for web.auth_token and exit")
+    )
+    token.add_argument(
+        "--show",
+        action="store_true",
+        help="print the token the dashboard takes now (config.yml's, else the one in the data dir)",
+    )
+    token.set_defaults(handler=_cmd_token)
     return parser
 
 

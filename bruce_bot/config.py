@@ -5,7 +5,9 @@ replace `${VAR}` / `${VAR:-default}` from the environment, then validate with py
 forbid unknown keys. Every problem is reported as a `ConfigError` whose lines name the key, the bad
 value and the fix ("did you mean ...?"), so a wrong config never ends in a traceback. A value that
 may be a secret is never shown: keys named like a token, key, secret or password are named without
-their value, and the password of a URL (`postgresql://bruce:***@host/db`) is masked.
+their value, a value (or a key name) shaped like a token is hidden under any key
+(`secret_shapes.py`: a key pasted into `web.port`), and the password of a URL
+(`postgresql://bruce:***@host/db`) is masked.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import ErrorDetails
+
+from bruce_bot.secret_shapes import HIDDEN_SHAPE, looks_secret
 
 DEFAULT_CONFIG_FILE = "config.yml"
 DEFAULT_SYSTEM_PROMPT = (
@@ -452,10 +456,14 @@ class ChannelsConfig(_Section):
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
 
 
+NO_LOGIN = "none"  # web.auth_token's explicit opt-out of the login (loopback only)
+
+
 class WebConfig(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # Empty: on loopback Bruce makes one on first start (web/login_token.py); "none": no login.
     auth_token: str = ""
     # Host names the web app answers besides loopback and the host of app.public_url.
     allowed_hosts: list[str] = Field(default_factory=list)
@@ -465,6 +473,15 @@ class WebConfig(_Section):
     @property
     def is_loopback(self) -> bool:
         return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+
+    @property
+    def login_disabled(self) -> bool:
+        """`web.auth_token: none`: the owner chose a dashboard without a login."""
+        return self.auth_token.strip().lower() == NO_LOGIN
+
+
+def _is_loopback_name(host: str) -> bool:
+    return host.lower() in LOOPBACK_HOSTS or host.startswith("127.")
 
 
 class WebSearchConfig(_Section):
@@ -819,7 +836,7 @@ class Config(_Section):
             self.channels.telegram.token,
             self.channels.telegram.webhook.secret_token,
             self.channels.discord.token,
-            self.web.auth_token,
+            "" if self.web.login_disabled else self.web.auth_token,
             self.tools.web_search.brave_api_key,
             self.tools.web_search.tavily_api_key,
             self.transcription.api_key,
@@ -847,7 +864,13 @@ class Config(_Section):
                 f"cannot answer. Set llm.api_key: ${{{env}}} in config.yml and export {env}."
             )
         web = self.web
-        if web.enabled and web.is_loopback and web.auth_token:
+        if web.enabled and web.login_disabled:
+            found.append(
+                "web.auth_token is 'none': the dashboard has no login, so every program and "
+                "every user on this machine can use it as you (read your chats, change "
+                "settings). Remove the line to get a generated token and a sign-in link."
+            )
+        elif web.enabled and web.is_loopback and web.auth_token:
             weakness = token_weakness(web.auth_token)
             if weakness:
                 found.append(
@@ -982,16 +1005,32 @@ def _redacted(value: Any) -> Any:
 def _key_of(location: tuple[Any, ...]) -> str:
     key = ""
     for part in location:
+        if isinstance(part, str) and looks_secret(part):
+            part = "(key name hidden: it looks like a secret)"  # a token pasted as a key
         key += f"[{part}]" if isinstance(part, int) else f"{'.' if key else ''}{part}"
     return key
 
 
+def _holds_secret_shape(value: Any) -> bool:
+    if isinstance(value, str):
+        return looks_secret(value)
+    if isinstance(value, dict):
+        return any(_holds_secret_shape(k) or _holds_secret_shape(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_secret_shape(item) for item in value)
+    return False
+
+
 def _shown(location: tuple[Any, ...], value: Any) -> str:
-    """How a bad value appears in an error: its repr, unless it may be a secret."""
+    """How a bad value appears in an error: its repr, unless it may be a secret (by the key's
+    name, or by its own shape whatever the key: a token pasted into `web.port`)."""
     names = [part for part in location if isinstance(part, str)]
     if names and is_secret_key(names[-1]):
         return HIDDEN
-    return repr(_redacted(value))
+    redacted = _redacted(value)
+    if _holds_secret_shape(redacted):
+        return HIDDEN_SHAPE
+    return repr(redacted)
 
 
 def _describe(error: ErrorDetails) -> str:
@@ -1009,6 +1048,8 @@ def _describe(error: ErrorDetails) -> str:
         hint = f"did you mean '{guess[0]}'?" if guess else f"known keys here: {', '.join(known)}"
         return f"{key}: unknown key; {hint}"
     message = mask_url_userinfo(error["msg"].removeprefix("Value error, "))
+    if looks_secret(message):  # a validator's own words may quote the value
+        message = "is not valid here"
     if kind == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
         return f"{key}: {shown} is not allowed; use one of {expected}"
@@ -1039,11 +1080,18 @@ def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
                 f"web.host: {web.host!r} is reachable beyond this machine but web.auth_token is "
                 f"empty; {TOKEN_HOW_TO}, or bind web.host to 127.0.0.1"
             )
+        elif web.login_disabled:
+            problems.append(
+                f"web.auth_token: 'none' (no login) is allowed only while web.host is loopback, "
+                f"but web.host {web.host!r} is reachable beyond this machine; {TOKEN_HOW_TO}"
+            )
         elif weakness := token_weakness(web.auth_token):
             problems.append(
                 f"web.auth_token: too weak to guard web.host {web.host!r}, which is reachable "
                 f"beyond this machine: {weakness}; {TOKEN_HOW_TO}"
             )
+    elif web.enabled:
+        problems += _exposed_without_login(config)
     # An enabled platform without a token is allowed: its channel waits for the token the
     # dashboard saves (Settings, live_channels.py), and start-up logs that it waits.
     problems += _web_search_problems(config.tools.web_search)
@@ -1051,6 +1099,37 @@ def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
     if problems:
         raise ConfigError(problems, source)
     return config
+
+
+def _exposed_without_login(config: Config) -> list[str]:
+    """A loopback dashboard reached under another name (a reverse proxy or tunnel forwarding
+    app.public_url or a web.allowed_hosts name to it) is open to whoever reaches that name:
+    it needs a strong web.auth_token of its own (a generated one is for this machine only)."""
+    web = config.web
+    exposed: list[tuple[str, str]] = []
+    public_host = urlparse(config.app.public_url).hostname or ""
+    if public_host and not _is_loopback_name(public_host):
+        exposed.append(("app.public_url", public_host))
+    for index, entry in enumerate(web.allowed_hosts):
+        host = (urlparse(entry).hostname if "://" in entry else entry.rsplit(":", 1)[0]) or ""
+        if not _is_loopback_name(host.strip("[]")):
+            exposed.append((f"web.allowed_hosts[{index}]", host))
+    if not exposed or (
+        web.auth_token and not web.login_disabled and token_weakness(web.auth_token) is None
+    ):
+        return []
+    why = (
+        "is empty"
+        if not web.auth_token
+        else "is 'none' (no login)"
+        if web.login_disabled
+        else f"is too weak ({token_weakness(web.auth_token)})"
+    )
+    return [
+        f"{key}: the dashboard is meant to answer under {host!r} (through a reverse proxy or "
+        f"tunnel, anyone who reaches it) but web.auth_token {why}; {TOKEN_HOW_TO}"
+        for key, host in exposed
+    ]
 
 
 def _web_search_problems(search: WebSearchConfig) -> list[str]:

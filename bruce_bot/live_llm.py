@@ -7,9 +7,13 @@ output token with the new settings): when the provider refuses it, nothing is st
 provider's own words are the error; when it answers, the values are stored and a new client is
 put behind the `SwitchableLLM` every part holds, so the next call uses it, without a restart.
 The API key is a secret: it is added to the log scrubber as soon as it is read or saved, and it
-leaves this module only masked (`sk-…abcd`). With several processes on one PostgreSQL database,
-a change saved in one reaches the others through the change feed (topic `settings`): each reads
-the stored values again and builds its own new client, without trying them again.
+leaves this module only masked (`sk-…abcd`). It goes only where it was saved for: settings that
+change the provider or the base URL (the server the key would be sent to, `destination`) drop
+it unless a key is typed with them, and need one typed when the new server cannot do without
+(`KeyNeeded`); a keyless local server is tried without any. With several processes on one
+PostgreSQL database, a change saved in one reaches the others through the change feed (topic
+`settings`): each reads the stored values again and builds its own new client, without trying
+them again.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import structlog
 from pydantic import ValidationError
 
 from bruce_bot.config import LLMConfig
-from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.llm.base import LLMAuthenticationError, LLMError, LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
+from bruce_bot.llm.model_list import ANTHROPIC_URL, OPENAI_URL
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.storage.changes import EVERYTHING, Refresh
 from bruce_bot.storage.settings import LLM_FIELDS, SettingsStore, llm_setting
@@ -50,6 +55,28 @@ def mask(secret: str) -> str:
 
 class SettingsRefused(Exception):
     """The new settings were not saved; the message says why (the provider's words)."""
+
+
+class KeyNeeded(SettingsRefused):
+    """The settings name another server than the saved key's, and no key was typed for it."""
+
+
+def server_url(provider: str, base_url: str | None) -> str:
+    """The server a provider's calls go to: the base URL, else the provider's own."""
+    default = ANTHROPIC_URL if provider == "anthropic" else OPENAI_URL
+    return (base_url or default).rstrip("/")
+
+
+def destination(settings: LLMConfig) -> tuple[str, str]:
+    """Where settings send their key: the provider and its server."""
+    return settings.provider, server_url(settings.provider, settings.base_url)
+
+
+def key_needed(provider: str, url: str, kept_for: str) -> KeyNeeded:
+    return KeyNeeded(
+        f"api_key: type the API key for {url} (the saved key is sent only to {kept_for}, the "
+        f"server it was saved for; {provider} at {url} needs a key of its own)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,16 +162,35 @@ class LiveLLMSettings:
         return views
 
     async def candidate(self, changes: Mapping[str, str | None]) -> LLMConfig:
-        """The settings `changes` would give (a missing or empty key keeps the current one)."""
-        values: dict[str, str | None] = dict(await self._stored())
+        """The settings `changes` would give (a missing or empty key keeps the current one,
+        only for the same server: `KeyNeeded` when another one needs a key)."""
+        return (await self.trial(changes))[0]
+
+    async def trial(self, changes: Mapping[str, str | None]) -> tuple[LLMConfig, str | None]:
+        """`candidate`'s settings, and the server the saved key was kept for when it was left
+        out of them (another server, no key typed: tried without one), else None."""
+        stored = await self._stored()
+        current = self._merged(stored)
+        values: dict[str, str | None] = dict(stored)
         for name, value in changes.items():
             if name in SECRET_FIELDS and not value:
                 continue  # write-only: the page never has it, so "empty" means "keep"
             values[name] = value
-        return self._merged(values)
+        settings = self._merged(values)
+        if changes.get("api_key") or destination(settings) == destination(current):
+            return settings, None
+        if not settings.api_key:
+            return settings, None
+        # Another server: the saved key stays home; a local server may need none.
+        kept_for = destination(current)[1]
+        settings = self._merged({**values, "api_key": ""})
+        if not settings.is_configured:
+            raise key_needed(settings.provider, destination(settings)[1], kept_for)
+        return settings, kept_for
 
-    async def test(self, settings: LLMConfig) -> None:
-        """One tiny call with `settings`; SettingsRefused with the provider's words."""
+    async def test(self, settings: LLMConfig, *, withheld_for: str | None = None) -> None:
+        """One tiny call with `settings`; SettingsRefused with the provider's words (KeyNeeded
+        when the saved key, kept for `withheld_for`, was left out and the server refused)."""
         if not settings.is_configured:
             raise SettingsRefused(
                 "no API key: paste the provider's key (a local OpenAI-compatible server needs "
@@ -155,12 +201,16 @@ class LiveLLMSettings:
         except LLMError as exc:
             from bruce_bot.checkup import llm_failure
 
-            raise SettingsRefused(llm_failure(exc)) from None
+            words = llm_failure(exc)
+            if withheld_for is not None and isinstance(exc, LLMAuthenticationError):
+                refusal = key_needed(settings.provider, destination(settings)[1], withheld_for)
+                raise KeyNeeded(f"{refusal}; asked without a key, it said: {words}") from None
+            raise SettingsRefused(words) from None
 
     async def save(self, changes: Mapping[str, str | None]) -> LLMConfig:
         """Try `changes`, then store them and use them from the next call on."""
-        settings = await self.candidate(changes)
-        await self.test(settings)
+        settings, withheld_for = await self.trial(changes)
+        await self.test(settings, withheld_for=withheld_for)
         for name in FIELDS:
             value = getattr(settings, name)
             if name in SECRET_FIELDS and value:

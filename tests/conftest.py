@@ -1,7 +1,9 @@
 """Shared test helpers: configs on temporary SQLite files, a running Bruce, waiting on conditions,
 and a real PostgreSQL server with a fresh database per test (`tests/integration/postgres.py`).
 
-Tests wait for conditions with a deadline (`wait_until`), never for fixed sleeps.
+Tests wait for conditions with a deadline (`wait_until`), never for fixed sleeps. The dashboard
+always has a login (a token Bruce makes when config.yml sets none): `web_client`, `web_auth` and
+`web_token` sign a test's requests as a script would.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bruce_bot.app import Bruce
 from bruce_bot.config import Config, validate
+from bruce_bot.web.login_token import read_token
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
@@ -107,6 +111,26 @@ def days_ahead_at(hour: int, minute: int = 0, zone: tzinfo = UTC, days: int = 2)
     it during a test."""
     day = datetime.now(zone).date() + timedelta(days=days)
     return datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
+
+
+def web_token(bruce: Bruce) -> str:
+    """The token Bruce's dashboard takes: config.yml's, else the one it made in its data dir on
+    its first start (what a script reads, like `bruce token --show`)."""
+    token = bruce.config.web.auth_token or read_token(bruce.config.app.data_dir)
+    assert token, "this Bruce's dashboard has no token (web.auth_token: none?)"
+    return token
+
+
+def web_auth(bruce: Bruce) -> dict[str, str]:
+    """The `Authorization` header a script sends to Bruce's API."""
+    return {"Authorization": f"Bearer {web_token(bruce)}"}
+
+
+def web_client(bruce: Bruce, **kwargs: Any) -> httpx.AsyncClient:
+    """An HTTP client of Bruce's dashboard that signs its requests with the bearer token."""
+    assert bruce.web_url is not None, "the web server is not running"
+    headers = {**web_auth(bruce), **kwargs.pop("headers", {})}
+    return httpx.AsyncClient(base_url=bruce.web_url, headers=headers, **kwargs)
 
 
 @contextlib.asynccontextmanager

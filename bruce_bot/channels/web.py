@@ -26,6 +26,7 @@ from typing import Any
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort, Submission
 from bruce_bot.channels.live import LiveText
 from bruce_bot.domain import Attachment, AttachmentKind, InboundMessage, OutboundMessage
+from bruce_bot.private_files import write_private
 
 WEB_CHANNEL = "web"
 LIVE_INTERVAL_SECONDS = 0.1  # a browser takes updates often; ten a second reads smoothly
@@ -43,8 +44,7 @@ class Upload:
 
 
 def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    write_private(path, data)  # 0600 in 0700 folders: what people send is theirs
 
 
 class WebChannel:

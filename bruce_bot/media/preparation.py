@@ -52,6 +52,7 @@ from bruce_bot.media.view import (
     model_text,
     shown_as_image,
 )
+from bruce_bot.private_files import write_private
 from bruce_bot.storage.messages import ATTACHMENTS, MessageStore, StoredMessage
 
 log = structlog.get_logger(__name__)
@@ -409,9 +410,8 @@ def _sentence(text: str) -> str:
 
 
 def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(path.suffix + ".part")
-    temporary.write_bytes(data)
+    write_private(temporary, data)  # 0600 in 0700 folders (private_files.py)
     temporary.replace(path)
 
 

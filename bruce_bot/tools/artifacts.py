@@ -113,8 +113,10 @@ def saved_artifact(result: str) -> OutboundFile | None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, mode=0o750)
-    with open(path, "xb") as file:  # x: never overwrite
+    path.parent.mkdir(parents=True, mode=0o700)
+    # O_EXCL: never overwrite; 0600: the data dir is the daemon user's only (private_files.py).
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as file:
         file.write(data)
         file.flush()
         os.fsync(file.fileno())

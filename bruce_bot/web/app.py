@@ -7,7 +7,9 @@ page, `/static/` and `/artifacts/` are open; everything else needs `web.auth_tok
 /login for pages. API writes must be sent as `application/json`. Request bodies are size-capped and
 validated, and errors come back as JSON (API) or plain text (pages) that says what to fix, never
 a stack trace. The pages are in `pages.py`, the API in `api/`, the artifact files in
-`artifacts.py`. The API's routes are made, and its modules imported, on the first request under
+`artifacts.py`. Without `web.auth_token` in config.yml the token is Bruce's own (made on first
+start, `login_token.py`) and the one-time link printed at start signs a browser in. The API's
+routes are made, and its modules imported, on the first request under
 `/api/` (`lazy_routes.py`): start-up does not wait for them.
 """
 
@@ -53,6 +55,7 @@ def create_app(context: WebContext) -> Starlette:
         max_age=timedelta(days=context.session_max_age_days),
         secure_cookie=urlsplit(context.public_url).scheme == "https",
         login_page=LOGIN_PAGE,
+        one_time=context.login_link,
     )
     routes = [
         Route("/healthz", healthz),

@@ -8,12 +8,22 @@ then, none on the other requests). Each row carries a fingerprint of the token i
 so a new `web.auth_token` signs every browser out. The cookie is HttpOnly and SameSite=Strict
 (another site can neither read it nor send it along), and Secure when `app.public_url` is https.
 Scripts use `Authorization: Bearer <web.auth_token>`, compared in constant time. Wrong tokens, at
-the form or as a bearer, go through the throttle (`throttle.py`).
+the form or as a bearer, go through the throttle (`throttle.py`). A right one is looked at first
+and let through whatever the throttle holds, so a burst of failures (from strangers, or from the
+owner's own address) never shuts the owner out; the throttle only counts and refuses failures.
+With a weak token (allowed on loopback only, with a warning) the throttle comes first: there the
+wait is what keeps guessing slow.
+
+Without `web.auth_token` in config.yml the token is Bruce's own (`login_token.py`), and
+`GET /login?token=<nonce>` — the one-time link printed at start — signs a browser in once: it
+answers 303 to the dashboard with `Referrer-Policy: no-referrer`, so the nonce leaves the address
+bar and is never sent on as a Referer. The login page has the other pages' security headers.
 
 API writes must be sent as `application/json`, token or not: a page of another site cannot send
 that without the browser asking first (a preflight the app never grants), which keeps the API
-safe from cross-site forms on top of SameSite. Without `web.auth_token` (loopback only, enforced
-by the config) there is no sign-in, and the Host check (`hosts.py`) is the protection.
+safe from cross-site forms on top of SameSite. With `web.auth_token: none` (loopback only,
+enforced by the config) there is no sign-in, and the Host check (`hosts.py`) is the only
+protection.
 """
 
 from __future__ import annotations
@@ -32,7 +42,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from bruce_bot.config import token_weakness
 from bruce_bot.storage.web_sessions import WebSessionRecord, WebSessionStore
+from bruce_bot.web.login_token import OneTimeLogin
+from bruce_bot.web.pages import PAGE_HEADERS
 from bruce_bot.web.throttle import AuthThrottle, Refusal
 from bruce_bot.web.wire import capped_body, error_response
 
@@ -46,6 +59,9 @@ USER_AGENT_CHARS = 300
 FINGERPRINT_ROUNDS = 100_000  # the fingerprint is stored: make guessing the token from it slow
 OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/")
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+MAX_LINK_TOKEN_CHARS = 100
+# The answers to the sign-in link: the nonce in their URL must not travel on as a Referer.
+LINK_HEADERS = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
 
 def session_key(cookie: str) -> str:
@@ -129,8 +145,13 @@ class WebAuth:
         max_age: timedelta,
         secure_cookie: bool,
         login_page: str,
+        one_time: OneTimeLogin | None = None,
     ) -> None:
         self.token = token
+        # A strong token is checked before the throttle (a right one always passes); a weak one
+        # after it, so that guessing it stays slow.
+        self.strong = bool(token) and token_weakness(token) is None
+        self.one_time = one_time  # this start's sign-in link (None: config.yml sets the token)
         self.fingerprint = token_fingerprint(token) if token else ""
         self.store = store
         self.clock = clock
@@ -201,18 +222,32 @@ class WebAuth:
             self._set_cookie(response, request, renewed_cookie)  # the browser's expiry slides too
         return response
 
+    def _attempt(self, request: Request, right: bool) -> Response | None:
+        """The throttle's say on a sign-in attempt whose token is `right` or not: None to go
+        on (a right token: signed in), else the 429 to send. A failure is counted."""
+        address = client_address(request)
+        if right and self.strong:
+            self.throttle.succeeded(address)  # a valid token is never held by the throttle
+            return None
+        refusal = self.throttle.check(address)
+        if refusal is not None:
+            return throttled(request, refusal)
+        if right:
+            self.throttle.succeeded(address)
+            return None
+        self.throttle.failed(address)
+        return None
+
     def _check_bearer(self, request: Request) -> Response | None:
         """None when the request carries the right bearer token, else the refusal to send."""
         credentials = bearer_credentials(request)
         if credentials is not None:
-            address = client_address(request)
-            refusal = self.throttle.check(address)
-            if refusal is not None:
-                return throttled(request, refusal)
-            if token_matches(credentials, self.token):
-                self.throttle.succeeded(address)
+            right = token_matches(credentials, self.token)
+            refused = self._attempt(request, right)
+            if refused is not None:
+                return refused
+            if right:
                 return None
-            self.throttle.failed(address)
         if is_api(request):
             return error_response(
                 401, "missing or wrong token: send 'Authorization: Bearer <web.auth_token>'"
@@ -224,19 +259,52 @@ class WebAuth:
     async def show_login(self, request: Request) -> Response:
         if not self.token:
             return RedirectResponse("/chat", status_code=303)
-        return HTMLResponse(self.login_page)
+        if "token" in request.query_params:
+            return await self._redeem_link(request)
+        return HTMLResponse(self.login_page, headers=PAGE_HEADERS)
+
+    async def _redeem_link(self, request: Request) -> Response:
+        """`GET /login?token=<nonce>`: the one-time link signs in once, then is spent."""
+        candidate = str(request.query_params.get("token", ""))[:MAX_LINK_TOKEN_CHARS]
+        # The nonce is random (256 bits) and single-use: a right one passes whatever the
+        # throttle holds, like a strong token; a wrong or spent one is a failed sign-in.
+        right = self.one_time is not None and self.one_time.redeem(candidate)
+        address = client_address(request)
+        if right:
+            self.throttle.succeeded(address)
+            response = await self._signed_in(request, "/chat", via="link")
+            response.headers.update(LINK_HEADERS)
+            return response
+        refusal = self.throttle.check(address)
+        if refusal is not None:
+            response = throttled(request, refusal)
+        else:
+            self.throttle.failed(address)
+            log.warning("web_login_link_refused", client=address)
+            response = RedirectResponse("/login?error=link", status_code=303)
+        response.headers.update(LINK_HEADERS)
+        return response
 
     async def login(self, request: Request) -> Response:
         if not self.token:
             return RedirectResponse("/chat", status_code=303)
-        address = client_address(request)
-        refusal = self.throttle.check(address)
-        if refusal is not None:
-            return throttled(request, refusal)  # not even read
-        if not token_matches(await _login_token(request), self.token):
-            self.throttle.failed(address)
+        # A weak token: a throttled attempt is not even read.
+        if not self.strong and (refusal := self.throttle.check(client_address(request))):
+            return throttled(request, refusal)
+        right = token_matches(await _login_token(request), self.token)
+        refused = self._attempt(request, right)
+        if refused is not None:
+            return refused
+        if not right:
             return RedirectResponse("/login?error=1", status_code=303)
-        self.throttle.succeeded(address)
+        target = str(request.query_params.get("next", "/chat"))
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/chat"  # never redirect off-site
+        return await self._signed_in(request, target, via="form")
+
+    async def _signed_in(self, request: Request, target: str, *, via: str) -> Response:
+        """A new browser session, and the redirect to `target` that sets its cookie."""
+        address = client_address(request)
         now = self.clock()
         await self.store.purge(self.fingerprint, now)
         cookie = secrets.token_urlsafe(32)
@@ -251,10 +319,7 @@ class WebAuth:
             expires_at=now + self.max_age,
         )
         await self.store.add(record)
-        log.info("web_signed_in", client=address, web_session=record.public_id)
-        target = str(request.query_params.get("next", "/chat"))
-        if not target.startswith("/") or target.startswith("//"):
-            target = "/chat"  # never redirect off-site
+        log.info("web_signed_in", client=address, web_session=record.public_id, via=via)
         response = RedirectResponse(target, status_code=303)
         self._set_cookie(response, request, cookie)
         return response

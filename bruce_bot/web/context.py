@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from bruce_bot.mcp_client.manager import McpManager
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
+    from bruce_bot.web.login_token import OneTimeLogin
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +74,8 @@ class WebContext:
 
     # The MCP servers, their state and tools (None: none configured).
     mcp: McpManager | None = None
+    # This start's one-time sign-in link (None: web.auth_token is set in config.yml, or 'none').
+    login_link: OneTimeLogin | None = None
+    # The configured secrets (Config.secrets()): scrubbed from what the API shows of outside
+    # processes (an MCP server's stderr), as from the logs.
+    secrets: tuple[str, ...] = ()

@@ -59,7 +59,7 @@ class WebServer:
                 )
             await asyncio.sleep(0.002)  # ready is the moment it listens: do not oversleep it
         host, port = self._server.servers[0].sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     async def stop(self) -> None:
         if self._task is None:

@@ -53,7 +53,10 @@ async def test_a_click_on_confirm_activates_the_task_and_the_page_says_so(
             tab = await context.new_page()
             errors: list[str] = []
             tab.on("pageerror", lambda error: errors.append(str(error)))
-            await tab.goto("/chat")
+            # Signed in as the owner is: the one-time link Bruce printed, which lands on /chat.
+            assert bruce.login_url is not None
+            await tab.goto(bruce.login_url)
+            await tab.wait_for_url("**/chat")
             await tab.fill("#text", "Summarise the page.")
             await tab.press("#text", "Enter")
 

@@ -12,7 +12,7 @@ from tests.browser.conftest import needs_chromium
 from tests.browser.screenshots import at_both_widths, screenshot_dir
 from tests.browser.test_llm_setup import TIMEOUT_MS
 from tests.integration.dashboard_support import running_dashboard
-from tests.integration.test_mcp import TOKEN, stdio_server, wait_for_state
+from tests.integration.test_mcp import TOKEN, failing_server, stdio_server, wait_for_state
 
 pytestmark = needs_chromium
 expect.set_options(timeout=TIMEOUT_MS)
@@ -23,7 +23,7 @@ async def test_the_settings_page_shows_each_mcp_servers_state_and_tools(
 ) -> None:
     servers = {
         "notes": stdio_server(tools={"deny": ["secret_note"]}),
-        "github": stdio_server(env={"FAKE_MCP_FAIL": "GITHUB_TOKEN is not set"}),
+        "github": failing_server("GITHUB_TOKEN is not set"),
     }
     async with running_dashboard(tmp_path, TOKEN, mcp={"servers": servers}) as dash:
         await wait_for_state(dash, "notes", "ready")

@@ -11,11 +11,12 @@ HTTP on loopback in the test's own event loop (`FakeMcpHttpServer`). Its tools:
 - `grow()`: adds the tool `late_tool` and sends `notifications/tools/list_changed`;
 - `inject()`: text that tries to close the untrusted fence.
 
-Environment: `FAKE_MCP_FAIL=<message>` writes the message to stderr and exits before the handshake
-(a server that never starts); `FAKE_MCP_GREETING` is echoed by `echo` (to prove `env` arrives);
-`FAKE_MCP_CRASH_ONCE=<path>`: `crash()` exits only while that file does not exist, and creates it
-(so the restarted server answers the next call); `FAKE_MCP_PID_FILE=<path>`: each start appends
-its process id there (to prove no child outlives Bruce).
+Environment: `FAKE_MCP_FAIL=<message>` (or the argument `--fail <message>`: Bruce scrubs the values
+of a server's `env` from what it shows, as secrets) writes the message to stderr and exits before
+the handshake (a server that never starts); `FAKE_MCP_GREETING` is echoed by `echo` (to prove
+`env` arrives); `FAKE_MCP_CRASH_ONCE=<path>`: `crash()` exits only while that file does not exist,
+and creates it (so the restarted server answers the next call); `FAKE_MCP_PID_FILE=<path>`: each
+start appends its process id there (to prove no child outlives Bruce).
 
 `python -m tests.fakes.mcp_server --invalid` is no SDK server but a few lines of JSON-RPC that
 complete the handshake, list one tool `broken` and answer its call with content that is not valid
@@ -240,6 +241,8 @@ def _scripted_server(script: dict[str, Any]) -> None:
 
 def main() -> None:
     failure = os.environ.get("FAKE_MCP_FAIL")
+    if "--fail" in sys.argv:  # the same from the command line: an argument is no secret
+        failure = sys.argv[sys.argv.index("--fail") + 1]
     if failure:
         sys.stderr.write(f"fake mcp server: {failure}\n")
         sys.exit(2)

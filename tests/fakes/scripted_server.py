@@ -70,6 +70,7 @@ class ScriptedJSONServer(Generic[ReplyT]):
         # What `GET <prefix>/models` lists (the OpenAI-compatible model list local servers
         # serve too).
         self.models: list[str] = ["fake-model"]
+        self.models_request_headers: list[dict[str, str]] = []  # of each model list asked
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -151,6 +152,7 @@ class ScriptedJSONServer(Generic[ReplyT]):
         return None if self.api_key is None or key == self.api_key else self._wrong_key(key)
 
     async def _list_models(self, request: web.Request) -> web.Response:
+        self.models_request_headers.append(dict(request.headers))
         if (refusal := self._refusal_of_key(request)) is not None:
             return web.json_response(refusal.body, status=refusal.status)
         data = [

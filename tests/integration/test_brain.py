@@ -16,13 +16,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bruce_bot.app import Bruce
 from bruce_bot.channels.console import ConsoleChannel
 from bruce_bot.domain import InboundMessage, SessionKey
 from bruce_bot.tools.registry import ToolRegistry
-from tests.conftest import running_bruce, wait_until
+from tests.conftest import running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer, ScriptedToolCall
 from tests.fakes.web_server import FakeWebServer
 from tests.integration.support import (
@@ -142,7 +140,7 @@ async def test_after_a_reply_the_brain_names_the_session_with_the_background_mod
     async with running_bruce(config, tools=ToolRegistry([]), channels=[console]) as bruce:
         await exchange(console, "Help me plan a weekend in Lisbon")
         assert bruce.web_url is not None
-        async with httpx.AsyncClient(base_url=bruce.web_url, timeout=10) as http:
+        async with web_client(bruce, timeout=10) as http:
 
             async def titled() -> list[dict[str, Any]]:
                 sessions = (await http.get("/api/sessions")).json()["sessions"]

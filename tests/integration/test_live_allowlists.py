@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
-from tests.conftest import make_config, running_bruce
+from tests.conftest import make_config, running_bruce, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.fakes.telegram_server import FakeTelegramServer
 
@@ -43,7 +41,7 @@ async def test_an_id_added_in_the_dashboard_is_answered_from_its_next_message(
         )
         async with (
             running_bruce(config) as bruce,
-            httpx.AsyncClient(base_url=str(bruce.web_url), timeout=30) as http,
+            web_client(bruce, timeout=30) as http,
         ):
             path = "/api/channels/telegram/allowlist"
             assert (await http.get(path)).json() == {

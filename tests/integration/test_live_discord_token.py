@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
 from bruce_bot.channels.discord import DiscordChannel
+from tests.conftest import web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.integration.test_discord import OWNER, OWNER_ID, bruce_on_discord
@@ -29,7 +28,7 @@ async def test_a_new_token_reconnects_discord_and_a_refused_one_changes_nothing(
     async with (
         FakeDiscordServer(token=OLD) as discord,
         bruce_on_discord(tmp_path, anthropic_fake, discord, web=True) as (bruce, first),
-        httpx.AsyncClient(base_url=str(bruce.web_url), timeout=30) as http,
+        web_client(bruce, timeout=30) as http,
     ):
         dm = discord.dm_channel_id(OWNER_ID)
         await discord.send_dm(OWNER, "first")
@@ -78,7 +77,7 @@ async def test_discord_enabled_without_a_token_waits_and_starts_once_one_is_save
     async with (
         FakeDiscordServer(token=NEW) as discord,
         bruce_on_discord(tmp_path, anthropic_fake, discord, web=True, token="") as (bruce, _),
-        httpx.AsyncClient(base_url=str(bruce.web_url), timeout=30) as http,
+        web_client(bruce, timeout=30) as http,
     ):
         assert discord.identifies == 0  # not started: no token anywhere
         shown = (await http.get("/api/channels/discord/token")).json()

@@ -234,3 +234,76 @@ async def test_the_database_holding_the_key_is_readable_by_its_user_only(
     dashboard: Dashboard, tmp_path: Path
 ) -> None:
     assert (tmp_path / "bruce.db").stat().st_mode & 0o777 == 0o600
+
+
+# ---- the saved key stays with its server ----------------------------------------------------
+
+
+def keys_heard(server: FakeOpenAIServer) -> list[str]:
+    """Every Authorization header the server got (chat calls and model lists)."""
+    return [
+        headers.get("Authorization", "")
+        for headers in [*server.request_headers, *server.models_request_headers]
+    ]
+
+
+async def test_the_saved_key_is_never_sent_to_another_base_url(
+    dashboard: Dashboard, local: FakeOpenAIServer, client: httpx.AsyncClient
+) -> None:
+    elsewhere = {"provider": "openai", "base_url": local.base_url}
+
+    models = await client.post("/api/llm/models", json=elsewhere)
+    assert models.status_code == 400
+    error = models.json()["error"]
+    assert "the saved key was not sent" in error and f"type the key for {local.base_url}" in error
+
+    tried = await client.post("/api/llm/test", json={**elsewhere, "model": "qwen3:8b"})
+    assert tried.status_code == 400
+    assert f"api_key: type the API key for {local.base_url}" in tried.json()["error"]
+
+    saved = await client.put("/api/llm", json={**elsewhere, "model": "qwen3:8b"})
+    assert saved.status_code == 400
+    assert "not saved" in saved.json()["error"] and "type the API key" in saved.json()["error"]
+
+    # Anthropic's own API (no base URL) cannot be asked without a key: refused unasked.
+    other = await client.post("/api/llm/models", json={"provider": "anthropic"})
+    assert other.status_code == 400
+    assert "type the API key for https://api.anthropic.com" in other.json()["error"]
+
+    heard = keys_heard(local)
+    assert len(heard) == 3  # the model list, the test and the save's try: all without a key
+    assert all(YAML_KEY not in header for header in heard)
+    assert fields((await client.get("/api/llm")).json())["provider"]["value"] == "anthropic"
+
+    # Typed in, the key goes where it was typed for.
+    listed = await client.post("/api/llm/models", json={**elsewhere, "api_key": LOCAL_KEY})
+    assert listed.json() == {"models": ["llama3.2:3b", "qwen3:8b"]}
+    tested = await client.post(
+        "/api/llm/test", json={**elsewhere, "model": "qwen3:8b", "api_key": LOCAL_KEY}
+    )
+    assert tested.json()["ok"] is True
+    assert local.models_request_headers[-1]["Authorization"] == f"Bearer {LOCAL_KEY}"
+    assert local.request_headers[-1]["Authorization"] == f"Bearer {LOCAL_KEY}"
+    assert all(YAML_KEY not in header for header in keys_heard(local))
+
+
+async def test_a_keyless_local_server_is_tried_without_the_saved_key(
+    dashboard: Dashboard, client: httpx.AsyncClient
+) -> None:
+    async with FakeOpenAIServer(responder=lambda body: "Ollama here") as ollama:
+        ollama.models = ["llama3.2:3b"]  # api_key None: takes any key, or none
+        change = {"provider": "openai", "model": "llama3.2:3b", "base_url": ollama.base_url}
+        listed = await client.post(
+            "/api/llm/models", json={"provider": "openai", "base_url": ollama.base_url}
+        )
+        assert listed.json() == {"models": ["llama3.2:3b"]}
+        saved = await client.put("/api/llm", json=change)
+        assert saved.status_code == 200, saved.text
+        assert fields(saved.json())["api_key"]["value"] == ""  # the key stayed behind
+        assert await dashboard.chat("dan", "hi") == "Ollama here"
+        heard = keys_heard(ollama)
+        assert len(heard) >= 3 and all(YAML_KEY not in header for header in heard)
+
+        # The model alone changes: same server, the key in use (none here) goes on.
+        again = await client.post("/api/llm/test", json={"model": "llama3.2:3b"})
+        assert again.json()["ok"] is True

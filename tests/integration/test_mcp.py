@@ -54,6 +54,11 @@ async def wait_for_state(dashboard: Dashboard, server: str, state: str) -> dict[
     return result
 
 
+def failing_server(message: str, **settings: Any) -> dict[str, Any]:
+    """The fake server writing `message` to its stderr and exiting before the handshake."""
+    return stdio_server(args=["-m", "tests.fakes.mcp_server", "--fail", message], **settings)
+
+
 def tool_names(body: dict[str, Any]) -> set[str]:
     return {tool["name"] for tool in body.get("tools") or []}
 
@@ -164,7 +169,7 @@ async def test_a_server_that_never_starts_is_skipped_and_bruce_stays_healthy(
     tmp_path: Path,
 ) -> None:
     servers = {
-        "broken": stdio_server(env={"FAKE_MCP_FAIL": "GITHUB_TOKEN is not set"}),
+        "broken": failing_server("GITHUB_TOKEN is not set"),
         "missing": {"command": str(tmp_path / "no-such-server")},
         "off": {**stdio_server(), "enabled": False},
     }
@@ -265,3 +270,19 @@ async def chat_request(dash: Dashboard) -> dict[str, Any]:
     await dash.chat("alice", "hello")
     request: dict[str, Any] = dash.fake.requests[before]
     return request
+
+
+async def test_what_a_server_wrote_is_shown_with_its_secrets_scrubbed(tmp_path: Path) -> None:
+    configured = "my-configured-mcp-secret-42"
+    unknown = "ghp_" + "Zx9Lq2Wv7Rt4Kb8Nm3Pd6Hs1Fg5Jc0Ya"  # a GitHub token config.yml never named
+    message = f"login refused for {configured} and {unknown}: check GITHUB_TOKEN"
+    servers = {"leaky": failing_server(message, env={"GITHUB_TOKEN": configured})}
+    async with running_dashboard(tmp_path, TOKEN, mcp={"servers": servers}) as dash:
+        leaky = await wait_for_state(dash, "leaky", "failed")
+        async with httpx.AsyncClient(base_url=dash.url, headers=AUTH, timeout=10) as http:
+            raw = (await http.get("/api/mcp")).text
+    assert (
+        "fake mcp server: login refused for *** and ***: check GITHUB_TOKEN"
+        in (leaky["last_error"])
+    )
+    assert configured not in raw and unknown not in raw

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from bruce_bot.web.login_token import read_token
 from tests.conftest import deep_merge, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.integration.support import messages_of, user_texts
@@ -108,6 +109,14 @@ class Daemon:
             return False
         return response.status_code == 200
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """The API's bearer header: the token the daemon made in its data dir on first start
+        (the config sets none), as a script reads it."""
+        token = read_token(self.data_dir)
+        assert token, f"no dashboard token in {self.data_dir}"
+        return {"Authorization": f"Bearer {token}"}
+
     def stderr(self) -> str:
         return (self.tmp_path / f"run{self.runs}.err").read_text(errors="replace")[-4000:]
 
@@ -132,17 +141,17 @@ async def daemon(tmp_path: Path, anthropic_fake: FakeAnthropicServer) -> AsyncIt
         await bruce.kill()
 
 
-async def post(url: str, text: str) -> int:
-    async with httpx.AsyncClient(timeout=10) as client:
-        response = await client.post(f"{url}/api/chat/messages", json={"text": text})
+async def post(daemon: Daemon, text: str) -> int:
+    async with httpx.AsyncClient(timeout=10, headers=daemon.auth) as client:
+        response = await client.post(f"{daemon.url}/api/chat/messages", json={"text": text})
     assert response.status_code == 202, response.text
     return int(response.json()["message_id"])
 
 
-async def chat_messages(url: str, after: int = 0, wait: float = 0) -> list[dict[str, Any]]:
-    async with httpx.AsyncClient(timeout=wait + 10) as client:
+async def chat_messages(daemon: Daemon, after: int = 0, wait: float = 0) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(timeout=wait + 10, headers=daemon.auth) as client:
         response = await client.get(
-            f"{url}/api/chat/messages", params={"after": after, "wait": wait}
+            f"{daemon.url}/api/chat/messages", params={"after": after, "wait": wait}
         )
     assert response.status_code == 200, response.text
     return list(response.json()["messages"])
@@ -160,7 +169,7 @@ async def test_a_message_in_flight_when_the_process_is_killed_is_answered_once_a
     anthropic_fake.responder = model
     try:
         await daemon.start()
-        message_id = await post(daemon.url, "Remember the milk")
+        message_id = await post(daemon, "Remember the milk")
         await anthropic_fake.wait_for_requests(1, 20)
         await daemon.kill()
         assert daemon.process is not None and daemon.process.returncode == -signal.SIGKILL
@@ -169,7 +178,7 @@ async def test_a_message_in_flight_when_the_process_is_killed_is_answered_once_a
         await daemon.start()
 
         async def replied() -> list[dict[str, Any]]:
-            return [m for m in await chat_messages(daemon.url, wait=2) if m["role"] == "assistant"]
+            return [m for m in await chat_messages(daemon, wait=2) if m["role"] == "assistant"]
 
         (reply,) = await wait_until(replied, timeout=20)
         assert reply["content"] == "Milk is on your list now."
@@ -202,7 +211,7 @@ async def test_sigterm_stops_the_daemon_within_the_shutdown_timeout_and_keeps_th
     anthropic_fake.responder = stuck_model
     try:
         await daemon.start()
-        await post(daemon.url, "Are you there?")
+        await post(daemon, "Are you there?")
         await anthropic_fake.wait_for_requests(1, 20)
         assert daemon.process is not None
         started = time.monotonic()

@@ -50,7 +50,7 @@ async def test_a_turn_killed_after_its_tool_ran_resumes_without_running_it_again
     with_scheduling(daemon)
     try:
         await daemon.start()
-        await post(daemon.url, "Remind me to stretch in an hour")
+        await post(daemon, "Remind me to stretch in an hour")
         await anthropic_fake.wait_for_requests(2, 20)  # the tool ran; the model is "thinking"
         assert len(db_rows(daemon.data_dir, "SELECT id FROM proactive_tasks")) == 1
         await daemon.kill()
@@ -60,7 +60,7 @@ async def test_a_turn_killed_after_its_tool_ran_resumes_without_running_it_again
         await daemon.start()
 
         async def replied() -> list[dict[str, Any]]:
-            listed = await chat_messages(daemon.url, wait=2)
+            listed = await chat_messages(daemon, wait=2)
             return [m for m in listed if m["role"] == "assistant" and m["kind"] == "chat"]
 
         (reply,) = await wait_until(replied, timeout=20)

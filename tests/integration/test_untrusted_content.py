@@ -9,12 +9,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from bruce_bot.channels.console import ConsoleChannel
 from bruce_bot.scheduler.confirmations import CONFIRMED, NOTHING_WAITING, REFUSED
-from tests.conftest import running_bruce, wait_until
+from tests.conftest import running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.web_server import FakeWebServer
 from tests.integration.support import (
@@ -193,7 +192,7 @@ async def test_the_web_chat_shows_the_buttons_and_a_press_confirms_the_task(
     anthropic_fake.script(tool_calls=[("proactive_create", INJECTED_TASK)])
     anthropic_fake.script("It waits for your confirmation.")
     cfg = config(tmp_path, anthropic_fake, web={"enabled": True, "host": "127.0.0.1", "port": 0})
-    async with running_bruce(cfg) as bruce, httpx.AsyncClient(base_url=bruce.web_url) as http:
+    async with running_bruce(cfg) as bruce, web_client(bruce) as http:
         posted = await http.post("/api/chat/messages", json={"text": "Summarise the page."})
         assert posted.status_code == 202
 

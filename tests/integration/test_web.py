@@ -15,6 +15,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 from starlette.applications import Starlette
+from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.web import WebChannel
@@ -222,16 +223,21 @@ async def test_login_next_keeps_a_local_path(client: httpx.AsyncClient) -> None:
     assert response.headers["location"] == "/api/sessions"
 
 
-async def test_without_an_auth_token_loopback_access_is_open(
+async def test_with_the_none_opt_out_loopback_access_is_open_with_a_warning(
     tmp_path: Any, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    async with running_bruce(make_config(tmp_path, anthropic_fake.base_url)) as open_bruce:
-        assert open_bruce.web_url is not None
-        async with httpx.AsyncClient(base_url=open_bruce.web_url) as http:
-            assert (await http.get("/api/sessions")).status_code == 200
-            assert (await http.get("/chat")).status_code == 200
-            login = await http.get("/login")
-            assert login.status_code == 303 and login.headers["location"] == "/chat"
+    config = make_config(tmp_path, anthropic_fake.base_url, web={"auth_token": "none"})
+    assert any("web.auth_token is 'none'" in warning for warning in config.warnings())
+    with capture_logs() as logs:
+        async with running_bruce(config) as open_bruce:
+            assert open_bruce.web_url is not None and open_bruce.login_url is None
+            async with httpx.AsyncClient(base_url=open_bruce.web_url) as http:
+                assert (await http.get("/api/sessions")).status_code == 200
+                assert (await http.get("/chat")).status_code == 200
+                login = await http.get("/login")
+                assert login.status_code == 303 and login.headers["location"] == "/chat"
+    assert any(entry["event"] == "web_login_disabled" for entry in logs)
+    assert not (tmp_path / "web_token").exists()
 
 
 # ---- the chat through the API ----------------------------------------------------------------

@@ -865,3 +865,53 @@ def test_transcription_is_off_until_an_endpoint_or_key_is_set(tmp_path: Path) ->
         tmp_path, "transcription: {base_url: 'http://127.0.0.1:8000/v1', language: PT}"
     )
     assert config.transcription.is_configured and config.transcription.language == "pt"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "secret", "key"),
+    [
+        ("web:\n  port: {secret}\n", "sk-proj-Q9wE7rT5yU3iO1pA8sD6fG4h", "web.port"),
+        (
+            "web:\n  port: '{secret}'\n",
+            "7261530491:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0",
+            "web.port",
+        ),
+        ("web:\n  port: {secret}\n", "xoxb-2048-4096-Zx9Lq2Wv7Rt4Kb8N", "web.port"),
+        (
+            "web:\n  enabled: {secret}\n",
+            "lUrRIo3gSyCD_OLcGJ9N1uYmYKSt3UuE242h9DxSpb0",
+            "web.enabled",
+        ),
+        ("app:\n  timezone: {secret}\n", "0f9e8d7c6b5a49382716a5b4c3d2e1f0", "app.timezone"),
+        ("llm:\n  provider: {secret}\n", "sk-ant-api03-Zx9Lq2Wv7Rt4Kb8Nm3Pd6Hs1", "llm.provider"),
+        (
+            "agent:\n  max_turns: [{secret}]\n",
+            "Yq7Wm2Kc9Rt4Lp1Zx8Nv3Bd6Hs0Fg5Jk",
+            "agent.max_turns",
+        ),
+        ("web:\n  {secret}: 1\n", "Yq7Wm2Kc9Rt4Lp1Zx8Nv3Bd6Hs0Fg5Jk", "web.(key name hidden"),
+    ],
+    ids=[
+        "openai-in-port",
+        "telegram",
+        "slack",
+        "random-in-bool",
+        "hex",
+        "anthropic-literal",
+        "in-a-list",
+        "as-a-key-name",
+    ],
+)
+def test_a_secret_looking_value_is_never_echoed_whatever_the_key(
+    tmp_path: Path, yaml_text: str, secret: str, key: str
+) -> None:
+    message = error_of(tmp_path, yaml_text.format(secret=secret))
+
+    assert message.startswith(key), message  # the key is still named
+    assert secret not in message and secret[:10] not in message
+    assert "hidden" in message
+
+
+def test_an_ordinary_bad_value_is_still_shown(tmp_path: Path) -> None:
+    message = error_of(tmp_path, "web:\n  port: eighty\nllm:\n  provider: claude-3-5-haiku\n")
+    assert "'eighty'" in message and "'claude-3-5-haiku'" in message

@@ -2,7 +2,10 @@
 runs (provider, model, background model, base URL, API key; see `live_llm.py`).
 
 A save is tried first with one tiny call and refused (400, the provider's words) when the
-provider says no; the old settings stay. The API key is write-only: answers show it masked.
+provider says no; the old settings stay. The API key is write-only: answers show it masked. The
+saved key is sent only to the provider and server it is in use with: a test, a save or a model
+list for another provider or base URL sends none, and is refused (400, naming `api_key`) when
+that server needs one and none was typed.
 """
 
 from __future__ import annotations
@@ -11,7 +14,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bruce_bot.live_llm import LiveLLMSettings, SettingsRefused
+from bruce_bot.live_llm import (
+    KeyNeeded,
+    LiveLLMSettings,
+    SettingsRefused,
+    destination,
+    key_needed,
+    server_url,
+)
 from bruce_bot.llm.model_list import ModelListError, list_models
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 from bruce_bot.web.context import WebContext
@@ -122,8 +132,10 @@ async def put_llm(call: Call[NoParams, LLMChange]) -> LLMSettingsAnswer:
 async def try_llm(call: Call[NoParams, LLMChange]) -> TestAnswer:
     live = _live(call.context)
     try:
-        settings = await live.candidate(call.body.changes())
-        await live.test(settings)
+        settings, withheld_for = await live.trial(call.body.changes())
+        await live.test(settings, withheld_for=withheld_for)
+    except KeyNeeded as exc:
+        raise ApiError(str(exc)) from None
     except SettingsRefused as exc:
         return TestAnswer(ok=False, detail=str(exc))
     return TestAnswer(ok=True, detail=f"{settings.provider} / {settings.model} answers")
@@ -137,11 +149,24 @@ async def reset_llm(call: Call[NoParams, None]) -> LLMSettingsAnswer:
 
 async def post_models(call: Call[NoParams, ModelsQuery]) -> ModelsAnswer:
     live, query = _live(call.context), call.body
-    key = query.api_key or (await live.effective()).api_key
+    current = await live.effective()
+    url = server_url(query.provider, query.base_url or None)
+    kept_for = destination(current)[1]
+    key = query.api_key or ""
+    if not key and (query.provider, url) == destination(current):
+        key = current.api_key  # the saved key, to the server it was saved for
+    elif not key and current.api_key and (query.provider == "anthropic" or not query.base_url):
+        raise ApiError(str(key_needed(query.provider, url, kept_for)))
     try:
         models = await list_models(query.provider, query.base_url or None, key)
     except ModelListError as exc:
-        raise ApiError(str(exc)) from None
+        unsent = ""
+        if not key and current.api_key:
+            unsent = (
+                f" (the saved key was not sent: it goes only to {kept_for}; type the key for "
+                f"{url} if it needs one)"
+            )
+        raise ApiError(f"{exc}{unsent}") from None
     return ModelsAnswer(models=models)
 
 

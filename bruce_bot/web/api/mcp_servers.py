@@ -1,6 +1,11 @@
 """`/api/mcp`: the MCP servers of `mcp.servers`, each with its transport, its state (starting,
 ready, failed, restarting, disabled), the last error (with the tail of a stdio server's stderr)
-and its tools as the model sees them: name, description, offered or why not. Read only."""
+and its tools as the model sees them: name, description, offered or why not. Read only.
+
+What a server wrote (its error, its stderr, its tools' descriptions) is outside text that may
+quote a token it was given: it goes through the log scrubber (the configured secrets, among them
+every server's `env` and `headers` values, URL passwords, secret query parameters) and the
+secret-shape masking (`secret_shapes.py`: keys it was never given in config.yml) first."""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from bruce_bot.logs import SecretScrubber, scrubber
+from bruce_bot.secret_shapes import mask_secret_shapes
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 
 
@@ -36,19 +43,24 @@ async def mcp_servers(call: Call[NoParams, None]) -> McpAnswer:
     manager = call.context.mcp
     if manager is None:
         return McpAnswer(servers=[])
+    configured = SecretScrubber(call.context.secrets)
+
+    def clean(text: str) -> str:
+        return str(mask_secret_shapes(scrubber.scrub(configured.scrub(text))))
+
     return McpAnswer(
         servers=[
             McpServerAnswer(
                 name=status.name,
                 transport=status.transport,
                 state=status.state,
-                last_error=status.last_error,
+                last_error=clean(status.last_error),
                 allow_in_tasks=status.allow_in_tasks,
                 tools=[
                     McpToolAnswer(
                         name=tool.name,
                         server_tool=tool.server_tool,
-                        description=tool.description,
+                        description=clean(tool.description),
                         offered=tool.offered,
                         reason=tool.reason,
                     )
