@@ -2,9 +2,11 @@
 
 The model chooses the URL, so the fetch must not become a way into the owner's own network
 (SSRF). Before each request, redirects included, the host is resolved (every address) and the
-request is refused when any address is loopback, private, link-local, CGNAT, multicast, reserved
-or unspecified — unless `tools.web_fetch.allow_private_addresses` is on — and always when it is a
-cloud metadata endpoint. The connection then goes to an address that was checked: a pinning
+request is refused when any address is loopback, private, link-local, site-local, CGNAT,
+multicast, reserved, unspecified or otherwise not globally reachable in IANA's special-purpose
+registries (IPv6 forms that carry an IPv4 address are judged by it) — unless
+`tools.web_fetch.allow_private_addresses` is on — and always when it is a cloud metadata
+endpoint. The connection then goes to an address that was checked: a pinning
 network backend under httpx refuses to dial anything else, so a DNS answer that changes between
 the check and the connection (DNS rebinding) cannot redirect it. The URL keeps its host name, so
 the Host header, TLS SNI and certificate checks are those of the real site.
@@ -65,6 +67,22 @@ CLOUD_METADATA = frozenset(
 )
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Ranges the IANA special-purpose registries (and RFC 3879's deprecated site-local) mark as not
+# globally reachable that Python's `ipaddress` (3.11) calls global: checked by name, so the
+# guard does not depend on which Python release's tables are installed. The rest of those
+# registries is covered by is_private / is_reserved / is_link_local and the embedded-IPv4 forms.
+_NOT_PUBLIC = tuple(
+    (ipaddress.ip_network(network), what)
+    for network, what in (
+        ("fec0::/10", "a site-local address"),  # deprecated, still routed inside some networks
+        ("64:ff9b:1::/48", "a local-use NAT64 address"),  # RFC 8215: translates to private v4
+        ("3fff::/20", "a documentation address"),  # RFC 9637
+        ("5f00::/16", "a segment-routing (SRv6) address"),  # RFC 9602
+        ("192.88.99.0/24", "a 6to4 relay anycast address"),  # RFC 7526, deprecated
+        ("192.0.0.0/24", "an IETF protocol assignment address"),  # RFC 6890
+        ("2001::/23", "an IETF protocol assignment address"),  # RFC 2928 (Teredo among them)
+    )
+)
 
 
 # ---- which addresses may be fetched ----------------------------------------------------------
@@ -91,7 +109,12 @@ def address_problem(address: IPAddress, allow_private: bool = False) -> str | No
         embedded = _embedded_ipv4(address)
         if embedded is not None:
             problem = address_problem(embedded, allow_private)
-            return f"{problem} (as IPv6 {address})" if problem else None
+            if problem:
+                return f"{problem} (as IPv6 {address})"
+            # Mapped, NAT64 and 6to4 forms reach the IPv4 address they carry; a Teredo address
+            # is judged as IPv6 too (2001::/32 is not globally reachable).
+            if address.teredo is None:
+                return None
     if address.is_multicast:
         return "a multicast address"
     if address.is_unspecified:
@@ -108,6 +131,9 @@ def address_problem(address: IPAddress, allow_private: bool = False) -> str | No
         return "a private address"
     if address.is_reserved:
         return "a reserved address"
+    for network, what in _NOT_PUBLIC:
+        if address.version == network.version and address in network:
+            return what
     if not address.is_global:
         return "an address that is not publicly routable"
     return None

@@ -120,6 +120,24 @@ def test_without_lists_every_domain_passes() -> None:
         ("::ffff:169.254.169.254", "a cloud metadata endpoint (as IPv6 ::ffff:a9fe:a9fe)"),
         ("2002:7f00:1::", "a loopback address (as IPv6 2002:7f00:1::)"),  # 6to4
         ("64:ff9b::a00:1", "a private address (as IPv6 64:ff9b::a00:1)"),  # NAT64
+        ("::ffff:100.64.0.1", "a shared (CGNAT) address (as IPv6 ::ffff:6440:1)"),
+        ("2002:c0a8:101::1", "a private address (as IPv6 2002:c0a8:101::1)"),  # 6to4 of 192.168
+        # Teredo: a private client address, or (with a public one) 2001::/32 itself.
+        (
+            "2001:0:4136:e378:8000:63bf:f5ff:fffe",
+            "a private address (as IPv6 2001:0:4136:e378:8000:63bf:f5ff:fffe)",
+        ),
+        ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "a private address"),  # client 8.8.8.8
+        # Ranges Python 3.11 calls global that the IANA registries do not.
+        ("fec0::1", "a site-local address"),
+        ("feff:ffff::1", "a site-local address"),
+        ("64:ff9b:1::a00:1", "a reserved address"),  # local-use NAT64 (RFC 8215)
+        ("3fff::1", "a documentation address"),
+        ("192.88.99.1", "a 6to4 relay anycast address"),
+        ("198.18.0.1", "a private address"),  # benchmarking
+        ("192.0.0.8", "an IETF protocol assignment address"),
+        ("100::1", "a private address"),  # discard-only
+        ("5f00::1", "a reserved address"),  # SRv6 SIDs, inside a reserved block
     ],
 )
 def test_addresses_that_are_not_on_the_public_internet_are_refused(
