@@ -285,6 +285,7 @@ class Bruce:
             raise StartupError(str(exc)) from None
         if self.parts is not None:
             self.parts.hints.dashboard_listening(self.web_url)
+            self.parts.own_address.listening(int(self.web_url.rsplit(":", 1)[1]))
 
     async def stop(self) -> None:
         log.info("bruce_stopping")

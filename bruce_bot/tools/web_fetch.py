@@ -40,6 +40,8 @@ import httpcore
 import httpx
 
 from bruce_bot.config import WebFetchConfig, normalise_domain
+from bruce_bot.tools.own_address import POLICY as OWN_ADDRESS_POLICY
+from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
 
 MAX_BODY_BYTES = 5_000_000
@@ -351,9 +353,11 @@ class PageFetcher:
         max_redirects: int = MAX_REDIRECTS,
         timeout: float = FETCH_TIMEOUT_SECONDS,
         ssl_context: ssl.SSLContext | None = None,
+        own: OwnAddress | None = None,
     ) -> None:
         self.allow_private = allow_private
         self.domains = domains or DomainPolicy()
+        self.own = own or OwnAddress()
         self.ssl_context = ssl_context
         self.resolver = resolver
         self.network_backend = network_backend
@@ -387,6 +391,9 @@ class PageFetcher:
         refusal = self.domains.problem(host)
         if refusal:
             raise FetchRefused(f"refused to fetch {url}: {refusal}")
+        own = self.own.name_problem(host)
+        if own:
+            raise FetchRefused(f"refused to fetch {url}: {own}; {OWN_ADDRESS_POLICY}")
         port = url.port or (443 if url.scheme == "https" else 80)
         try:
             addresses = [str(ipaddress.ip_address(host))]  # an address literal: no DNS
@@ -414,6 +421,9 @@ class PageFetcher:
                 )
                 where = f"{host} is" if host == text else f"{host} resolves to {text},"
                 raise FetchRefused(f"refused to fetch {url}: {where} {problem}; {policy}")
+        own = self.own.address_problem(addresses, port)
+        if own:
+            raise FetchRefused(f"refused to fetch {url}: {own}; {OWN_ADDRESS_POLICY}")
         backend.pins[host] = addresses
 
     async def _fetch(self, url: str) -> FetchedPage:
@@ -649,11 +659,18 @@ class WebFetchTool(Tool):
     # The tool cuts the text to tools.web_fetch.max_chars itself, with a note; this is a backstop.
     max_output_chars = 2_000_000
 
-    def __init__(self, config: WebFetchConfig, fetcher: PageFetcher | None = None) -> None:
+    def __init__(
+        self,
+        config: WebFetchConfig,
+        fetcher: PageFetcher | None = None,
+        *,
+        own: OwnAddress | None = None,
+    ) -> None:
         self.max_chars = config.max_chars
         self.fetcher = fetcher or PageFetcher(
             allow_private=config.allow_private_addresses,
             domains=DomainPolicy.from_config(config),
+            own=own,
         )
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
