@@ -1,5 +1,6 @@
 """The safety rules of the tools that touch the outside world: which addresses and domains
-web_fetch may reach (never Bruce's own web address), which file names artifact_save may write, and how a page becomes text."""
+web_fetch may reach (never Bruce's own web address), which file names artifact_save may write,
+and how a page becomes text."""
 
 from __future__ import annotations
 
