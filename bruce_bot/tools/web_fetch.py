@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http
 import ipaddress
+import mimetypes
 import re
 import socket
 import ssl
@@ -238,6 +240,9 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
 
 
 _CORE_TO_HTTPX: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
+    # The most specific first: a failure to connect is told apart from a broken answer.
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ConnectError, httpx.ConnectError),
     (httpcore.TimeoutException, httpx.TimeoutException),
     (httpcore.NetworkError, httpx.NetworkError),
     (httpcore.ProtocolError, httpx.ProtocolError),
@@ -445,7 +450,12 @@ class PageFetcher:
             headers=headers,
         ) as client:
             while True:
-                await self._resolve_and_pin(current, backend)
+                try:
+                    await self._resolve_and_pin(current, backend)
+                except ToolError as exc:
+                    if not redirects:
+                        raise  # the model's own URL: the message names nothing else
+                    raise _hop_refused(exc, url, current) from None
                 try:
                     async with client.stream("GET", current) as response:
                         location = response.headers.get("location")
@@ -460,35 +470,60 @@ class PageFetcher:
                                 current = current.join(location)
                             except (httpx.InvalidURL, ValueError):
                                 raise ToolError(
-                                    f"{current} redirected to an invalid URL ({location!r})"
+                                    f"{url} redirected to an address that is not a valid URL; "
+                                    "try another source",
+                                    untrusted=_server_text(redirects, None, location=location),
                                 ) from None
                             continue
                         return await self._read(response, url, tuple(redirects))
                 except httpx.TimeoutException:
                     raise ToolError(
-                        f"{current} did not answer in time; try again later or another source"
+                        f"{url} did not answer in time; try again later or another source",
+                        untrusted=_server_text(redirects, current),
+                    ) from None
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    # Before the server said anything: the words are the system's.
+                    raise ToolError(
+                        f"could not fetch {url} ({type(exc).__name__}: {exc}); check the URL or "
+                        "try another source",
+                        untrusted=_server_text(redirects, current),
                     ) from None
                 except httpx.HTTPError as exc:
+                    # A protocol error quotes what the server sent (a header line, ...).
                     raise ToolError(
-                        f"could not fetch {current} ({type(exc).__name__}: {exc}); check the URL "
-                        "or try another source"
+                        f"could not fetch {url} (the server's answer broke off or was not valid "
+                        f"HTTP: {type(exc).__name__}); check the URL or try another source",
+                        untrusted=_server_text(redirects, current, error=str(exc)),
                     ) from None
 
     async def _read(
         self, response: httpx.Response, requested: str, redirects: tuple[str, ...]
     ) -> FetchedPage:
+        # Errors name the model's own URL; what the server chose (the reason phrase, the type,
+        # the address it redirected to) goes in `untrusted`, fenced as data (registry.py).
         final = str(response.url)
-        if response.status_code >= 400:
+        status = response.status_code
+        if status >= 400:
+            reason = response.reason_phrase
+            standard = _standard_phrase(status)
+            if reason in ("", standard):
+                shown, outside = f"HTTP {status} {standard}".rstrip(), None
+            else:
+                shown, outside = f"HTTP {status} with its own reason phrase", reason
             raise ToolError(
-                f"{final} answered HTTP {response.status_code} {response.reason_phrase}".rstrip()
-                + "; the page is not available"
+                f"{requested} answered {shown}; the page is not available",
+                untrusted=_server_text(redirects, final, reason_phrase=outside),
             )
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
         readable = content_type in HTML_TYPES or content_type in TEXT_TYPES
         if content_type and not (readable or content_type.endswith("+json")):
+            known = content_type in _KNOWN_TYPES
             raise ToolError(
-                f"{final} is {content_type}, not a page web_fetch can read (it reads HTML, plain "
-                "text and JSON)"
+                f"{requested} is {content_type if known else 'a file of another type'}, not a "
+                "page web_fetch can read (it reads HTML, plain text and JSON)",
+                untrusted=_server_text(
+                    redirects, final, content_type=None if known else content_type
+                ),
             )
         body = bytearray()
         cut = False
@@ -508,6 +543,50 @@ class PageFetcher:
             read_limit=self.max_bytes,
             redirects=redirects,
         )
+
+
+# The types of Python's built-in table (not the machine's /etc/mime.types, so that the same
+# types are named everywhere) are said in Bruce's words. Any other Content-Type is the server's
+# text, and only shown fenced.
+_KNOWN_TYPES = frozenset(mimetypes.MimeTypes().types_map[True].values())
+
+
+def _standard_phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _server_text(
+    redirects: Iterable[str], final: httpx.URL | str | None, **fields: str | None
+) -> str | None:
+    """What the server chose that an error explains itself with ("Reason phrase: ...", the
+    address it redirected to), or None when there is none."""
+    names = {
+        "reason_phrase": "The server's reason phrase",
+        "content_type": "The Content-Type it sent",
+        "location": "The Location it redirected to",
+        "error": "The error, quoting the server",
+    }
+    lines = [f"Redirected to: {final}"] if list(redirects) and final is not None else []
+    lines += [f"{names[key]}: {value}" for key, value in fields.items() if value]
+    return "\n".join(lines) or None
+
+
+def _hop_refused(exc: ToolError, url: str, hop: httpx.URL) -> ToolError:
+    """A redirect hop's refusal, told in Bruce's words: its message names the address the
+    server chose (and that address's host), so it is fenced whole."""
+    what = (
+        "somewhere web_fetch does not read"
+        if isinstance(exc, FetchRefused)
+        else "an address that could not be reached"
+    )
+    kind = FetchRefused if isinstance(exc, FetchRefused) else ToolError
+    return kind(
+        f"{url} redirected to {what}; answer without this page or try another source",
+        untrusted=f"Redirected to: {hop}\nWhy: {exc}",
+    )
 
 
 # ---- turning a page into text -----------------------------------------------------------------
@@ -606,7 +685,10 @@ def page_text(page: FetchedPage) -> tuple[str, str]:
     kind = page.content_type
     if not kind:  # no Content-Type: looks like markup, or plain text?
         if b"\x00" in page.body[:1024]:
-            raise ToolError(f"{page.url} looks like a binary file, not a page web_fetch can read")
+            raise ToolError(
+                f"{page.requested_url} looks like a binary file, not a page web_fetch can read",
+                untrusted=_server_text(page.redirects, page.url),
+            )
         kind = "text/html" if decoded.lstrip()[:1] == "<" else "text/plain"
     if kind in HTML_TYPES:
         return extract_readable(decoded, page.url)
