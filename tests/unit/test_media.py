@@ -109,6 +109,14 @@ def test_the_four_picture_formats_are_read(fmt: str) -> None:
     assert (fitted.width, fitted.height) == (64, 48)
 
 
+def test_a_cameras_multi_picture_jpeg_is_read_through_jpeg() -> None:
+    out = io.BytesIO()
+    first, second = Image.new("RGB", (64, 48), "red"), Image.new("RGB", (64, 48), "blue")
+    first.save(out, "MPO", save_all=True, append_images=[second])
+    assert Image.open(io.BytesIO(out.getvalue())).format == "MPO"
+    assert fit_image(out.getvalue(), 1568, 3_750_000).media_type == "image/jpeg"
+
+
 @pytest.mark.parametrize(
     "data",
     [
