@@ -66,7 +66,7 @@ def read_document(
         try:
             return read_pdf(data, max_chars, max_pages, limits or PdfLimits())
         except PdfLimitExceeded as exc:
-            raise DocumentProblem(f"the PDF could not be read: {exc}") from None
+            raise DocumentProblem(str(exc)) from None  # "it needs more than 512 MB ..."
     return read_here(data, kind, max_chars, max_pages)
 
 
@@ -127,9 +127,7 @@ def _pdf_text(data: bytes, max_pages: int) -> str:
     except DocumentProblem:
         raise
     except LimitReachedError as exc:  # pypdf's own limits (decompressed size, tokens, ...)
-        raise DocumentProblem(
-            f"the PDF could not be read: it goes past the PDF reader's safety limits ({exc})"
-        ) from None
+        raise DocumentProblem(f"it goes past the PDF reader's safety limits ({exc})") from None
     except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
         raise DocumentProblem(f"the PDF is damaged or not a PDF ({exc})") from None
     if not any(text.split("\n", 1)[1].strip() for text in texts):

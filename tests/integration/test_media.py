@@ -355,7 +355,7 @@ async def test_a_pdf_bomb_is_stopped_by_the_limits_while_bruce_stays_responsive(
             telegram.replay(normal, ids={TELOXIDE_USER: ALICE.id})
             [_, answer] = await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
     assert refused.plain == (
-        "⚠️ I couldn't read report.pdf: the PDF could not be read: it needs more than 3 seconds "
+        "⚠️ I couldn't read report.pdf: it needs more than 3 seconds "
         "to open (the limit is documents.pdf_max_seconds in config.yml)"
     )
     assert answer.plain == "Read it."

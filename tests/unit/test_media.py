@@ -140,7 +140,7 @@ def test_a_pdf_built_to_need_gigabytes_is_stopped_at_the_memory_limit() -> None:
     with pytest.raises(DocumentProblem) as refused:
         read_document(bomb, "pdf", 1000, 10, PdfLimits(memory_mb=256, cpu_seconds=60))
     assert str(refused.value) == (
-        "the PDF could not be read: it needs more than 256 MB of memory to open (the limit is "
+        "it needs more than 256 MB of memory to open (the limit is "
         "documents.pdf_max_memory_mb in config.yml)"
     )
 
