@@ -333,6 +333,7 @@ class Bruce:
             raise StartupError(str(exc)) from None
         if self.parts is not None:
             self.parts.hints.dashboard_listening(self.web_url)
+            self.parts.own_address.listening(int(self.web_url.rsplit(":", 1)[1]))
         if self._login_link is not None:
             self.login_url = self._login_link.link(self.web_url)
             print(

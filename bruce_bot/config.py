@@ -589,6 +589,10 @@ class MediaConfig(_Section):
 class DocumentsConfig(_Section):
     max_chars: int = Field(default=30_000, ge=500)  # text given to the model per document
     max_pdf_pages: int = Field(default=200, ge=1)
+    # A PDF is parsed in a child process under these limits (media/pdf_sandbox.py): a small
+    # file can be built to need gigabytes or hours.
+    pdf_max_memory_mb: int = Field(default=512, ge=128)
+    pdf_max_seconds: int = Field(default=30, ge=1)
 
 
 class TranscriptionConfig(_Section):

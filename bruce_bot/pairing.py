@@ -3,6 +3,11 @@
 A stranger who writes to Bruce is given a one-time code (8 characters of an alphabet without
 look-alikes, shown `K7QM-3XPA`), valid for `CODE_VALID_FOR`; a channel has at most
 `MAX_PENDING` strangers waiting, and the same stranger asking again gets the code they have.
+(Ten, for half an hour: a few throwaway accounts cannot fill the queue for long, and the owner
+has time to approve a code sent by another way.) The owner is shown who asked by what the
+platform vouches for first — the numeric user id and the @username, unique there — and the
+display name last, marked as the stranger's own choice (`who`): anyone can call themself
+"Alice".
 The owner approves the code in the dashboard (People) or with `bruce pairing approve CODE`:
 the code is taken away (it works once), the person is stored in `approved_users`, the
 channels hear them from their next message on (they ask `is_approved` for each message of
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,8 +44,9 @@ log = structlog.get_logger(__name__)
 # No 0/O, 1/I/L, 5/S or 8/B: a code read aloud or copied by hand comes out right.
 ALPHABET = "ACDEFGHJKMNPQRTUVWXY234679"
 CODE_LENGTH = 8
-CODE_VALID_FOR = timedelta(hours=1)
-MAX_PENDING = 3
+CODE_VALID_FOR = timedelta(minutes=30)
+MAX_PENDING = 10
+NAME_SHOWN_CHARS = 64
 WELCOME = "You're in — my owner approved you. Say hi!"
 CHANNELS = ("telegram", "discord")
 Source = Literal["config", "dashboard", "cli"]
@@ -80,6 +87,30 @@ def normalised(text: str) -> str:
     return code
 
 
+def _printable(text: str) -> str:
+    """`text` without control and formatting characters (newlines, right-to-left overrides,
+    zero-width joiners) and cut: a name is shown, never obeyed or laid out."""
+    kept = "".join(
+        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c
+        for c in text
+        if unicodedata.category(c) != "Cf"
+    )
+    kept = " ".join(kept.split())
+    return kept if len(kept) <= NAME_SHOWN_CHARS else kept[: NAME_SHOWN_CHARS - 1] + "…"
+
+
+def who(user_id: int | str, username: str = "", name: str = "") -> str:
+    """Someone as the owner should read them: `6666 @mallory — name they chose: “Mallory”`. The
+    id and @username (the platform's, unique there) come first; the display name, which anyone
+    can set to anything, last and marked as theirs (left out when it only repeats the others)."""
+    handle = _printable(username).lstrip("@")
+    parts = [str(user_id), *([f"@{handle}"] if handle else [])]
+    chosen = _printable(name)
+    if chosen and chosen not in (str(user_id), handle, f"@{handle}"):
+        return f"{' '.join(parts)} — name they chose: “{chosen}”"
+    return " ".join(parts)
+
+
 @dataclass(frozen=True, slots=True)
 class Person:
     """Someone allowed on a channel: from config.yml (`source` "config", `since` None) or
@@ -90,10 +121,15 @@ class Person:
     name: str
     source: Source
     since: datetime | None
+    username: str = ""
 
     @property
     def revocable(self) -> bool:
         return self.source != "config"
+
+    @property
+    def label(self) -> str:
+        return who(self.user_id, self.username, self.name)
 
 
 class PairingService:
@@ -130,7 +166,9 @@ class PairingService:
     async def is_approved(self, channel: str, user_id: int) -> bool:
         return await self._stores.pairing.is_approved(channel, user_id)
 
-    async def offer(self, channel: str, user_id: int, user_name: str, chat_id: str) -> PairingOffer:
+    async def offer(
+        self, channel: str, user_id: int, user_name: str, chat_id: str, username: str = ""
+    ) -> PairingOffer:
         now = self._clock()
         offered = await self._stores.pairing.offer(
             channel,
@@ -141,6 +179,7 @@ class PairingService:
             valid_for=CODE_VALID_FOR,
             max_pending=MAX_PENDING,
             new_code=new_code,
+            username=username,
         )
         code = offered.code
         if code is None:
@@ -173,6 +212,7 @@ class PairingService:
                         approved.name,
                         cast(Source, approved.approved_by),
                         approved.approved_at,
+                        approved.username,
                     )
                 )
         return people

@@ -94,32 +94,32 @@ def _when(at: datetime | None) -> str:
 
 
 async def _list(service: PairingService) -> None:
-    from bruce_bot.pairing import shown
+    from bruce_bot.pairing import shown, who
 
     people = await service.people()
     print(f"allowed ({len(people)}):")
     for person in people:
         where = "config.yml" if person.source == "config" else f"approved ({person.source})"
-        name = f" {person.name}" if person.name else ""
         since = _when(person.since)
-        print(f"  {person.channel:<9} {person.user_id:<20}{name}  {where}, since {since}")
+        print(f"  {person.channel:<9} {person.label}  ({where}, since {since})")
     pending = await service.pending()
     print(f"pending codes ({len(pending)}):")
     for code in pending:
         print(
-            f"  {shown(code.code)}  {code.channel:<9} {code.user_id:<20} {code.name}  "
-            f"expires {_when(code.expires_at)}"
+            f"  {shown(code.code)}  {code.channel:<9} {who(code.user_id, code.username, code.name)}"
+            f"  (expires {_when(code.expires_at)})"
         )
     if not service.enabled:
         print("pairing is off on every enabled channel (channels.<name>.pairing)")
 
 
 async def _approve(service: PairingService, code: str) -> None:
+    from bruce_bot.pairing import who
+
     person = await service.approve(code, by="cli")
-    name = f" ({person.name})" if person.name else ""
     print(
-        f"approved {person.channel} user {person.user_id}{name}: Bruce answers them from their "
-        "next message; they are told in their chat."
+        f"approved {person.channel} user {who(person.user_id, person.username, person.name)}: "
+        "Bruce answers them from their next message; they are told in their chat."
     )
 
 

@@ -59,6 +59,7 @@ from bruce_bot.storage.settings import TOPIC as SETTINGS_TOPIC
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.artifacts import artifact_file
 from bruce_bot.tools.catalog import build_tools
+from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.tools.watches import watch_tools, web_reader
@@ -112,6 +113,8 @@ class Parts:
     hints: FailureHints = field(default_factory=lambda: FailureHints(None))
     # The MCP servers of `mcp.servers` (None: none configured); started once Bruce is ready.
     mcp: McpManager | None = None
+    # Bruce's own web address, never fetched (tools/own_address.py).
+    own_address: OwnAddress = field(default_factory=OwnAddress)
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -172,9 +175,10 @@ def assemble_tools(
     confirmations: TaskConfirmations,
     brain: AnalyticalBrain | None,
     clock: Callable[[], datetime],
+    own_address: OwnAddress | None = None,
 ) -> ToolRegistry:
     """Every tool the configuration enables, in one registry."""
-    registry = build_tools(config, stores)
+    registry = build_tools(config, stores, own_address)
     if config.tools.proactive.enabled:
         for tool in [*proactive_tools(confirmations), *watch_tools(confirmations)]:
             registry.add(tool)
@@ -465,13 +469,20 @@ def build_parts(
     )
     tasks = _task_service(config, database, stores, inbox, outbox, set(channels), overrides.clock)
     # Watches read with the web tools' policy and are judged by the background model.
-    tasks.use_watches(web_reader(config.tools), llm, config.llm.effective_background_model)
+    # Bruce's own web address, which neither web_fetch nor a watch reads; the dashboard tells
+    # it the port it bound (app.py).
+    own_address = OwnAddress.from_config(config)
+    tasks.use_watches(
+        web_reader(config.tools, own_address), llm, config.llm.effective_background_model
+    )
     confirmations = TaskConfirmations(
         tasks, stores, outbox, lambda session, batch: turns.run(session, batch)
     )
     tools = overrides.tools
     if tools is None:
-        tools = assemble_tools(config, stores, llm, confirmations, brain, overrides.clock)
+        tools = assemble_tools(
+            config, stores, llm, confirmations, brain, overrides.clock, own_address
+        )
     mcp = build_mcp(config, tools)
     listeners: list[TurnListener] = [_BriefingListener(tasks)]
     if brain:
@@ -529,4 +540,5 @@ def build_parts(
         live_allowlists=allowlists,
         hints=hints,
         mcp=mcp,
+        own_address=own_address,
     )

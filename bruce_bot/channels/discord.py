@@ -291,7 +291,10 @@ class DiscordChannel:
         self._handled_ids.add(message.id)
         channel = message.channel
         admission = await self._policy.admit(
-            message.author.id, chat_id=channel.id, user_name=message.author.display_name
+            message.author.id,
+            chat_id=channel.id,
+            user_name=message.author.display_name,  # their choice: shown last, as theirs
+            username=message.author.name,  # unique on Discord: shown first
         )
         if admission.refusal is not None:
             await self._out.say(channel, admission.refusal)

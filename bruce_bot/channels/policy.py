@@ -92,9 +92,12 @@ class PairingPort(Protocol):
         """Whether the owner approved `user_id` on `channel` (and did not revoke them)."""
         ...
 
-    async def offer(self, channel: str, user_id: int, user_name: str, chat_id: str) -> PairingOffer:
+    async def offer(
+        self, channel: str, user_id: int, user_name: str, chat_id: str, username: str = ""
+    ) -> PairingOffer:
         """The stranger's pairing code: their still-valid one, else a new one; `chat_id` is the
-        conversation they are told in when approved."""
+        conversation they are told in when approved, `user_name` the name they chose,
+        `username` the platform's @username ("" when none)."""
         ...
 
 
@@ -201,7 +204,7 @@ class ChannelPolicy:
             return False
 
     async def admit(
-        self, user_id: int, *, chat_id: ChatId = None, user_name: str = ""
+        self, user_id: int, *, chat_id: ChatId = None, user_name: str = "", username: str = ""
     ) -> Admission:
         """Whether the sender of a message may be heard; a stranger is refused (with pairing
         on, given their pairing code)."""
@@ -215,7 +218,11 @@ class ChannelPolicy:
             return Admission(False)
         try:
             offer = await self._pairing.offer(
-                self.channel, user_id, user_name, "" if chat_id is None else str(chat_id)
+                self.channel,
+                user_id,
+                user_name,
+                "" if chat_id is None else str(chat_id),
+                username=username,
             )
         except Exception:
             log.exception("pairing_offer_failed", channel=self.channel, sender_id=user_id)

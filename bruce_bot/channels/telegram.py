@@ -64,7 +64,6 @@ from bruce_bot.channels.telegram_messages import (
     Heard,
     address_of,
     album_part,
-    display_name,
     has_content,
     hear,
     migration_of,
@@ -280,7 +279,10 @@ class TelegramChannel:
             )
         else:
             admission = await self._policy.admit(
-                heard.user.id, chat_id=str(heard.address), user_name=display_name(heard.user)
+                heard.user.id,
+                chat_id=str(heard.address),
+                user_name=heard.user.full_name,  # their choice: shown last, as theirs
+                username=heard.user.username or "",  # unique on Telegram: shown first
             )
         if admission.refusal is not None:
             await self._out.reply(message, admission.refusal)

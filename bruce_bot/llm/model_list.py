@@ -46,11 +46,12 @@ async def list_models(
                 headers=headers,
             ) as response,
         ):
-            body = b""
+            received = bytearray()  # extended in place: `bytes +=` copies it all on each chunk
             async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_BYTES:
+                received += chunk
+                if len(received) > MAX_BYTES:
                     raise ModelListError(f"{url} answered with more than 1 MB")
+            body = bytes(received)
     except httpx.HTTPError as exc:
         raise ModelListError(
             f"{url} could not be reached: {str(exc) or type(exc).__name__}"

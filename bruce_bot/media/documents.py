@@ -1,8 +1,9 @@
 """Documents read as text: PDF (pypdf), plain text, Markdown, CSV and JSON.
 
 The text is cut to `documents.max_chars` with a note saying so, and always reaches the model as
-untrusted content (view.py): a document is someone else's words, never instructions. pypdf's
-parsing is CPU-bound: callers run `read_document` in a thread.
+untrusted content (view.py): a document is someone else's words, never instructions. A PDF is
+parsed by pypdf in a child process with memory and time limits (pdf_sandbox.py); `read_document`
+blocks meanwhile: callers run it in a thread.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import io
 import json
 import logging
 from pathlib import PurePath
+
+from bruce_bot.media.pdf_sandbox import PdfLimitExceeded, PdfLimits, read_pdf
 
 # By file name first (clients often send text files as application/octet-stream).
 _SUFFIXES = {
@@ -54,8 +57,21 @@ def describe_type(name: str, mime_type: str) -> str:
     return suffix or mime_type or "a file of unknown type"
 
 
-def read_document(data: bytes, kind: str, max_chars: int, max_pages: int) -> str:
-    """The document's text, cut to `max_chars` with a note (see the module)."""
+def read_document(
+    data: bytes, kind: str, max_chars: int, max_pages: int, limits: PdfLimits | None = None
+) -> str:
+    """The document's text, cut to `max_chars` with a note (see the module); a PDF's read in a
+    child process under `limits`."""
+    if kind == "pdf":
+        try:
+            return read_pdf(data, max_chars, max_pages, limits or PdfLimits())
+        except PdfLimitExceeded as exc:
+            raise DocumentProblem(str(exc)) from None  # "it needs more than 512 MB ..."
+    return read_here(data, kind, max_chars, max_pages)
+
+
+def read_here(data: bytes, kind: str, max_chars: int, max_pages: int) -> str:
+    """`read_document` in this process, with no limits: for the PDF reader's child process."""
     if kind == "pdf":
         text = _pdf_text(data, max_pages)
     else:
@@ -92,9 +108,9 @@ def _decoded(data: bytes) -> str:
 
 
 def _pdf_text(data: bytes, max_pages: int) -> str:
-    # pypdf is imported on the first PDF (in the worker thread this runs in), not at start-up.
+    # pypdf is imported only here, in the child process that reads the PDF (pdf_sandbox.py).
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import LimitReachedError, PdfReadError
 
     # pypdf logs each oddity of a sloppy PDF as a warning: not Bruce's logs' business.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
@@ -110,6 +126,8 @@ def _pdf_text(data: bytes, max_pages: int) -> str:
         texts = [f"[page {n + 1}]\n{pages[n].extract_text() or ''}" for n in range(shown)]
     except DocumentProblem:
         raise
+    except LimitReachedError as exc:  # pypdf's own limits (decompressed size, tokens, ...)
+        raise DocumentProblem(f"it goes past the PDF reader's safety limits ({exc})") from None
     except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
         raise DocumentProblem(f"the PDF is damaged or not a PDF ({exc})") from None
     if not any(text.split("\n", 1)[1].strip() for text in texts):

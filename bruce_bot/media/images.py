@@ -13,6 +13,16 @@ import io
 import warnings
 from dataclasses import dataclass
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
+# The only formats Pillow may try. Left to itself, Pillow tries each of its 40-odd decoders on
+# whatever bytes arrive, whatever the file is called: EPS would run Ghostscript (a PostScript
+# interpreter) on a stranger's file, and rarely used decoders are where the bugs are. Phones and
+# chat apps send these four; an MPO (a camera's multi-picture JPEG) opens through JPEG's.
+FORMATS = ("JPEG", "PNG", "GIF", "WEBP")
+
 # Decoded pixels above this are refused rather than decoded (a "decompression bomb": a small
 # file that expands to gigabytes).
 MAX_PIXELS = 60_000_000
@@ -39,7 +49,7 @@ def fit_image(data: bytes, max_edge: int, max_bytes: int) -> FittedImage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            image = Image.open(io.BytesIO(data), formats=FORMATS)
             if image.width * image.height > MAX_PIXELS:
                 raise ImageProblem(
                     f"the picture is too large ({image.width}×{image.height} pixels; at most "
@@ -48,9 +58,15 @@ def fit_image(data: bytes, max_edge: int, max_bytes: int) -> FittedImage:
             image.load()
     except ImageProblem:
         raise
-    except (UnidentifiedImageError, Image.DecompressionBombError, Image.DecompressionBombWarning):
+    except UnidentifiedImageError:
+        log.info("image_refused", bytes=len(data), starts=data[:8].hex())
         raise ImageProblem(
-            "the file is not a picture I can read (JPEG, PNG, GIF or WebP)"
+            "it is not a JPEG, PNG, GIF or WebP picture, the only kinds I open; please send "
+            "it as one of those (a screenshot of it works)"
+        ) from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageProblem(
+            f"the picture is too large (at most {MAX_PIXELS // 1_000_000} megapixels)"
         ) from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise ImageProblem(f"the picture is damaged ({exc})") from None

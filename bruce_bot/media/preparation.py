@@ -41,6 +41,7 @@ from bruce_bot.media.documents import (
     read_document,
 )
 from bruce_bot.media.images import ImageProblem, fit_image
+from bruce_bot.media.pdf_sandbox import PdfLimits
 from bruce_bot.media.view import (
     BLIND,
     FAILED,
@@ -248,6 +249,7 @@ class MediaStep:
                     doc_kind,
                     settings.documents.max_chars,
                     settings.documents.max_pdf_pages,
+                    PdfLimits.from_config(settings.documents),
                 )
                 return {**attachment, "state": READY, "text": text}, None
             if kind == "audio":

@@ -491,6 +491,8 @@ class ApprovedUserRow(Base):
     chat_id: Mapped[str] = mapped_column(BoundedString(128), default="")
     approved_by: Mapped[str] = mapped_column(BoundedString(32), default="dashboard")
     approved_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The platform's @username (unique there), shown before `name`, which the person chose.
+    username: Mapped[str] = mapped_column(BoundedString(200), default="", server_default="")
 
 
 class PairingCodeRow(Base):
@@ -510,6 +512,8 @@ class PairingCodeRow(Base):
     chat_id: Mapped[str] = mapped_column(BoundedString(128), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
+    # The platform's @username (unique there), shown before `name`, which the stranger chose.
+    username: Mapped[str] = mapped_column(BoundedString(200), default="", server_default="")
 
 
 class PendingActionRow(Base):

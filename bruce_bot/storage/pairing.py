@@ -40,6 +40,7 @@ class ApprovedUser:
     chat_id: str
     approved_by: str  # "dashboard" | "cli"
     approved_at: datetime
+    username: str = ""  # the platform's @username, without the @ ("" when it has none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ class PendingCode:
     chat_id: str
     created_at: datetime
     expires_at: datetime
+    username: str = ""  # the platform's @username, without the @ ("" when it has none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,7 @@ class PairingStore:
         valid_for: timedelta,
         max_pending: int,
         new_code: Callable[[], str],
+        username: str = "",
     ) -> Offered:
         """The stranger's still-valid code, else a new one (`new_code()`, normalised), unless
         `max_pending` others of the channel are waiting. Expired codes go first."""
@@ -115,6 +118,7 @@ class PairingStore:
                         valid_for,
                         max_pending,
                         new_code(),
+                        username,
                     )
             except IntegrityError:
                 continue  # the code drawn was taken, or the same stranger raced in: again
@@ -131,6 +135,7 @@ class PairingStore:
         valid_for: timedelta,
         max_pending: int,
         code: str,
+        username: str,
     ) -> Offered:
         await connection.execute(delete(_codes).where(_codes.c.expires_at <= now))
         mine = (
@@ -147,7 +152,7 @@ class PairingStore:
         ).scalar_one()
         if waiting >= max_pending:
             return Offered(None)
-        made = PendingCode(code, channel, user_id, name, chat_id, now, now + valid_for)
+        made = PendingCode(code, channel, user_id, name, chat_id, now, now + valid_for, username)
         await connection.execute(_codes.insert(), [_values(made)])
         return Offered(made, fresh=True)
 
@@ -169,7 +174,13 @@ class PairingStore:
                 )
             )
             person = ApprovedUser(
-                pending.channel, pending.user_id, pending.name, pending.chat_id, by, now
+                pending.channel,
+                pending.user_id,
+                pending.name,
+                pending.chat_id,
+                by,
+                now,
+                pending.username,
             )
             await connection.execute(_approved.insert(), [_values(person)])
         return pending, person

@@ -130,8 +130,10 @@ class ArtifactSaveTool(Tool):
     effect = "own_state"
     description = (
         "Save a file for the user (an HTML report or dashboard, Markdown, text, CSV, JSON or SVG) "
-        "and get a link to it. Put the complete document in 'content'. Returns 'Artifact saved "
-        "at <link>': give the user that exact link."
+        "and get a link to it. Put the complete document in 'content'; an HTML page must be "
+        "self-contained (inline CSS and JavaScript, images as data: URLs): it is shown with no "
+        "network access, so CDN links, remote images and fetch() do not work. Returns 'Artifact "
+        "saved at <link>': give the user that exact link."
     )
     parameters = {  # noqa: RUF012
         "type": "object",

@@ -10,18 +10,22 @@ from bruce_bot.config import Config
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.artifacts import ArtifactSaveTool
 from bruce_bot.tools.memory import memory_tools
+from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.tools.web_fetch import WebFetchTool
 from bruce_bot.tools.web_search import WebSearchTool, provider_for
 
 
-def build_tools(config: Config, stores: Stores) -> ToolRegistry:
+def build_tools(
+    config: Config, stores: Stores, own_address: OwnAddress | None = None
+) -> ToolRegistry:
     registry = ToolRegistry(default_timeout=config.agent.tool_timeout_seconds)
     tools = config.tools
     if tools.web_search.enabled:
         registry.add(WebSearchTool(provider_for(tools.web_search)))
     if tools.web_fetch.enabled:
-        registry.add(WebFetchTool(tools.web_fetch))
+        own = own_address or OwnAddress.from_config(config)
+        registry.add(WebFetchTool(tools.web_fetch, own=own))
     if tools.artifacts.enabled:
         registry.add(
             ArtifactSaveTool(

@@ -19,6 +19,7 @@ from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.scheduler.watching import Reading
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.storage.watches import WATCH_MODE, WatchRecord
+from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.proactive import call_origin
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError, as_untrusted
 from bruce_bot.tools.web_fetch import DomainPolicy, PageFetcher, page_text, render
@@ -198,12 +199,14 @@ class WebReader:
         return Reading(content, as_untrusted(content, "web_search"))
 
 
-def web_reader(tools: ToolsConfig) -> WebReader:
+def web_reader(tools: ToolsConfig, own_address: OwnAddress | None = None) -> WebReader:
     """The reader for the configured web tools: the same policy as the model's web_fetch."""
     fetch, search = tools.web_fetch, tools.web_search
     fetcher = (
         PageFetcher(
-            allow_private=fetch.allow_private_addresses, domains=DomainPolicy.from_config(fetch)
+            allow_private=fetch.allow_private_addresses,
+            domains=DomainPolicy.from_config(fetch),
+            own=own_address,
         )
         if fetch.enabled
         else None

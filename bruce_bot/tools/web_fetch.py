@@ -2,9 +2,11 @@
 
 The model chooses the URL, so the fetch must not become a way into the owner's own network
 (SSRF). Before each request, redirects included, the host is resolved (every address) and the
-request is refused when any address is loopback, private, link-local, CGNAT, multicast, reserved
-or unspecified — unless `tools.web_fetch.allow_private_addresses` is on — and always when it is a
-cloud metadata endpoint. The connection then goes to an address that was checked: a pinning
+request is refused when any address is loopback, private, link-local, site-local, CGNAT,
+multicast, reserved, unspecified or otherwise not globally reachable in IANA's special-purpose
+registries (IPv6 forms that carry an IPv4 address are judged by it) — unless
+`tools.web_fetch.allow_private_addresses` is on — and always when it is a cloud metadata
+endpoint. The connection then goes to an address that was checked: a pinning
 network backend under httpx refuses to dial anything else, so a DNS answer that changes between
 the check and the connection (DNS rebinding) cannot redirect it. The URL keeps its host name, so
 the Host header, TLS SNI and certificate checks are those of the real site.
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http
 import ipaddress
+import mimetypes
 import re
 import socket
 import ssl
@@ -38,6 +42,8 @@ import httpcore
 import httpx
 
 from bruce_bot.config import WebFetchConfig, normalise_domain
+from bruce_bot.tools.own_address import POLICY as OWN_ADDRESS_POLICY
+from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
 
 MAX_BODY_BYTES = 5_000_000
@@ -65,6 +71,22 @@ CLOUD_METADATA = frozenset(
 )
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Ranges the IANA special-purpose registries (and RFC 3879's deprecated site-local) mark as not
+# globally reachable that Python's `ipaddress` (3.11) calls global: checked by name, so the
+# guard does not depend on which Python release's tables are installed. The rest of those
+# registries is covered by is_private / is_reserved / is_link_local and the embedded-IPv4 forms.
+_NOT_PUBLIC = tuple(
+    (ipaddress.ip_network(network), what)
+    for network, what in (
+        ("fec0::/10", "a site-local address"),  # deprecated, still routed inside some networks
+        ("64:ff9b:1::/48", "a local-use NAT64 address"),  # RFC 8215: translates to private v4
+        ("3fff::/20", "a documentation address"),  # RFC 9637
+        ("5f00::/16", "a segment-routing (SRv6) address"),  # RFC 9602
+        ("192.88.99.0/24", "a 6to4 relay anycast address"),  # RFC 7526, deprecated
+        ("192.0.0.0/24", "an IETF protocol assignment address"),  # RFC 6890
+        ("2001::/23", "an IETF protocol assignment address"),  # RFC 2928 (Teredo among them)
+    )
+)
 
 
 # ---- which addresses may be fetched ----------------------------------------------------------
@@ -91,7 +113,12 @@ def address_problem(address: IPAddress, allow_private: bool = False) -> str | No
         embedded = _embedded_ipv4(address)
         if embedded is not None:
             problem = address_problem(embedded, allow_private)
-            return f"{problem} (as IPv6 {address})" if problem else None
+            if problem:
+                return f"{problem} (as IPv6 {address})"
+            # Mapped, NAT64 and 6to4 forms reach the IPv4 address they carry; a Teredo address
+            # is judged as IPv6 too (2001::/32 is not globally reachable).
+            if address.teredo is None:
+                return None
     if address.is_multicast:
         return "a multicast address"
     if address.is_unspecified:
@@ -108,6 +135,9 @@ def address_problem(address: IPAddress, allow_private: bool = False) -> str | No
         return "a private address"
     if address.is_reserved:
         return "a reserved address"
+    for network, what in _NOT_PUBLIC:
+        if address.version == network.version and address in network:
+            return what
     if not address.is_global:
         return "an address that is not publicly routable"
     return None
@@ -210,6 +240,9 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
 
 
 _CORE_TO_HTTPX: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
+    # The most specific first: a failure to connect is told apart from a broken answer.
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ConnectError, httpx.ConnectError),
     (httpcore.TimeoutException, httpx.TimeoutException),
     (httpcore.NetworkError, httpx.NetworkError),
     (httpcore.ProtocolError, httpx.ProtocolError),
@@ -325,9 +358,11 @@ class PageFetcher:
         max_redirects: int = MAX_REDIRECTS,
         timeout: float = FETCH_TIMEOUT_SECONDS,
         ssl_context: ssl.SSLContext | None = None,
+        own: OwnAddress | None = None,
     ) -> None:
         self.allow_private = allow_private
         self.domains = domains or DomainPolicy()
+        self.own = own or OwnAddress()
         self.ssl_context = ssl_context
         self.resolver = resolver
         self.network_backend = network_backend
@@ -361,6 +396,9 @@ class PageFetcher:
         refusal = self.domains.problem(host)
         if refusal:
             raise FetchRefused(f"refused to fetch {url}: {refusal}")
+        own = self.own.name_problem(host)
+        if own:
+            raise FetchRefused(f"refused to fetch {url}: {own}; {OWN_ADDRESS_POLICY}")
         port = url.port or (443 if url.scheme == "https" else 80)
         try:
             addresses = [str(ipaddress.ip_address(host))]  # an address literal: no DNS
@@ -388,6 +426,9 @@ class PageFetcher:
                 )
                 where = f"{host} is" if host == text else f"{host} resolves to {text},"
                 raise FetchRefused(f"refused to fetch {url}: {where} {problem}; {policy}")
+        own = self.own.address_problem(addresses, port)
+        if own:
+            raise FetchRefused(f"refused to fetch {url}: {own}; {OWN_ADDRESS_POLICY}")
         backend.pins[host] = addresses
 
     async def _fetch(self, url: str) -> FetchedPage:
@@ -409,7 +450,12 @@ class PageFetcher:
             headers=headers,
         ) as client:
             while True:
-                await self._resolve_and_pin(current, backend)
+                try:
+                    await self._resolve_and_pin(current, backend)
+                except ToolError as exc:
+                    if not redirects:
+                        raise  # the model's own URL: the message names nothing else
+                    raise _hop_refused(exc, url, current) from None
                 try:
                     async with client.stream("GET", current) as response:
                         location = response.headers.get("location")
@@ -424,35 +470,60 @@ class PageFetcher:
                                 current = current.join(location)
                             except (httpx.InvalidURL, ValueError):
                                 raise ToolError(
-                                    f"{current} redirected to an invalid URL ({location!r})"
+                                    f"{url} redirected to an address that is not a valid URL; "
+                                    "try another source",
+                                    untrusted=_server_text(redirects, None, location=location),
                                 ) from None
                             continue
                         return await self._read(response, url, tuple(redirects))
                 except httpx.TimeoutException:
                     raise ToolError(
-                        f"{current} did not answer in time; try again later or another source"
+                        f"{url} did not answer in time; try again later or another source",
+                        untrusted=_server_text(redirects, current),
+                    ) from None
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    # Before the server said anything: the words are the system's.
+                    raise ToolError(
+                        f"could not fetch {url} ({type(exc).__name__}: {exc}); check the URL or "
+                        "try another source",
+                        untrusted=_server_text(redirects, current),
                     ) from None
                 except httpx.HTTPError as exc:
+                    # A protocol error quotes what the server sent (a header line, ...).
                     raise ToolError(
-                        f"could not fetch {current} ({type(exc).__name__}: {exc}); check the URL "
-                        "or try another source"
+                        f"could not fetch {url} (the server's answer broke off or was not valid "
+                        f"HTTP: {type(exc).__name__}); check the URL or try another source",
+                        untrusted=_server_text(redirects, current, error=str(exc)),
                     ) from None
 
     async def _read(
         self, response: httpx.Response, requested: str, redirects: tuple[str, ...]
     ) -> FetchedPage:
+        # Errors name the model's own URL; what the server chose (the reason phrase, the type,
+        # the address it redirected to) goes in `untrusted`, fenced as data (registry.py).
         final = str(response.url)
-        if response.status_code >= 400:
+        status = response.status_code
+        if status >= 400:
+            reason = response.reason_phrase
+            standard = _standard_phrase(status)
+            if reason in ("", standard):
+                shown, outside = f"HTTP {status} {standard}".rstrip(), None
+            else:
+                shown, outside = f"HTTP {status} with its own reason phrase", reason
             raise ToolError(
-                f"{final} answered HTTP {response.status_code} {response.reason_phrase}".rstrip()
-                + "; the page is not available"
+                f"{requested} answered {shown}; the page is not available",
+                untrusted=_server_text(redirects, final, reason_phrase=outside),
             )
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
         readable = content_type in HTML_TYPES or content_type in TEXT_TYPES
         if content_type and not (readable or content_type.endswith("+json")):
+            known = content_type in _KNOWN_TYPES
             raise ToolError(
-                f"{final} is {content_type}, not a page web_fetch can read (it reads HTML, plain "
-                "text and JSON)"
+                f"{requested} is {content_type if known else 'a file of another type'}, not a "
+                "page web_fetch can read (it reads HTML, plain text and JSON)",
+                untrusted=_server_text(
+                    redirects, final, content_type=None if known else content_type
+                ),
             )
         body = bytearray()
         cut = False
@@ -472,6 +543,50 @@ class PageFetcher:
             read_limit=self.max_bytes,
             redirects=redirects,
         )
+
+
+# The types of Python's built-in table (not the machine's /etc/mime.types, so that the same
+# types are named everywhere) are said in Bruce's words. Any other Content-Type is the server's
+# text, and only shown fenced.
+_KNOWN_TYPES = frozenset(mimetypes.MimeTypes().types_map[True].values())
+
+
+def _standard_phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _server_text(
+    redirects: Iterable[str], final: httpx.URL | str | None, **fields: str | None
+) -> str | None:
+    """What the server chose that an error explains itself with ("Reason phrase: ...", the
+    address it redirected to), or None when there is none."""
+    names = {
+        "reason_phrase": "The server's reason phrase",
+        "content_type": "The Content-Type it sent",
+        "location": "The Location it redirected to",
+        "error": "The error, quoting the server",
+    }
+    lines = [f"Redirected to: {final}"] if list(redirects) and final is not None else []
+    lines += [f"{names[key]}: {value}" for key, value in fields.items() if value]
+    return "\n".join(lines) or None
+
+
+def _hop_refused(exc: ToolError, url: str, hop: httpx.URL) -> ToolError:
+    """A redirect hop's refusal, told in Bruce's words: its message names the address the
+    server chose (and that address's host), so it is fenced whole."""
+    what = (
+        "somewhere web_fetch does not read"
+        if isinstance(exc, FetchRefused)
+        else "an address that could not be reached"
+    )
+    kind = FetchRefused if isinstance(exc, FetchRefused) else ToolError
+    return kind(
+        f"{url} redirected to {what}; answer without this page or try another source",
+        untrusted=f"Redirected to: {hop}\nWhy: {exc}",
+    )
 
 
 # ---- turning a page into text -----------------------------------------------------------------
@@ -570,7 +685,10 @@ def page_text(page: FetchedPage) -> tuple[str, str]:
     kind = page.content_type
     if not kind:  # no Content-Type: looks like markup, or plain text?
         if b"\x00" in page.body[:1024]:
-            raise ToolError(f"{page.url} looks like a binary file, not a page web_fetch can read")
+            raise ToolError(
+                f"{page.requested_url} looks like a binary file, not a page web_fetch can read",
+                untrusted=_server_text(page.redirects, page.url),
+            )
         kind = "text/html" if decoded.lstrip()[:1] == "<" else "text/plain"
     if kind in HTML_TYPES:
         return extract_readable(decoded, page.url)
@@ -625,11 +743,18 @@ class WebFetchTool(Tool):
     # The tool cuts the text to tools.web_fetch.max_chars itself, with a note; this is a backstop.
     max_output_chars = 2_000_000
 
-    def __init__(self, config: WebFetchConfig, fetcher: PageFetcher | None = None) -> None:
+    def __init__(
+        self,
+        config: WebFetchConfig,
+        fetcher: PageFetcher | None = None,
+        *,
+        own: OwnAddress | None = None,
+    ) -> None:
         self.max_chars = config.max_chars
         self.fetcher = fetcher or PageFetcher(
             allow_private=config.allow_private_addresses,
             domains=DomainPolicy.from_config(config),
+            own=own,
         )
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:

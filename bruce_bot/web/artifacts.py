@@ -3,9 +3,15 @@
 The link is a capability: whoever has the uuid may read the file (DESIGN §6). A file is served
 only when the uuid is a canonical UUID, a row with it exists and the file name equals the stored
 one, so nothing else under the data folder can be reached (no listing, no `..`, encoded or not).
-Artifacts are written by a model that read arbitrary web pages, so they are treated as untrusted:
-`Content-Security-Policy: sandbox allow-scripts` runs them in an opaque origin (scripts work,
-but the dashboard's cookies and API are out of reach), and the type is never sniffed.
+Artifacts are written by a model that read arbitrary web pages, so they are treated as untrusted.
+The Content-Security-Policy runs them in an opaque origin (`sandbox allow-scripts`: scripts
+work, but the dashboard's cookies and API are out of reach) and gives them only what a
+self-contained page needs: its inline scripts and styles, images and media from `data:` and
+`blob:`, fonts from `data:`. Everything else falls to `default-src 'none'`: no fetch, XHR,
+WebSocket or EventSource (connect-src), no script, style, image or font from any address, no
+frames or workers, no form posts (`form-action 'none'`, which has no fallback), no `<base>`
+(`base-uri 'none'`). So an injected page can neither load a phishing kit nor send what is typed
+into it anywhere by a request. The type is never sniffed.
 """
 
 from __future__ import annotations
@@ -20,8 +26,22 @@ from starlette.routing import BaseRoute, Route
 from bruce_bot.storage.artifacts import ArtifactStore
 from bruce_bot.tools.artifacts import artifact_file
 
+ARTIFACT_CSP = "; ".join(
+    [
+        "sandbox allow-scripts",  # never allow-same-origin
+        "default-src 'none'",
+        "script-src 'unsafe-inline'",
+        "style-src 'unsafe-inline'",
+        "img-src data: blob:",
+        "media-src data: blob:",
+        "font-src data:",
+        "form-action 'none'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+    ]
+)
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "sandbox allow-scripts",  # never allow-same-origin
+    "Content-Security-Policy": ARTIFACT_CSP,
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "private, max-age=300",

@@ -59,12 +59,12 @@ async def capped_body(request: Request, limit: int) -> bytes | None:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         return None
-    body = b""
+    body = bytearray()  # extended in place: `bytes +=` copies it all on each chunk
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
             return None
-    return body
+    return bytes(body)
 
 
 async def json_body(request: Request, example: str, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:

@@ -62,7 +62,7 @@ async def test_approving_a_code_on_the_people_page_lets_the_stranger_in(
     await page.wait_for_url("**/people")
     await expect(page.locator("nav [aria-current=page]")).to_have_text("People")
     row = page.locator(f'#pending tr[data-code="{code}"]')
-    await expect(row).to_contain_text("Mallory (6666)")
+    await expect(row).to_contain_text("6666 @mallory — name they chose: “Mallory”")
     await expect(row).to_contain_text("telegram")
     await expect(page.locator("#pairing-state")).to_contain_text("telegram")
     alice = page.locator(f'#people tr[data-person="telegram:{ALICE.id}"]')
@@ -75,7 +75,9 @@ async def test_approving_a_code_on_the_people_page_lets_the_stranger_in(
     await page.set_viewport_size(DESKTOP)
 
     await row.get_by_role("button", name="Approve").click()
-    await expect(page.locator("#notice")).to_contain_text("Approved Mallory (6666) on telegram")
+    await expect(page.locator("#notice")).to_contain_text(
+        "Approved 6666 @mallory — name they chose: “Mallory” on telegram"
+    )
     await expect(page.locator("#pending .empty")).to_be_visible()
     mallory = page.locator(f'#people tr[data-person="telegram:{MALLORY.id}"]')
     await expect(mallory).to_contain_text("approved (dashboard)")
@@ -96,7 +98,9 @@ async def test_approving_a_code_on_the_people_page_lets_the_stranger_in(
 
     page.once("dialog", lambda dialog: dialog.accept())
     await mallory.get_by_role("button", name="Revoke").click()
-    await expect(page.locator("#notice")).to_contain_text("Revoked Mallory (6666) on telegram")
+    await expect(page.locator("#notice")).to_contain_text(
+        "Revoked 6666 @mallory — name they chose: “Mallory” on telegram"
+    )
     await expect(mallory).to_have_count(0)
     assert (folder / "people-desktop.png").stat().st_size > 0
     assert (folder / "people-phone.png").stat().st_size > 0

@@ -7,6 +7,8 @@ One aiohttp server on 127.0.0.1 answers:
   `/slow` (answers after `slow_seconds`), `/huge` (streams up to `HUGE_BYTES`, stopping when the
   reader hangs up), `/news.html` (what the end-to-end test's model links to);
 - redirects: `/hop/N` (N more hops, then `/article`), `/loop` (forever), `/redirect?to=URL`;
+- `extra_pages` and `answers`: pages and bare answers (status, reason phrase, headers) a test
+  adds;
 - search APIs: SearXNG `GET /search?format=json`, Brave `GET /res/v1/web/search`, Tavily
   `POST /tavily/search`; `search_status` makes them fail with that HTTP status, `search_delay`
   makes them slow.
@@ -99,6 +101,9 @@ class FakeWebServer:
         self.huge_sent = 0
         self.huge_finished = asyncio.Event()
         self.extra_pages: dict[str, tuple[str, str]] = {}  # path -> (content type, body)
+        # path -> (status, reason phrase, headers): answers whose status line and headers say
+        # what a test needs (a reason phrase with instructions in it, an odd Content-Type).
+        self.answers: dict[str, tuple[int, str, dict[str, str]]] = {}
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()  # cuts delays short, so stop() never waits on them
         self.port = 0
@@ -155,6 +160,9 @@ class FakeWebServer:
         if path in self.extra_pages:
             content_type, text = self.extra_pages[path]
             return web.Response(text=text, content_type=content_type)
+        if path in self.answers:
+            status, reason, headers = self.answers[path]
+            return web.Response(status=status, reason=reason, headers=headers, body=b"x")
         if path == "/search":
             return self._searxng(request)
         if path == "/res/v1/web/search":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,58 @@ def text_pdf(*lines: str) -> bytes:
         f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
     )
     return bytes(out)
+
+
+def _pdf_file(objects: dict[int, bytes]) -> bytes:
+    out = bytearray(b"%PDF-1.4\n")
+    offsets: dict[int, int] = {}
+    for number in sorted(objects):
+        offsets[number] = len(out)
+        out += f"{number} 0 obj\n".encode() + objects[number] + b"\nendobj\n"
+    size = max(objects) + 1
+    xref = len(out)
+    out += f"xref\n0 {size}\n0000000000 65535 f \n".encode()
+    for number in range(1, size):
+        free = "0000000000 65535 f \n"  # the numbers between the page's and the forms'
+        out += (f"{offsets[number]:010d} 00000 n \n" if number in offsets else free).encode()
+    out += f"trailer\n<< /Size {size} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+def _flate_stream(dictionary: str, content: bytes) -> bytes:
+    packed = zlib.compress(content, 6)
+    return (
+        f"<< /Length {len(packed)} /Filter /FlateDecode {dictionary} >>\nstream\n".encode()
+        + packed
+        + b"\nendstream"
+    )
+
+
+def form_bomb_pdf(depth: int, fan_out: int, leaf_chars: int) -> bytes:
+    """A one-page PDF that is a "billion laughs" for text extraction: the page draws form
+    XObject 1 `fan_out` times, which draws form 2 `fan_out` times, ..., down to a form whose
+    FlateDecode stream shows `leaf_chars` letters. A few kilobytes; each stream is within
+    pypdf's own limits, yet reading the page's text needs gigabytes and minutes (pypdf 6.21
+    stops after 5000 form invocations, by which time it holds 5000 leaves' text)."""
+    objects = {
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        2: b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        4: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+        b"/Resources << /XObject << /X 10 0 R >> >> /Contents 5 0 R >>",
+        5: _flate_stream("", b"/X Do " * fan_out),
+    }
+    form = "/Type /XObject /Subtype /Form /BBox [0 0 612 792]"
+    for level in range(depth):
+        number = 10 + level
+        if level == depth - 1:
+            content = b"BT /F1 12 Tf 72 720 Td (" + b"A" * leaf_chars + b") Tj ET"
+            resources = "/Resources << /Font << /F1 3 0 R >> >>"
+        else:
+            content = b"/X Do " * fan_out
+            resources = f"/Resources << /XObject << /X {number + 1} 0 R >> >>"
+        objects[number] = _flate_stream(f"{form} {resources}", content)
+    return _pdf_file(objects)
 
 
 # ---- test tools ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from bruce_bot.config import Config
 from bruce_bot.domain import SessionKey, ToolCall, ToolResult
 from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
+from bruce_bot.web.artifacts import ARTIFACT_CSP
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
 from tests.fakes.web_server import FakeWebServer
@@ -131,7 +132,7 @@ async def test_a_saved_artifact_is_served_at_its_link_with_sandboxing_headers(
     assert response.status_code == 200
     assert response.content == DASHBOARD.encode()
     assert response.headers["content-type"] == "text/html; charset=utf-8"
-    assert response.headers["content-security-policy"] == "sandbox allow-scripts"
+    assert response.headers["content-security-policy"] == ARTIFACT_CSP
     assert "allow-same-origin" not in response.headers["content-security-policy"]
     assert response.headers["x-content-type-options"] == "nosniff"
     assert response.headers["referrer-policy"] == "no-referrer"
@@ -228,7 +229,7 @@ async def test_svg_is_served_as_an_image_and_sandboxed_too(running: Running) -> 
     async with httpx.AsyncClient() as client:
         response = await client.get(link)
     assert response.headers["content-type"] == "image/svg+xml; charset=utf-8"
-    assert response.headers["content-security-policy"] == "sandbox allow-scripts"
+    assert response.headers["content-security-policy"] == ARTIFACT_CSP
 
 
 # ---- everything else under /artifacts is a 404 ------------------------------------------------
@@ -349,7 +350,7 @@ async def test_search_summarise_and_dashboard_end_to_end(
     assert answer.startswith("Top 3 tech stories in Brazil")
     assert link.group(1).startswith(f"{config.app.public_url}/artifacts/")
     assert served.status_code == 200
-    assert served.headers["content-security-policy"] == "sandbox allow-scripts"
+    assert served.headers["content-security-policy"] == ARTIFACT_CSP
     assert "<ol><li>Brazil's tech sector: record quarter</li><li>Pix turns five</li>" in (
         served.text
     )

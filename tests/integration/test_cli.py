@@ -456,7 +456,7 @@ async def test_pairing_commands_work_on_the_database_without_the_daemon(tmp_path
         "pairing", "approve", offer.code.lower(), "--config", str(path), cwd=tmp_path
     )
     assert approved.code == 0, approved.err
-    assert "approved telegram user 6666 (Mallory)" in approved.out
+    assert "approved telegram user 6666 — name they chose: “Mallory”" in approved.out
     with sqlite3.connect(tmp_path / "data" / "bruce.db") as connection:
         rows = connection.execute(
             "SELECT channel, user_id, approved_by FROM approved_users"

@@ -30,6 +30,7 @@ from bruce_bot.channels.discord_texts import (
 )
 from bruce_bot.channels.policy import RESTARTING
 from bruce_bot.domain import OutboundMessage
+from bruce_bot.pairing import who
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
@@ -329,12 +330,14 @@ async def test_a_stranger_pairs_with_a_code_and_their_next_message_is_answered(
         (offer,) = await discord_fake.wait_for_sent(stranger_dm)
         match = re.search(r"pairing code is ([A-Z0-9]{4}-[A-Z0-9]{4})", offer)
         assert match, offer
-        assert "valid for 60 minutes" in offer and "People" in offer
+        assert "valid for 30 minutes" in offer and "People" in offer
         assert user_rows(tmp_path) == []
         assert bruce.parts is not None
         # What the People page's Approve does; the code as the owner might type it.
         person = await bruce.parts.pairing.approve(match[1].lower(), by="dashboard")
-        assert (person.user_id, person.name) == (STRANGER_ID, "mallory")
+        assert (person.user_id, person.name, person.username) == (STRANGER_ID, "mallory", "mallory")
+        # The display name only repeats the @username: shown once.
+        assert who(person.user_id, person.username, person.name) == f"{STRANGER_ID} @mallory"
         welcome = (await discord_fake.wait_for_sent(stranger_dm, 2))[1]
         assert welcome.startswith("You're in")
         await discord_fake.send_dm(STRANGER, "thanks! what's 2+2?")

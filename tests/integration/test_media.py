@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,16 @@ from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_us
 from tests.fakes.openai_server import FakeOpenAIServer, FakeTranscriptionServer
 from tests.fakes.openai_server import images_of as openai_images_of
 from tests.fakes.telegram_server import FakeTelegramServer, load_fixture
-from tests.integration.support import db_rows, messages_of, text_pdf, untrusted_body, user_texts
+from tests.integration.support import (
+    db_rows,
+    form_bomb_pdf,
+    messages_of,
+    text_pdf,
+    untrusted_body,
+    user_texts,
+)
 from tests.integration.test_telegram import ALICE, WITHIN
+from tests.unit.test_media import EPS
 
 TELOXIDE_USER = 250918540  # the private chat of teloxide's captures (and of the PTB-built ones)
 PHOTO_LARGEST = "AgADAgAD36sxG-PX0UvQSXIn9rccdw-ACA4ABAEAAwIAA3kAAyTcBAABFgQ"  # 962×719
@@ -59,9 +68,7 @@ def config(tmp_path: Path, telegram: FakeTelegramServer, llm_url: str, **overrid
     return make_config(
         tmp_path,
         llm_url,
-        web={"enabled": False},
-        channels={"telegram": channel},
-        **overrides,
+        **{"web": {"enabled": False}, "channels": {"telegram": channel}, **overrides},
     )
 
 
@@ -181,6 +188,31 @@ async def test_a_damaged_picture_gets_a_reply_saying_so(
             assert llm.requests == []
 
 
+async def test_postscript_named_jpg_is_refused_and_ghostscript_never_runs(
+    tmp_path: Path, telegram: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A `gs` first on PATH that leaves a mark if anything starts it: Pillow's EPS decoder would.
+    bin_dir, marker = tmp_path / "bin", tmp_path / "ghostscript-ran"
+    bin_dir.mkdir()
+    (bin_dir / "gs").write_text(f"#!/bin/sh\ntouch {marker}\necho 10.0\n")
+    (bin_dir / "gs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    telegram.add_file(PHOTO_LARGEST, EPS, "photos/file_7.jpg")
+    async with FakeAnthropicServer(responder=echo) as llm:
+        async with running_bruce(config(tmp_path, telegram, llm.base_url)):
+            replay(telegram, "teloxide_photo_private", caption="what is this?")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+    assert reply.plain.startswith(
+        "⚠️ I couldn't read your picture: it is not a JPEG, PNG, GIF or WebP picture, the only "
+        "kinds I open"
+    )
+    assert "You said: what is this?" in reply.plain  # the words are still answered
+    assert images_of(llm.requests[0]) == []
+    assert not marker.exists()
+    [record] = attachment_records(tmp_path)
+    assert record["state"] == "failed"
+
+
 async def test_the_openai_provider_gets_the_photo_as_an_image_url(
     tmp_path: Path, telegram: FakeTelegramServer
 ) -> None:
@@ -274,6 +306,61 @@ async def test_an_unsupported_or_too_large_document_gets_a_reply_naming_the_type
     assert "30.0 MB" in too_large.plain and "up to 20.0 MB" in too_large.plain
     assert telegram.downloads == []
     assert [row["status"] for row in messages_of(tmp_path, "user")] == ["done", "done"]
+
+
+def pdf_readers() -> list[int]:
+    """The PDF reader child processes of this test process (Bruce runs in it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and b"bruce_bot.media.pdf_sandbox" in command:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_pdf_bomb_is_stopped_by_the_limits_while_bruce_stays_responsive(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    bomb = uncaptioned_document("report.pdf", "application/pdf", "bomb01", 2000)
+    telegram.add_file(bomb["document"]["file_id"], form_bomb_pdf(4, 10, 100_000), "d/b.pdf")
+    normal = uncaptioned_document("invoice.pdf", "application/pdf", "pdf002", 600)
+    telegram.add_file(normal["document"]["file_id"], text_pdf("Total: 42.00 EUR"), "d/i.pdf")
+    token = "lDuCtwUktuEDg5VYlefoZ_UGtU5m36jtRGdGLUf8Gbk"
+    async with FakeAnthropicServer(responder=lambda body: "Read it.") as llm:
+        settings = config(
+            tmp_path,
+            telegram,
+            llm.base_url,
+            web={"enabled": True, "auth_token": token},
+            documents={"pdf_max_seconds": 3},
+        )
+        async with (
+            running_bruce(settings) as bruce,
+            httpx.AsyncClient(base_url=str(bruce.web_url), timeout=5) as web,
+        ):
+            telegram.replay(bomb, ids={TELOXIDE_USER: ALICE.id})
+            [reader] = await wait_until(pdf_readers, WITHIN)
+            health = await web.get("/healthz")  # answered while the reader works
+            assert health.status_code == 200
+            assert reader in pdf_readers()
+            [refused] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert pdf_readers() == []
+            telegram.replay(normal, ids={TELOXIDE_USER: ALICE.id})
+            [_, answer] = await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
+    assert refused.plain == (
+        "⚠️ I couldn't read report.pdf: it needs more than 3 seconds "
+        "to open (the limit is documents.pdf_max_seconds in config.yml)"
+    )
+    assert answer.plain == "Read it."
+    [request] = llm.requests  # the bomb's message had nothing for the model
+    assert "Total: 42.00 EUR" in "\n".join(user_texts(request))
 
 
 # ---- voice -----------------------------------------------------------------------------------

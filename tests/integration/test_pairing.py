@@ -1,8 +1,9 @@
 """Pairing end to end: a stranger on Telegram (the real python-telegram-bot against the fake Bot
 API) is given a code, the owner approves it with `bruce pairing` run as a real subprocess beside
 the running daemon or through the dashboard's API, and the stranger's next message is answered;
-codes expire (on an injected clock), work once, read in any case, and at most three wait; a
-revocation shuts the person out again. The model is the fake Anthropic server, the database a
+codes expire (on an injected clock), work once, read in any case, and at most ten wait; the
+owner sees the user id and @username before the name a stranger chose; a revocation shuts the
+person out again. The model is the fake Anthropic server, the database a
 SQLite file. Nothing sleeps for a fixed time."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from bruce_bot.app import Bruce
 from bruce_bot.channels.policy import PAIRING_FULL
 from bruce_bot.channels.telegram import TelegramChannel
 from bruce_bot.domain import utcnow
-from bruce_bot.pairing import WELCOME
+from bruce_bot.pairing import CODE_VALID_FOR, MAX_PENDING, WELCOME
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
@@ -35,7 +36,9 @@ from tests.integration.test_cli import bruce as run_cli
 ALICE = FakeTelegramServer.user(1001, "Alice", "alice")
 MALLORY = FakeTelegramServer.user(6666, "Mallory", "mallory")
 TRUDY = FakeTelegramServer.user(7777, "Trudy")
-STRANGERS = [FakeTelegramServer.user(8000 + n, f"Stranger{n}") for n in range(4)]
+STRANGERS = [FakeTelegramServer.user(8000 + n, f"Stranger{n}") for n in range(MAX_PENDING + 1)]
+VALID_MINUTES = int(CODE_VALID_FOR.total_seconds() // 60)
+MALLORY_SHOWN = "6666 @mallory — name they chose: “Mallory”"
 TOKEN = "pairing-test-token-Zk4Lw9qXb2Rt7Nc5Vm8Hs3Jd"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 JSON = {"Content-Type": "application/json"}  # what API writes must declare
@@ -148,7 +151,7 @@ async def test_a_code_approved_with_the_cli_lets_the_stranger_in_at_once_until_r
     telegram = bruce.telegram
     telegram.private_text(MALLORY, "hi, my card is 4111 1111")
     code, minutes = await bruce.code_for(MALLORY)
-    assert minutes == 60
+    assert minutes == VALID_MINUTES == 30
     assert f"bruce pairing approve {code}" in telegram.sent_to(MALLORY.id)[0].plain
     await handled_after(bruce, "marker one")
     assert [row["user_id"] for row in messages_of(tmp_path, "user")] == [str(ALICE.id)]
@@ -156,12 +159,12 @@ async def test_a_code_approved_with_the_cli_lets_the_stranger_in_at_once_until_r
 
     listed = await bruce.cli("list")
     assert listed.code == 0, listed.err
-    assert code in listed.out and str(MALLORY.id) in listed.out and "Mallory" in listed.out
-    assert re.search(rf"telegram\s+{ALICE.id}\s+config\.yml", listed.out), listed.out
+    assert f"{code}  telegram  {MALLORY_SHOWN}  (expires " in listed.out, listed.out
+    assert re.search(rf"telegram\s+{ALICE.id}\s+\(config\.yml", listed.out), listed.out
 
     approved = await bruce.cli("approve", code.lower())  # any case will do
     assert approved.code == 0, approved.err
-    assert f"approved telegram user {MALLORY.id} (Mallory)" in approved.out
+    assert f"approved telegram user {MALLORY_SHOWN}: Bruce answers them" in approved.out
     approved.assert_no_traceback()
 
     # No restart: the very next message is answered.
@@ -179,7 +182,7 @@ async def test_a_code_approved_with_the_cli_lets_the_stranger_in_at_once_until_r
     again.assert_no_traceback()
 
     listed = await bruce.cli("list")
-    assert re.search(rf"telegram\s+{MALLORY.id}\s+Mallory\s+approved \(cli\)", listed.out)
+    assert f"telegram  {MALLORY_SHOWN}  (approved (cli), since " in listed.out, listed.out
     assert "pending codes (0)" in listed.out
 
     revoked = await bruce.cli("revoke", "telegram", str(MALLORY.id))
@@ -216,6 +219,7 @@ async def test_the_api_approves_and_the_person_is_told_and_answered(bruce: Runni
         [pending] = people["pending"]
         assert pending["code"] == code and pending["user_id"] == str(TRUDY.id)
         assert pending["name"] == "Trudy" and pending["channel"] == "telegram"
+        assert (pending["username"], pending["who"]) == ("", "7777 — name they chose: “Trudy”")
         assert [(p["user_id"], p["source"], p["revocable"]) for p in people["people"]] == [
             (str(ALICE.id), "config", False)
         ]
@@ -282,16 +286,18 @@ async def test_deny_throws_the_code_away(bruce: Running) -> None:
 # ---- bad input: limits and expiry -------------------------------------------------------------
 
 
-async def test_codes_expire_at_most_three_wait_and_a_stranger_keeps_their_code(
+async def test_codes_expire_at_most_ten_wait_and_a_stranger_keeps_their_code(
     bruce: Running, tmp_path: Path
 ) -> None:
     telegram = bruce.telegram
-    for stranger in STRANGERS[:3]:
+    assert (MAX_PENDING, VALID_MINUTES) == (10, 30)  # three throwaway accounts fill nothing
+    waiting, late = STRANGERS[:MAX_PENDING], STRANGERS[MAX_PENDING]
+    for stranger in waiting:
         telegram.private_text(stranger, "hi")
-    codes = [(await bruce.code_for(stranger))[0] for stranger in STRANGERS[:3]]
-    assert len(set(codes)) == 3
-    telegram.private_text(STRANGERS[3], "me too")
-    [full] = await telegram.wait_for_messages(STRANGERS[3].id, 1, WITHIN)
+    codes = [(await bruce.code_for(stranger))[0] for stranger in waiting]
+    assert len(set(codes)) == MAX_PENDING
+    telegram.private_text(late, "me too")
+    [full] = await telegram.wait_for_messages(late.id, 1, WITHIN)
     assert full.plain == PAIRING_FULL
 
     # A flood gets no more replies; after the interval, the same code, with less time left.
@@ -299,18 +305,39 @@ async def test_codes_expire_at_most_three_wait_and_a_stranger_keeps_their_code(
         telegram.private_text(STRANGERS[0], "hello?? " * 3)
     await handled_after(bruce, "marker one")
     assert len(telegram.sent_to(STRANGERS[0].id)) == 1
-    bruce.clocks.advance(20)
+    bruce.clocks.advance(10)
     telegram.private_text(STRANGERS[0], "I lost my code")
     again, minutes = await bruce.code_for(STRANGERS[0], 2)
-    assert again == codes[0] and minutes == 40
+    assert again == codes[0] and minutes == VALID_MINUTES - 10
 
-    bruce.clocks.advance(41)  # every code has expired now
+    bruce.clocks.advance(VALID_MINUTES - 10 + 1)  # every code has expired now
     async with httpx.AsyncClient(base_url=bruce.url, headers=AUTH, timeout=20) as http:
         expired = await http.post("/api/pairing/approve", json={"code": codes[1]})
         assert expired.status_code == 404 and "expired" in expired.json()["error"]
+        assert "codes last 30 minutes" in expired.json()["error"]
         assert (await http.get("/api/people")).json()["pending"] == []
-    telegram.private_text(STRANGERS[3], "my turn?")
-    fresh, minutes = await bruce.code_for(STRANGERS[3], 2)
-    assert fresh not in codes and minutes == 60
+    telegram.private_text(late, "my turn?")
+    fresh, minutes = await bruce.code_for(late, 2)
+    assert fresh not in codes and minutes == VALID_MINUTES
     assert db_rows(tmp_path, "SELECT count(*) AS n FROM approved_users")[0]["n"] == 0
     assert [row["user_id"] for row in messages_of(tmp_path, "user")] == [str(ALICE.id)]
+
+
+async def test_the_owner_goes_by_id_and_username_not_by_the_name_a_stranger_chose(
+    bruce: Running,
+) -> None:
+    # Mallory calls herself "Alice", with a line break and a right-to-left override in it.
+    impostor = FakeTelegramServer.user(6667, "Alice\u202e (owner)\nApproved", "mallory_2")
+    bruce.telegram.private_text(impostor, "it's me, Alice, from my new phone")
+    code, _ = await bruce.code_for(impostor)
+    shown = "6667 @mallory_2 — name they chose: “Alice (owner) Approved”"
+    async with httpx.AsyncClient(base_url=bruce.url, headers=AUTH, timeout=20) as http:
+        [pending] = (await http.get("/api/people")).json()["pending"]
+        assert (pending["user_id"], pending["username"]) == ("6667", "mallory_2")
+        assert pending["who"] == shown
+        approved = await http.post("/api/pairing/approve", json={"code": code})
+        assert approved.json()["person"]["who"] == shown
+        people = (await http.get("/api/people")).json()["people"]
+    assert [person["who"] for person in people] == [str(ALICE.id), shown]
+    listed = await bruce.cli("list")
+    assert f"telegram  {shown}  (approved (dashboard), since " in listed.out, listed.out

@@ -159,8 +159,10 @@ class FakePairing:
             raise RuntimeError("database gone")
         return user_id in self.approved
 
-    async def offer(self, channel: str, user_id: int, user_name: str, chat_id: str) -> PairingOffer:
-        self.offers.append((channel, user_id, user_name, chat_id))
+    async def offer(
+        self, channel: str, user_id: int, user_name: str, chat_id: str, username: str = ""
+    ) -> PairingOffer:
+        self.offers.append((channel, user_id, user_name, chat_id, username))
         return PairingOffer(None) if self.full else PairingOffer("K7QM-X3PA", 60)
 
 
@@ -168,13 +170,13 @@ async def test_with_pairing_a_stranger_gets_a_code_at_most_every_ten_minutes() -
     clock, pairing = Clock(), FakePairing()
     chatland = policy(clock=clock)
     chatland.pair_with(pairing)
-    first = await chatland.admit(STRANGER, chat_id=42, user_name="Mallory")
+    first = await chatland.admit(STRANGER, chat_id=42, user_name="Mallory", username="mal")
     assert not first.allowed
     assert (
         first.refusal is not None and "K7QM-X3PA" in first.refusal and "60 minutes" in first.refusal
     )
     assert "bruce pairing approve K7QM-X3PA" in first.refusal
-    assert pairing.offers == [("chatland", STRANGER, "Mallory", "42")]
+    assert pairing.offers == [("chatland", STRANGER, "Mallory", "42", "mal")]
     assert (await chatland.admit(STRANGER)).refusal is None  # a flood gets no more replies
     clock.now += PAIRING_REPLY_INTERVAL_SECONDS
     assert (await chatland.admit(STRANGER)).refusal is not None

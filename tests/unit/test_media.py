@@ -19,11 +19,12 @@ from bruce_bot.config import LLMConfig
 from bruce_bot.domain import Attachment
 from bruce_bot.media.documents import DocumentProblem, document_type, read_document
 from bruce_bot.media.images import ImageProblem, fit_image
+from bruce_bot.media.pdf_sandbox import PdfLimits
 from bruce_bot.media.preparation import sweep
 from bruce_bot.media.view import model_text
 from bruce_bot.media.vision import model_sees_images, sees_images
 from bruce_bot.storage.messages import StoredMessage
-from tests.integration.support import text_pdf
+from tests.integration.support import form_bomb_pdf, text_pdf
 
 
 @pytest.mark.parametrize(
@@ -92,6 +93,67 @@ def test_bytes_that_are_not_a_picture_are_refused_with_a_reason(data: bytes) -> 
     with pytest.raises(ImageProblem) as refused:
         fit_image(data, 1568, 3_750_000)
     assert "picture" in str(refused.value)
+
+
+# A minimal Encapsulated PostScript file, as any drawing program writes its header. Pillow's
+# EPS decoder hands the file to Ghostscript, a PostScript interpreter, to draw it.
+EPS = (
+    b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n%%EndComments\n"
+    b"newpath 0 0 moveto 10 10 lineto stroke\nshowpage\n%%EOF\n"
+)
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "WEBP"])
+def test_the_four_picture_formats_are_read(fmt: str) -> None:
+    fitted = fit_image(encoded(Image.new("RGB", (64, 48), "green"), fmt), 1568, 3_750_000)
+    assert (fitted.width, fitted.height) == (64, 48)
+
+
+def test_a_cameras_multi_picture_jpeg_is_read_through_jpeg() -> None:
+    out = io.BytesIO()
+    first, second = Image.new("RGB", (64, 48), "red"), Image.new("RGB", (64, 48), "blue")
+    first.save(out, "MPO", save_all=True, append_images=[second])
+    assert Image.open(io.BytesIO(out.getvalue())).format == "MPO"
+    assert fit_image(out.getvalue(), 1568, 3_750_000).media_type == "image/jpeg"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        EPS,
+        encoded(Image.new("RGB", (64, 48), "green"), "BMP"),
+        encoded(Image.new("RGB", (64, 48), "green"), "TIFF"),
+        encoded(Image.new("RGB", (64, 48), "green"), "PPM"),
+        encoded(Image.new("RGB", (64, 48), "green"), "ICO"),
+    ],
+    ids=["eps", "bmp", "tiff", "ppm", "ico"],
+)
+def test_other_formats_pillow_knows_are_refused_naming_the_four(data: bytes) -> None:
+    with pytest.raises(ImageProblem) as refused:
+        fit_image(data, 1568, 3_750_000)
+    assert "not a JPEG, PNG, GIF or WebP picture, the only kinds I open" in str(refused.value)
+
+
+def test_a_pdf_built_to_need_gigabytes_is_stopped_at_the_memory_limit() -> None:
+    bomb = form_bomb_pdf(depth=3, fan_out=10, leaf_chars=20_000_000)  # 20 KB
+    assert len(bomb) < 30_000
+    with pytest.raises(DocumentProblem) as refused:
+        read_document(bomb, "pdf", 1000, 10, PdfLimits(memory_mb=256, cpu_seconds=60))
+    assert str(refused.value) == (
+        "it needs more than 256 MB of memory to open (the limit is "
+        "documents.pdf_max_memory_mb in config.yml)"
+    )
+
+
+def test_a_pdf_built_to_run_for_minutes_is_stopped_at_the_time_limit() -> None:
+    bomb = form_bomb_pdf(depth=4, fan_out=10, leaf_chars=100_000)  # 2 KB
+    with pytest.raises(DocumentProblem) as refused:
+        read_document(bomb, "pdf", 1000, 10, PdfLimits(memory_mb=1024, cpu_seconds=2))
+    assert "it needs more than 2 seconds to open" in str(refused.value)
+    assert "documents.pdf_max_seconds" in str(refused.value)
+    # The same limits read an ordinary PDF.
+    text = read_document(text_pdf("Total: 42.00 EUR"), "pdf", 1000, 10, PdfLimits(1024, 2))
+    assert "Total: 42.00 EUR" in text
 
 
 def test_document_types_by_name_first_then_mime_type() -> None:

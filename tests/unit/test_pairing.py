@@ -19,6 +19,7 @@ from bruce_bot.pairing import (
     PairingService,
     normalised,
     shown,
+    who,
 )
 from bruce_bot.storage.database import Database, upgrade_schema
 from bruce_bot.storage.stores import Stores
@@ -54,12 +55,12 @@ async def test_a_stranger_gets_one_code_that_stays_theirs_until_it_expires(store
     clock = Clock()
     pairing = service(stores, clock)
     first = await pairing.offer("telegram", MALLORY, "Mallory", "6666")
-    assert first.code is not None and first.minutes_left == 60
+    assert first.code is not None and first.minutes_left == 30
     assert len(first.code) == 9 and first.code[4] == "-"
     assert all(char in ALPHABET for char in first.code.replace("-", ""))
-    clock.now += timedelta(minutes=20)
+    clock.now += timedelta(minutes=10)
     again = await pairing.offer("telegram", MALLORY, "Mallory", "6666")
-    assert again.code == first.code and again.minutes_left == 40
+    assert again.code == first.code and again.minutes_left == 20
     clock.now = START + CODE_VALID_FOR
     assert await pairing.pending() == []
     with pytest.raises(PairingError, match="expired"):
@@ -68,13 +69,30 @@ async def test_a_stranger_gets_one_code_that_stays_theirs_until_it_expires(store
     assert fresh.code is not None and fresh.code != first.code
 
 
-async def test_at_most_three_wait_per_channel(stores: Stores) -> None:
+async def test_at_most_ten_wait_per_channel(stores: Stores) -> None:
     pairing = service(stores, Clock())
-    for user_id in (1, 2, 3):
+    for user_id in range(1, 11):
         assert (await pairing.offer("telegram", user_id, "", str(user_id))).code is not None
-    assert (await pairing.offer("telegram", 4, "", "4")).code is None
-    assert (await pairing.offer("discord", 4, "", "4")).code is not None  # another channel
+    assert (await pairing.offer("telegram", 11, "", "11")).code is None
+    assert (await pairing.offer("discord", 11, "", "11")).code is not None  # another channel
     assert (await pairing.offer("telegram", 2, "", "2")).code is not None  # still theirs
+
+
+@pytest.mark.parametrize(
+    ("user_id", "username", "name", "shown"),
+    [
+        (6666, "mallory", "Mallory", "6666 @mallory — name they chose: “Mallory”"),
+        (6666, "", "Mallory", "6666 — name they chose: “Mallory”"),
+        (6666, "mallory", "@mallory", "6666 @mallory"),  # the name only repeats the handle
+        (6666, "", "", "6666"),
+        (6666, "m", "Alice\u202e\u200b\nthe owner", "6666 @m — name they chose: “Alice the owner”"),
+        (6666, "", "A" * 100, f"6666 — name they chose: “{'A' * 63}…”"),
+    ],
+)
+def test_who_shows_the_id_and_username_first_and_the_chosen_name_last_as_theirs(
+    user_id: int, username: str, name: str, shown: str
+) -> None:
+    assert who(user_id, username, name) == shown
 
 
 async def test_a_code_works_once_in_any_case_and_the_person_is_welcomed(stores: Stores) -> None:

@@ -1,18 +1,22 @@
 """The safety rules of the tools that touch the outside world: which addresses and domains
-web_fetch may reach, which file names artifact_save may write, and how a page becomes text."""
+web_fetch may reach (never Bruce's own web address), which file names artifact_save may write,
+and how a page becomes text."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from bruce_bot.config import WebFetchConfig
+from bruce_bot.config import WebFetchConfig, validate
 from bruce_bot.tools.artifacts import CONTENT_TYPES, artifact_file, sanitise_filename
+from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.web_fetch import (
     DomainPolicy,
     address_problem,
@@ -120,6 +124,24 @@ def test_without_lists_every_domain_passes() -> None:
         ("::ffff:169.254.169.254", "a cloud metadata endpoint (as IPv6 ::ffff:a9fe:a9fe)"),
         ("2002:7f00:1::", "a loopback address (as IPv6 2002:7f00:1::)"),  # 6to4
         ("64:ff9b::a00:1", "a private address (as IPv6 64:ff9b::a00:1)"),  # NAT64
+        ("::ffff:100.64.0.1", "a shared (CGNAT) address (as IPv6 ::ffff:6440:1)"),
+        ("2002:c0a8:101::1", "a private address (as IPv6 2002:c0a8:101::1)"),  # 6to4 of 192.168
+        # Teredo: a private client address, or (with a public one) 2001::/32 itself.
+        (
+            "2001:0:4136:e378:8000:63bf:f5ff:fffe",
+            "a private address (as IPv6 2001:0:4136:e378:8000:63bf:f5ff:fffe)",
+        ),
+        ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "a private address"),  # client 8.8.8.8
+        # Ranges Python 3.11 calls global that the IANA registries do not.
+        ("fec0::1", "a site-local address"),
+        ("feff:ffff::1", "a site-local address"),
+        ("64:ff9b:1::a00:1", "a reserved address"),  # local-use NAT64 (RFC 8215)
+        ("3fff::1", "a documentation address"),
+        ("192.88.99.1", "a 6to4 relay anycast address"),
+        ("198.18.0.1", "a private address"),  # benchmarking
+        ("192.0.0.8", "an IETF protocol assignment address"),
+        ("100::1", "a private address"),  # discard-only
+        ("5f00::1", "a reserved address"),  # SRv6 SIDs, inside a reserved block
     ],
 )
 def test_addresses_that_are_not_on_the_public_internet_are_refused(
@@ -258,3 +280,66 @@ def test_charset_comes_from_the_header_else_the_meta_tag_else_utf8() -> None:
     assert "São Paulo" in decode("São Paulo".encode("cp1252"), "cp1252")
     assert decode("São".encode(), None) == "São"
     assert decode(b"abc", "no-such-charset") == "abc"
+
+
+# ---- Bruce's own web address ---------------------------------------------------------------------
+
+
+def own(**sections: Any) -> OwnAddress:
+    return OwnAddress.from_config(validate(sections))
+
+
+def this_machines_address() -> str | None:
+    """A non-loopback address of this machine (the one a route out would use), if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # UDP: nothing is sent
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
+
+
+def test_the_dashboards_loopback_socket_is_refused_in_every_loopback_spelling() -> None:
+    rules = own(web={"host": "127.0.0.1", "port": 8080})
+
+    for address in ("127.0.0.1", "127.0.1.1", "::1", "::ffff:127.0.0.1"):
+        problem = rules.address_problem([address], 8080)
+        assert problem is not None and "Bruce's own dashboard listens" in problem
+    assert rules.address_problem(["127.0.0.1"], 3000) is None  # another local service
+    assert rules.name_problem("localhost") is None  # judged by address and port, as above
+    assert rules.address_problem(["93.184.216.34"], 8080) is None
+
+
+def test_the_port_bound_at_start_is_refused_once_told() -> None:
+    rules = own(web={"port": 0}, app={"public_url": "https://bruce.example.com"})
+    assert rules.address_problem(["127.0.0.1"], 41234) is None
+    rules.listening(41234)
+    assert rules.address_problem(["127.0.0.1"], 41234) is not None
+
+
+def test_the_public_url_and_allowed_hosts_names_are_refused_on_any_port() -> None:
+    rules = own(
+        app={"public_url": "https://Bruce.Example.com/"},
+        web={"allowed_hosts": ["bruce.lan:8443", "http://assistant.home/", "10.0.0.5:9000"]},
+    )
+
+    for name in ("bruce.example.com", "BRUCE.example.com.", "bruce.lan", "assistant.home"):
+        problem = rules.name_problem(name.lower())
+        assert problem is not None and "Bruce's own web address" in problem
+    assert rules.name_problem("example.com") is None
+    assert rules.name_problem("www.bruce.example.com") is None
+    assert rules.address_problem(["10.0.0.5"], 9000) is not None
+    assert rules.address_problem(["10.0.0.5"], 80) is None
+
+
+def test_bound_to_every_address_each_address_of_this_machine_is_refused_on_its_port() -> None:
+    token = "lDuCtwUktuEDg5VYlefoZ_UGtU5m36jtRGdGLUf8Gbk"
+    rules = own(web={"host": "0.0.0.0", "port": 8080, "auth_token": token})
+
+    assert rules.address_problem(["127.0.0.1"], 8080) is not None
+    assert rules.address_problem(["8.8.8.8"], 8080) is None  # not this machine
+    mine = this_machines_address()
+    if mine is not None:
+        assert rules.address_problem([mine], 8080) is not None
+        assert rules.address_problem([mine], 8081) is None

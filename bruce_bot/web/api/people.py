@@ -13,8 +13,8 @@ from typing import Literal, cast
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from bruce_bot.pairing import PairingError, PairingService, Source, shown
-from bruce_bot.storage.pairing import PendingCode
+from bruce_bot.pairing import PairingError, PairingService, Source, shown, who
+from bruce_bot.storage.pairing import ApprovedUser, PendingCode
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 from bruce_bot.web.context import WebContext
 from bruce_bot.web.wire import ApiError, Time
@@ -24,10 +24,21 @@ log = structlog.get_logger(__name__)
 Channel = Literal["telegram", "discord"]
 
 
+WHO = (
+    "how to show them: the user id and @username first, the name they chose last and marked "
+    "as theirs, e.g. '6666 @mallory — name they chose: “Mallory”'"
+)
+
+
 class AllowedPerson(BaseModel):
     channel: str
     user_id: str = Field(description="the platform's user id (a string: Discord's are 64-bit)")
-    name: str = Field(description="their name on the platform when they asked ('' from config)")
+    username: str = Field(description="their @username on the platform, without '@' ('': none)")
+    name: str = Field(
+        description="the display name they chose when they asked ('' from config): anyone can "
+        "call themself anything"
+    )
+    who: str = Field(description=WHO)
     source: Literal["config", "dashboard", "cli"] = Field(
         description="config: allowed_user_ids in config.yml (only the file removes them)"
     )
@@ -39,7 +50,9 @@ class PendingPairing(BaseModel):
     code: str = Field(description="as the stranger was shown it, e.g. K7QM-X3PA")
     channel: str
     user_id: str
-    name: str
+    username: str = Field(description="their @username on the platform, without '@' ('': none)")
+    name: str = Field(description="the display name the stranger chose")
+    who: str = Field(description=WHO)
     created_at: Time
     expires_at: Time
 
@@ -84,9 +97,24 @@ def _pending(code: PendingCode) -> PendingPairing:
         code=shown(code.code),
         channel=code.channel,
         user_id=str(code.user_id),
+        username=code.username,
         name=code.name,
+        who=who(code.user_id, code.username, code.name),
         created_at=code.created_at,
         expires_at=code.expires_at,
+    )
+
+
+def _approved(person: ApprovedUser) -> AllowedPerson:
+    return AllowedPerson(
+        channel=person.channel,
+        user_id=str(person.user_id),
+        username=person.username,
+        name=person.name,
+        who=who(person.user_id, person.username, person.name),
+        source=cast(Source, person.approved_by),
+        since=person.approved_at,
+        revocable=True,
     )
 
 
@@ -100,7 +128,9 @@ async def list_people(call: Call[NoParams, None]) -> AllowedPeople:
         AllowedPerson(
             channel=person.channel,
             user_id=str(person.user_id),
+            username=person.username,
             name=person.name,
+            who=person.label,
             source=person.source,
             since=person.since,
             revocable=person.revocable,
@@ -116,16 +146,7 @@ async def approve(call: Call[NoParams, CodeBody]) -> PairingApproved:
         person = await _service(call.context).approve(call.body.code, by="dashboard")
     except PairingError as exc:
         raise _refused(exc) from None
-    return PairingApproved(
-        person=AllowedPerson(
-            channel=person.channel,
-            user_id=str(person.user_id),
-            name=person.name,
-            source=cast(Source, person.approved_by),
-            since=person.approved_at,
-            revocable=True,
-        )
-    )
+    return PairingApproved(person=_approved(person))
 
 
 async def deny(call: Call[NoParams, CodeBody]) -> PairingDenied:
@@ -141,16 +162,7 @@ async def revoke(call: Call[PersonKey, None]) -> PersonRevoked:
         person = await _service(call.context).revoke(call.params.channel, call.params.user_id)
     except PairingError as exc:
         raise ApiError(str(exc), 404 if exc.not_found else 409) from None
-    return PersonRevoked(
-        revoked=AllowedPerson(
-            channel=person.channel,
-            user_id=str(person.user_id),
-            name=person.name,
-            source=cast(Source, person.approved_by),
-            since=person.approved_at,
-            revocable=True,
-        )
-    )
+    return PersonRevoked(revoked=_approved(person))
 
 
 ENDPOINTS = (
