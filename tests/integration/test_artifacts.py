@@ -341,8 +341,13 @@ async def test_search_summarise_and_dashboard_end_to_end(
         async with running_bruce(config, channels=[console]):
             assert await console.say(REQUEST)
             answer = await next_reply(console.replies)
-            link = re.search(r"(http://\S+/artifacts/\S+/news\.html)", answer)
-            assert link, answer
+            # The page is saved after reading search results: it waits for the user's yes.
+            question = await next_reply(console.replies)
+            assert question.startswith("⚠️ Please confirm") and "artifact_save" in question
+            assert await console.say("yes")
+            done = await next_reply(console.replies)
+            link = re.search(r"(http://\S+/artifacts/\S+/news\.html)", done)
+            assert link, done
             async with httpx.AsyncClient() as client:
                 served = await client.get(link.group(1))
         assert [request.path.split("?")[0] for request in searxng.requests] == ["/search"]
@@ -356,13 +361,12 @@ async def test_search_summarise_and_dashboard_end_to_end(
     )
     assert "<li>Chip plant opens in Minas Gerais</li></ol>" in served.text
     names = [row["tool_name"] for row in db_rows(tmp_path, "SELECT * FROM tool_executions")]
-    assert names == ["web_search", "artifact_save"]
+    assert names == ["web_search", "artifact_save", "artifact_save"]  # held, then run
     (artifact,) = db_rows(tmp_path, "SELECT * FROM artifacts")
     (session,) = db_rows(tmp_path, "SELECT id FROM sessions WHERE channel = 'console'")
     assert artifact["session_id"] == session["id"]
     assert artifact["filename"] == "news.html"
-    # The model saw the link the tool returned, exactly.
-    saved = block_text(last_tool_results(anthropic_fake.requests[2])[0])
-    assert saved == f"Artifact saved at {link.group(1)}"
+    # The user got the link the tool returned, exactly.
+    assert f"Artifact saved at {link.group(1)}" in done
     offered = [tool["name"] for tool in anthropic_fake.requests[0]["tools"]]
     assert {"web_search", "web_fetch", "artifact_save"} <= set(offered)

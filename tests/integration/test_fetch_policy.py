@@ -208,7 +208,8 @@ async def test_bruces_own_web_address_is_never_fetched_even_with_private_address
         tmp_path,
         anthropic_fake.base_url,
         app={"public_url": f"http://localhost:{page.port}"},
-        web={"allowed_hosts": ["bruce.lan"]},
+        # An allowed host needs a strong token to start at all.
+        web={"allowed_hosts": ["bruce.lan"], "auth_token": "fetch-policy-test-token-8d2e6b4a1c9f"},
         tools=tools,
     )
     async with FakeWebServer() as other, running_bruce(config, channels=[console]) as bruce:
