@@ -275,6 +275,7 @@ class Bruce:
                 live_tokens=parts.live_tokens,
                 live_allowlists=parts.live_allowlists,
                 mcp=parts.mcp,
+                storage_health=parts.inbox.health,
             )
         )
         return WebServer(app, web.host, web.port)

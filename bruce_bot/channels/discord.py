@@ -64,6 +64,7 @@ from bruce_bot.channels.discord_texts import (
     TOKEN_FIX,
 )
 from bruce_bot.channels.forwards import metadata_of
+from bruce_bot.channels.held import Held, HeldMessages
 from bruce_bot.channels.policy import (
     BUTTON_INACTIVE,
     RESTARTING,
@@ -75,7 +76,13 @@ from bruce_bot.channels.policy import (
 )
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config import DiscordConfig
-from bruce_bot.domain import Attachment, InboundMessage, OutboundMessage
+from bruce_bot.domain import (
+    Attachment,
+    InboundMessage,
+    OutboundMessage,
+    StorageUnavailableError,
+    Submission,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +118,11 @@ class DiscordChannel:
         self._stopping = asyncio.Event()
         self._handled_ids: Recent[int] = Recent()  # messages answered (Discord may send twice)
         self._session_started = False  # the current client reached a gateway session
+        # Messages the database could not take yet (a full disk, the server away): Discord
+        # never sends a message again, so they wait here, in order, until they can be stored.
+        self._held: HeldMessages[discord.abc.Messageable] = HeldMessages(
+            DISCORD_CHANNEL, self._store_held, self._held_failed
+        )
         self.gave_up: str | None = None  # why the channel stopped for good, if it did
 
     def use_pairing(self, pairing: PairingPort) -> None:
@@ -161,6 +173,19 @@ class DiscordChannel:
         `close`."""
         self._stopping.set()
         self._inbox = None
+        # Never stored, and Discord will not send them again: their writers are told.
+        told: set[int] = set()
+        for held in await self._held.drop():
+            channel = held.reply_to
+            log.warning(
+                "discord_held_message_dropped",
+                chat_id=held.message.chat_id,
+                platform_message_id=held.message.platform_message_id,
+            )
+            if id(channel) not in told:
+                told.add(id(channel))
+                with contextlib.suppress(Exception):
+                    await self._out.say(channel, RESTARTING)
 
     async def close(self) -> None:
         """Close the connection to Discord and end the client task; `send` fails (transiently)
@@ -343,14 +368,47 @@ class DiscordChannel:
             metadata={**({"group": True} if in_guild else {}), **metadata_of(quoted)},
             attachments=attachments,
         )
+        if self._held.holding:  # earlier messages wait for storage: this one goes after them
+            await self._hold(inbound, channel)
+            return
         try:
             submission = await inbox.submit(inbound)
-        except Exception as exc:
+        except StorageUnavailableError:
+            await self._hold(inbound, channel)
+            return
+        except Exception as exc:  # a bug, not a fault that passes: the user is told
             log.exception(
                 "discord_submit_failed", chat_id=chat_id, message_id=message.id, error=repr(exc)
             )
             await self._out.say(channel, NOT_STORED_REPLY)
             return
+        await self._submitted(inbound, channel, submission)
+
+    async def _hold(self, inbound: InboundMessage, channel: discord.abc.Messageable) -> None:
+        if not self._held.keep(inbound, channel):
+            await self._out.say(channel, NOT_STORED_REPLY)  # too many waiting already
+
+    async def _store_held(self, held: Held[discord.abc.Messageable]) -> None:
+        """One held message stored (raises StorageUnavailableError while storage is down)."""
+        inbox, inbound = self._inbox, held.message
+        if inbox is None:  # stopping: `stop` tells the writers
+            raise StorageUnavailableError("Bruce is stopping")
+        submission = await inbox.submit(inbound)
+        log.info(
+            "discord_held_message_stored",
+            chat_id=inbound.chat_id,
+            platform_message_id=inbound.platform_message_id,
+            accepted=submission.accepted,
+        )
+        await self._submitted(inbound, held.reply_to, submission)
+
+    async def _held_failed(self, held: Held[discord.abc.Messageable]) -> None:
+        await self._out.say(held.reply_to, NOT_STORED_REPLY)
+
+    async def _submitted(
+        self, inbound: InboundMessage, channel: discord.abc.Messageable, submission: Submission
+    ) -> None:
+        chat_id = inbound.chat_id
         if not submission.accepted:
             log.info(
                 "discord_message_not_accepted",

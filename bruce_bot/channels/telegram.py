@@ -6,10 +6,12 @@ telegram_app.py builds and starts the application). Each addressed message (a pr
 a group, an @mention, a text_mention or a reply to one of the bot's messages: see
 telegram_messages.py) passes the allowlist first, then becomes an `InboundMessage` that the
 inbox stores before the update is acknowledged (see telegram_intake.py); the updates of a batch
-are handled concurrently, each chat's in order (telegram_app.py). Who may talk, the
-stranger's pairing code (or, with `pairing: false`, one polite reply an hour naming their user
-id), and the commands `/start`, `/help`, `/new` and `/reminders` are the channel policy's
-(policy.py); nothing of a stranger's is stored.
+are handled concurrently, each chat's in order (telegram_app.py). When storage is down (a full
+disk, the database away) an update is not acknowledged either: a polled one is tried again until
+it is stored, a webhook post is answered 503 so that Telegram posts it again (`_store`).
+Who may talk, the stranger's pairing code (or, with `pairing: false`, one polite reply an hour
+naming their user id), and the commands `/start`, `/help`, `/new` and `/reminders` are the
+channel policy's (policy.py); nothing of a stranger's is stored.
 Replies go out through telegram_sending.py; failures become `DeliveryError`s, and the outbox is
 the one place that retries them.
 
@@ -45,6 +47,7 @@ from telegram.ext import Application, ContextTypes, TypeHandler
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
 from bruce_bot.channels.forwards import Quoted
+from bruce_bot.channels.held import submit_until_stored
 from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, PairingPort, Press
 from bruce_bot.channels.telegram_albums import AlbumBook
 from bruce_bot.channels.telegram_app import (
@@ -54,6 +57,7 @@ from bruce_bot.channels.telegram_app import (
     release_connections,
     start_updates,
     tls_options,
+    webhook_refusal,
 )
 from bruce_bot.channels.telegram_chats import ChatAddress
 from bruce_bot.channels.telegram_files import fetch
@@ -81,7 +85,13 @@ from bruce_bot.channels.telegram_texts import (
     UNREADABLE,
 )
 from bruce_bot.config import TelegramConfig
-from bruce_bot.domain import Attachment, OutboundMessage
+from bruce_bot.domain import (
+    Attachment,
+    InboundMessage,
+    OutboundMessage,
+    StorageUnavailableError,
+    Submission,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -119,6 +129,8 @@ class TelegramChannel:
         self._updates_request: UpdateCheckingRequest | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._menu: asyncio.Task[None] | None = None
+        self._queue: DurableUpdateQueue | None = None
+        self._stopping = asyncio.Event()  # ends the retries of messages storage did not take
 
     def use_pairing(self, pairing: PairingPort) -> None:
         """Strangers get a pairing code; the people the owner approves are heard."""
@@ -135,7 +147,9 @@ class TelegramChannel:
         that names the key; an unreachable Bot API does not: Bruce starts without Telegram and
         keeps trying in the background (replies meanwhile wait in the outbox)."""
         self._policy.warn_if_nobody_allowed()
-        queue = DurableUpdateQueue(chat_key, self._saw_update)
+        queue = DurableUpdateQueue(chat_key, self._saw_update, webhook_refusal)
+        self._queue = queue
+        self._stopping.clear()
         http_options = tls_options()
         self._updates_request = UpdateCheckingRequest(
             self._saw_raw, queue, connection_pool_size=1, httpx_kwargs=http_options
@@ -232,6 +246,9 @@ class TelegramChannel:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._connecting = None
+        # Handlers still trying to store a message give up (it stays unconfirmed), so that the
+        # updater's last getUpdates, which waits for them, can go.
+        self._stopping.set()
         app = self._app
         if app is not None:
             if app.updater is not None and app.updater.running:
@@ -269,7 +286,7 @@ class TelegramChannel:
             names = self._policy.commands.names
             heard = hear(update, message, self._bot_username, self._bot_id, names)
             if heard is not None and await self._admitted(heard):
-                await self._answer(heard)
+                await self._answer(update, heard)
 
     async def _admitted(self, heard: Heard) -> bool:
         """Who speaks comes before anything else: a stranger's words are never stored."""
@@ -286,7 +303,7 @@ class TelegramChannel:
             await self._out.reply(message, admission.refusal)
         return admission.allowed
 
-    async def _answer(self, heard: Heard) -> None:
+    async def _answer(self, update: Update, heard: Heard) -> None:
         message, call = heard.message, heard.command_call(self._bot_username)
         if call is not None:
             await self._out.reply(message, await self._policy.commands.handle(call, self._inbox))
@@ -296,12 +313,12 @@ class TelegramChannel:
             if turn.action == "notice":
                 await self._out.reply(message, ONLY_TEXT)
             elif turn.action == "submit":
-                await self._submit(heard, turn.text, turn.attachments, turn.quoted)
+                await self._submit(update, heard, turn.text, turn.attachments, turn.quoted)
             return
         text = heard.text(self._bot_username, self._bot_id)
         attachments = heard.attachments()
         if text is not None or attachments:
-            await self._submit(heard, text or "", attachments, heard.quoted)
+            await self._submit(update, heard, text or "", attachments, heard.quoted)
         elif has_content(message):  # a sticker, a video, a location...
             await self._out.reply(message, ONLY_TEXT)
 
@@ -322,6 +339,7 @@ class TelegramChannel:
 
     async def _submit(
         self,
+        update: Update,
         heard: Heard,
         text: str,
         attachments: tuple[Attachment, ...] = (),
@@ -334,11 +352,13 @@ class TelegramChannel:
             return
         inbound = heard.inbound(TELEGRAM_CHANNEL, text, attachments, quoted)
         try:
-            submission = await inbox.submit(inbound)
-        except Exception:
+            submission = await self._store(update, inbox, inbound)
+        except Exception:  # a bug, not a fault that passes: the user is told
             log.exception("telegram_submit_failed", chat_id=chat_id, message_id=message.message_id)
             await self._out.reply(message, NOT_SAVED)
             return
+        if submission is None:
+            return  # not stored and not confirmed: Telegram sends it again
         if not submission.accepted:
             log.info(
                 "telegram_message_not_accepted",
@@ -348,6 +368,30 @@ class TelegramChannel:
             )
             if submission.reason == "stopping":
                 await self._out.reply(message, RESTARTING)
+
+    async def _store(
+        self, update: Update, inbox: InboxPort, inbound: InboundMessage
+    ) -> Submission | None:
+        """The message stored; None when storage is down and it was left to Telegram.
+
+        Long polling: tried again (0.25 s, doubling up to 5 s) until it is stored, holding this
+        chat's later updates and the next getUpdates (so its offset confirms nothing) meanwhile:
+        once storage is back, everything is stored in order, once. A webhook post is answered
+        with a 503 at once, and Telegram posts it again later."""
+        queue = self._queue
+        if queue is not None and queue.unconfirmable:
+            return None  # stopping, an earlier update was left: this one comes again after it
+        try:
+            if self._config.mode == "webhook":
+                return await inbox.submit(inbound)
+            submission = await submit_until_stored(lambda: inbox.submit(inbound), self._stopping)
+        except StorageUnavailableError as exc:
+            log.debug("telegram_update_refused", update_id=update.update_id, reason=exc.reason)
+            submission = None
+        if submission is None and queue is not None:
+            log.info("telegram_update_not_stored", update_id=update.update_id)
+            queue.not_stored(update)
+        return submission
 
     async def _on_press(self, query: CallbackQuery) -> None:
         """A button under one of Bruce's messages was pressed (the policy decides)."""
