@@ -7,6 +7,10 @@ sessions itself; the supervisor retries what discord.py gives up on, such as a f
 the network). Fatal set-up problems — a bad token, the Message Content intent switched off — are
 logged once in words that say what to fix, and the channel stays off.
 
+A message the database cannot take right now (a full disk, the server away: a fault that passes,
+see channels/held.py) is kept in memory, in arrival order, and taken in as soon as storage works
+again (Discord never sends a message twice); at stop, those still waiting get "I'm restarting".
+
 Bruce answers direct messages, and guild messages (threads included) addressed to it: a mention
 of Bruce or of its role, or a reply to one of its messages (discord_messages.py). Each channel
 or thread is one session. The allowlist is checked right after that: a stranger gets their
@@ -64,7 +68,7 @@ from bruce_bot.channels.discord_texts import (
     TOKEN_FIX,
 )
 from bruce_bot.channels.forwards import metadata_of
-from bruce_bot.channels.held import Held, HeldMessages
+from bruce_bot.channels.held import Held, HeldMessages, unavailable
 from bruce_bot.channels.policy import (
     BUTTON_INACTIVE,
     RESTARTING,
@@ -80,7 +84,6 @@ from bruce_bot.domain import (
     Attachment,
     InboundMessage,
     OutboundMessage,
-    StorageUnavailableError,
     Submission,
 )
 
@@ -121,7 +124,7 @@ class DiscordChannel:
         # Messages the database could not take yet (a full disk, the server away): Discord
         # never sends a message again, so they wait here, in order, until they can be stored.
         self._held: HeldMessages[discord.abc.Messageable] = HeldMessages(
-            DISCORD_CHANNEL, self._store_held, self._held_failed
+            DISCORD_CHANNEL, self._held_failed
         )
         self.gave_up: str | None = None  # why the channel stopped for good, if it did
 
@@ -172,15 +175,16 @@ class DiscordChannel:
         to send them again). Sending keeps working (turns that are still running reply) until
         `close`."""
         self._stopping.set()
+        left = await self._held.drop()
         self._inbox = None
         # Never stored, and Discord will not send them again: their writers are told.
         told: set[int] = set()
-        for held in await self._held.drop():
+        for held in left:
             channel = held.reply_to
             log.warning(
                 "discord_held_message_dropped",
-                chat_id=held.message.chat_id,
-                platform_message_id=held.message.platform_message_id,
+                chat_id=held.chat_id,
+                platform_message_id=held.platform_message_id,
             )
             if id(channel) not in told:
                 told.add(id(channel))
@@ -302,7 +306,7 @@ class DiscordChannel:
     # ---- intake -------------------------------------------------------------------------------
 
     async def _receive(self, client: discord.Client, message: discord.Message) -> None:
-        inbox, me = self._inbox, client.user
+        me = client.user
         if me is None or not self._from_a_person(me, message):
             return
         bot = BotIds.of(me, message)
@@ -314,7 +318,37 @@ class DiscordChannel:
             log.info("discord_message_repeated", message_id=message.id)
             return
         self._handled_ids.add(message.id)
-        channel = message.channel
+        if self._held.holding:  # earlier messages wait for storage: this one goes after them
+            await self._hold(client, message)
+            return
+        try:
+            await self._take_in(client, message)
+        except Exception as exc:
+            if unavailable(exc) is None:
+                raise
+            await self._hold(client, message)
+
+    async def _hold(self, client: discord.Client, message: discord.Message) -> None:
+        """Keep the message until storage takes it (Discord never sends it again)."""
+        held: Held[discord.abc.Messageable] = Held(
+            lambda: self._take_in(client, message),
+            message.channel,
+            str(message.channel.id),
+            str(message.id),
+        )
+        if not self._held.keep(held):
+            await self._out.say(message.channel, NOT_STORED_REPLY)  # too many waiting already
+
+    async def _held_failed(self, held: Held[discord.abc.Messageable]) -> None:
+        await self._out.say(held.reply_to, NOT_STORED_REPLY)
+
+    async def _take_in(self, client: discord.Client, message: discord.Message) -> None:
+        """Admit and answer, or store, the message; raises a fault that passes while storage
+        is down (a read of the allowlist, or the store itself), to be tried again."""
+        inbox, channel = self._inbox, message.channel
+        bot = BotIds.of(client.user, message) if client.user is not None else None
+        if bot is None:
+            return
         admission = await self._policy.admit(
             message.author.id, chat_id=channel.id, user_name=message.author.display_name
         )
@@ -368,42 +402,18 @@ class DiscordChannel:
             metadata={**({"group": True} if in_guild else {}), **metadata_of(quoted)},
             attachments=attachments,
         )
-        if self._held.holding:  # earlier messages wait for storage: this one goes after them
-            await self._hold(inbound, channel)
-            return
         try:
             submission = await inbox.submit(inbound)
-        except StorageUnavailableError:
-            await self._hold(inbound, channel)
-            return
-        except Exception as exc:  # a bug, not a fault that passes: the user is told
+        except Exception as exc:
+            if unavailable(exc) is not None:
+                raise  # held and tried again: see `_receive`
+            # A bug, not a fault that passes: the user is told.
             log.exception(
                 "discord_submit_failed", chat_id=chat_id, message_id=message.id, error=repr(exc)
             )
             await self._out.say(channel, NOT_STORED_REPLY)
             return
         await self._submitted(inbound, channel, submission)
-
-    async def _hold(self, inbound: InboundMessage, channel: discord.abc.Messageable) -> None:
-        if not self._held.keep(inbound, channel):
-            await self._out.say(channel, NOT_STORED_REPLY)  # too many waiting already
-
-    async def _store_held(self, held: Held[discord.abc.Messageable]) -> None:
-        """One held message stored (raises StorageUnavailableError while storage is down)."""
-        inbox, inbound = self._inbox, held.message
-        if inbox is None:  # stopping: `stop` tells the writers
-            raise StorageUnavailableError("Bruce is stopping")
-        submission = await inbox.submit(inbound)
-        log.info(
-            "discord_held_message_stored",
-            chat_id=inbound.chat_id,
-            platform_message_id=inbound.platform_message_id,
-            accepted=submission.accepted,
-        )
-        await self._submitted(inbound, held.reply_to, submission)
-
-    async def _held_failed(self, held: Held[discord.abc.Messageable]) -> None:
-        await self._out.say(held.reply_to, NOT_STORED_REPLY)
 
     async def _submitted(
         self, inbound: InboundMessage, channel: discord.abc.Messageable, submission: Submission

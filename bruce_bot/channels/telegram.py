@@ -8,7 +8,7 @@ telegram_messages.py) passes the allowlist first, then becomes an `InboundMessag
 inbox stores before the update is acknowledged (see telegram_intake.py); the updates of a batch
 are handled concurrently, each chat's in order (telegram_app.py). When storage is down (a full
 disk, the database away) an update is not acknowledged either: a polled one is tried again until
-it is stored, a webhook post is answered 503 so that Telegram posts it again (`_store`).
+it is stored, a webhook post is answered 503 so that Telegram posts it again (`_on_update`).
 Who may talk, the stranger's pairing code (or, with `pairing: false`, one polite reply an hour
 naming their user id), and the commands `/start`, `/help`, `/new` and `/reminders` are the
 channel policy's (policy.py); nothing of a stranger's is stored.
@@ -47,7 +47,7 @@ from telegram.ext import Application, ContextTypes, TypeHandler
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
 from bruce_bot.channels.forwards import Quoted
-from bruce_bot.channels.held import submit_until_stored
+from bruce_bot.channels.held import unavailable, until_stored
 from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, PairingPort, Press
 from bruce_bot.channels.telegram_albums import AlbumBook
 from bruce_bot.channels.telegram_app import (
@@ -268,6 +268,31 @@ class TelegramChannel:
     # ---- receiving ---------------------------------------------------------------------------
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Handle the update, unless storage is down (a full disk, the database away): then it
+        is not acknowledged. Long polling: tried again (0.25 s, doubling up to 5 s) until it
+        goes through, holding this chat's later updates and the next getUpdates (whose offset
+        would confirm it) meanwhile, so that once storage is back everything is stored in
+        order, once. A webhook post is answered 503 at once; Telegram posts it again later."""
+        queue = self._queue
+        if queue is not None and queue.unconfirmable:
+            return  # stopping, an earlier update was left: this one comes again after it
+        if self._config.mode == "webhook":
+            try:
+                await self._handle(update)
+            except Exception as exc:
+                if (reason := unavailable(exc)) is None:
+                    raise
+                self._not_stored(update, reason)
+            return
+        if await until_stored(lambda: self._handle(update), self._stopping) is None:
+            self._not_stored(update, "Bruce is stopping")
+
+    def _not_stored(self, update: Update, reason: str) -> None:
+        log.info("telegram_update_not_stored", update_id=update.update_id, reason=reason)
+        if self._queue is not None:
+            self._queue.not_stored(update)
+
+    async def _handle(self, update: Update) -> None:
         message = update.message
         if update.callback_query is not None:
             await self._on_press(update.callback_query)
@@ -286,7 +311,7 @@ class TelegramChannel:
             names = self._policy.commands.names
             heard = hear(update, message, self._bot_username, self._bot_id, names)
             if heard is not None and await self._admitted(heard):
-                await self._answer(update, heard)
+                await self._answer(heard)
 
     async def _admitted(self, heard: Heard) -> bool:
         """Who speaks comes before anything else: a stranger's words are never stored."""
@@ -303,7 +328,7 @@ class TelegramChannel:
             await self._out.reply(message, admission.refusal)
         return admission.allowed
 
-    async def _answer(self, update: Update, heard: Heard) -> None:
+    async def _answer(self, heard: Heard) -> None:
         message, call = heard.message, heard.command_call(self._bot_username)
         if call is not None:
             await self._out.reply(message, await self._policy.commands.handle(call, self._inbox))
@@ -313,12 +338,12 @@ class TelegramChannel:
             if turn.action == "notice":
                 await self._out.reply(message, ONLY_TEXT)
             elif turn.action == "submit":
-                await self._submit(update, heard, turn.text, turn.attachments, turn.quoted)
+                await self._submit(heard, turn.text, turn.attachments, turn.quoted)
             return
         text = heard.text(self._bot_username, self._bot_id)
         attachments = heard.attachments()
         if text is not None or attachments:
-            await self._submit(update, heard, text or "", attachments, heard.quoted)
+            await self._submit(heard, text or "", attachments, heard.quoted)
         elif has_content(message):  # a sticker, a video, a location...
             await self._out.reply(message, ONLY_TEXT)
 
@@ -339,7 +364,6 @@ class TelegramChannel:
 
     async def _submit(
         self,
-        update: Update,
         heard: Heard,
         text: str,
         attachments: tuple[Attachment, ...] = (),
@@ -352,13 +376,14 @@ class TelegramChannel:
             return
         inbound = heard.inbound(TELEGRAM_CHANNEL, text, attachments, quoted)
         try:
-            submission = await self._store(update, inbox, inbound)
-        except Exception:  # a bug, not a fault that passes: the user is told
+            submission = await self._store(inbox, inbound)
+        except Exception as exc:
+            if unavailable(exc) is not None:
+                raise  # not stored, not acknowledged: see `_on_update`
+            # A bug, not a fault that passes: the user is told.
             log.exception("telegram_submit_failed", chat_id=chat_id, message_id=message.message_id)
             await self._out.reply(message, NOT_SAVED)
             return
-        if submission is None:
-            return  # not stored and not confirmed: Telegram sends it again
         if not submission.accepted:
             log.info(
                 "telegram_message_not_accepted",
@@ -369,29 +394,16 @@ class TelegramChannel:
             if submission.reason == "stopping":
                 await self._out.reply(message, RESTARTING)
 
-    async def _store(
-        self, update: Update, inbox: InboxPort, inbound: InboundMessage
-    ) -> Submission | None:
-        """The message stored; None when storage is down and it was left to Telegram.
-
-        Long polling: tried again (0.25 s, doubling up to 5 s) until it is stored, holding this
-        chat's later updates and the next getUpdates (so its offset confirms nothing) meanwhile:
-        once storage is back, everything is stored in order, once. A webhook post is answered
-        with a 503 at once, and Telegram posts it again later."""
-        queue = self._queue
-        if queue is not None and queue.unconfirmable:
-            return None  # stopping, an earlier update was left: this one comes again after it
-        try:
-            if self._config.mode == "webhook":
-                return await inbox.submit(inbound)
-            submission = await submit_until_stored(lambda: inbox.submit(inbound), self._stopping)
-        except StorageUnavailableError as exc:
-            log.debug("telegram_update_refused", update_id=update.update_id, reason=exc.reason)
-            submission = None
-        if submission is None and queue is not None:
-            log.info("telegram_update_not_stored", update_id=update.update_id)
-            queue.not_stored(update)
-        return submission
+    async def _store(self, inbox: InboxPort, inbound: InboundMessage) -> Submission:
+        """The message stored; raises StorageUnavailableError while storage is down. Polling
+        tries again here (see `_on_update`), not from the top of the update: an album's last
+        part must not be taken into the album twice."""
+        if self._config.mode == "webhook":
+            return await inbox.submit(inbound)
+        stored = await until_stored(lambda: inbox.submit(inbound), self._stopping)
+        if stored is None:
+            raise StorageUnavailableError("Bruce is stopping")
+        return stored[0]
 
     async def _on_press(self, query: CallbackQuery) -> None:
         """A button under one of Bruce's messages was pressed (the policy decides)."""
