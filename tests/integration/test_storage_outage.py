@@ -38,6 +38,7 @@ from tests.integration.support import messages_of
 from tests.integration.test_restart import Daemon, free_port
 
 DISK_SIZE = "24m"
+OUTAGE = 3.0  # seconds storage stays down, by Bruce's clock (its /healthz says since when)
 WITHIN = 60.0  # for a reply once storage is back (retries pause 5 s at most)
 ALICE = FakeTelegramServer.user(1001, "Alice", "alice")
 BOB = FakeTelegramServer.user(1002, "Bob")
@@ -123,6 +124,11 @@ class Health:
 
     def degraded(self) -> list[dict[str, Any]]:
         return [body for status, body in self.answers if status == 503]
+
+    def degraded_for(self, seconds: float) -> bool:
+        """Bruce has said "degraded" for `seconds` by its own clock: the outage has lasted
+        through several retries (0.25 s, 0.5 s, 1 s, ...), not just one failed attempt."""
+        return any((body.get("since_seconds") or 0) >= seconds for body in self.degraded())
 
     @property
     def last(self) -> tuple[int, dict[str, Any]] | None:
@@ -217,7 +223,7 @@ async def test_full_disk_holds_telegram_updates_back_and_answers_them_once_space
                 telegram.private_text(ALICE, "alice-two")
                 telegram.private_text(ALICE, "alice-three")
                 telegram.private_text(BOB, "bob-two")
-                await wait_until(health.degraded, timeout=WITHIN, interval=0.05)
+                await wait_until(lambda: health.degraded_for(OUTAGE), timeout=WITHIN, interval=0.05)
                 # Tried and refused: not confirmed to Telegram, not answered, not stored.
                 assert telegram.pending_updates == 5
                 assert telegram.texts_to(BOB.id) == []
@@ -295,7 +301,7 @@ async def test_full_disk_answers_the_webhook_503_and_the_web_chat_503_until_spac
                     "cannot save messages right now (the disk is full)" in refused.json()["error"]
                 )
                 assert "Send it again" in refused.json()["error"]
-                await wait_until(health.degraded, timeout=WITHIN, interval=0.05)
+                await wait_until(lambda: health.degraded_for(OUTAGE), timeout=WITHIN, interval=0.05)
                 assert telegram.texts_to(ALICE.id) == ["echo: warm-up"]
 
                 filler.unlink()
@@ -339,7 +345,7 @@ async def test_full_disk_keeps_discord_messages_until_they_can_be_stored(small_d
             texts = ["discord-one", "discord-two", "discord-three"]
             for text in texts:
                 await discord_fake.send_dm(OWNER, text)
-            await wait_until(health.degraded, timeout=WITHIN, interval=0.05)
+            await wait_until(lambda: health.degraded_for(OUTAGE), timeout=WITHIN, interval=0.05)
             assert discord_fake.texts(dm) == ["echo: warm-up"]  # held, and not refused
 
             filler.unlink()
@@ -402,7 +408,7 @@ async def test_postgres_stopped_under_load_loses_nothing(
                 await asyncio.to_thread(own_postgres.pause)
                 for number in range(5):
                     say(BOB if number % 2 else ALICE, f"during-{number}")
-                await wait_until(health.degraded, timeout=WITHIN, interval=0.05)
+                await wait_until(lambda: health.degraded_for(OUTAGE), timeout=WITHIN, interval=0.05)
                 reason = health.degraded()[0]["reason"]
                 assert "database" in reason, reason
                 answered = {chat: list(telegram.texts_to(chat)) for chat in expected}
