@@ -295,6 +295,7 @@ class Bruce:
                 mcp=parts.mcp,
                 login_link=self._login_link,
                 secrets=tuple(config.secrets()),
+                storage_health=parts.inbox.health,
             )
         )
         return WebServer(app, web.host, web.port)

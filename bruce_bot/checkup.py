@@ -491,7 +491,11 @@ async def _is_bruce(host: str, port: int) -> bool:
     try:
         async with httpx.AsyncClient(timeout=3.0) as http:
             answer = await http.get(f"http://{shown}:{port}/healthz")
-        return answer.status_code == 200 and answer.json() == {"status": "ok"}
+        if answer.status_code == 200:
+            return bool(answer.json() == {"status": "ok"})
+        # Bruce's own answer while it cannot store messages (a full disk): still Bruce.
+        body = answer.json() if answer.status_code == 503 else None
+        return isinstance(body, dict) and body.get("status") == "degraded"
     except (httpx.HTTPError, ValueError):
         return False
 

@@ -111,6 +111,16 @@ class Submission:
     reason: str = ""  # "duplicate", "empty", "stopping" when not accepted
 
 
+class StorageUnavailableError(Exception):
+    """A message could not be stored because the database cannot write right now (the disk is
+    full, the file is read-only or locked, the server is away: storage/faults.py). Nothing was
+    stored: the channel must not acknowledge the message to its platform, and may try again."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the database cannot store messages right now: {reason}")
+        self.reason = reason
+
+
 @dataclass(frozen=True, slots=True)
 class Choice:
     """A button under a message: a channel that has buttons shows `label`, and a press comes

@@ -1,11 +1,16 @@
 """The inbox: a durable, per-session queue and the workers that drain it.
 
 `submit` stores a message (status `pending`) before returning, so a channel acknowledges the
-platform only once nothing can be lost. The database is the queue: a session's worker takes
-*all* of the session's waiting messages as one batch (`MessageStore.claim_batch`; messages that
-arrive during a turn are folded into the next one, with no timer), so a session's messages are
-handled in arrival order and never two turns at once, while different sessions run concurrently
-under a global cap. A turn shows the model exactly its batch (`MessageStore.start_turn`).
+platform only once nothing can be lost. When storing fails with a fault that passes (a full
+disk, a locked or read-only file, the PostgreSQL server away: storage/faults.py) it raises
+`StorageUnavailableError` instead, and `health` (read by /healthz) says storage is down until a
+message is stored again; the channels hold such a message back and try again.
+
+The database is the queue: a session's worker takes *all* of the session's waiting messages as
+one batch (`MessageStore.claim_batch`; messages that arrive during a turn are folded into the
+next one, with no timer), so a session's messages are handled in arrival order and never two
+turns at once, while different sessions run concurrently under a global cap. A turn shows the
+model exactly its batch (`MessageStore.start_turn`).
 
 A worker runs only while its process holds the session's lease (storage/leases.py): on SQLite
 always; on PostgreSQL one process at a time, so two processes that store messages of one chat
@@ -26,7 +31,8 @@ from typing import Any
 
 import structlog
 
-from bruce_bot.domain import InboundMessage, MessageKind, Submission
+from bruce_bot.domain import InboundMessage, MessageKind, StorageUnavailableError, Submission
+from bruce_bot.storage.faults import StorageHealth, transient_reason
 from bruce_bot.storage.leases import Leases
 from bruce_bot.storage.messages import LeaseLostError, StoredMessage
 from bruce_bot.storage.sessions import SessionRecord
@@ -81,8 +87,10 @@ class Inbox:
         max_concurrent_sessions: int,
         max_message_chars: int,
         announce: Callable[[int], Awaitable[None]] = _nobody,
+        health: StorageHealth | None = None,
     ) -> None:
         self._stores = stores
+        self.health = health or StorageHealth()
         self._process_turn = process_turn
         self._leases = leases
         self._channels = set(channels)
@@ -108,10 +116,21 @@ class Inbox:
             text = ""  # a photo or a voice note without words: the attachment is the message
         if text is None:
             return Submission(False, reason="empty")
-        session = await self._stores.sessions.get_or_create(message.session_key)
-        # Stored and woken as one step: a caller cancelled in between (a platform request that
-        # went away) must not leave a stored message that no worker will look at.
-        return await asyncio.shield(self._store(session, message, text))
+        try:
+            session = await self._stores.sessions.get_or_create(message.session_key)
+            # Stored and woken as one step: a caller cancelled in between (a platform request
+            # that went away) must not leave a stored message that no worker will look at.
+            submission = await asyncio.shield(self._store(session, message, text))
+        except Exception as exc:
+            reason = transient_reason(exc)
+            if reason is None:
+                raise  # a bug: the channel says it could not be saved
+            # The disk is full, the database away...: nothing was stored. The channel does not
+            # acknowledge the message, so it comes again (or is kept) and is stored later.
+            self.health.failed(reason, exc)
+            raise StorageUnavailableError(reason) from exc
+        self.health.stored()
+        return submission
 
     async def _store(
         self, session: SessionRecord, message: InboundMessage, text: str

@@ -7,6 +7,10 @@ sessions itself; the supervisor retries what discord.py gives up on, such as a f
 the network). Fatal set-up problems — a bad token, the Message Content intent switched off — are
 logged once in words that say what to fix, and the channel stays off.
 
+A message the database cannot take right now (a full disk, the server away: a fault that passes,
+see channels/held.py) is kept in memory, in arrival order, and taken in as soon as storage works
+again (Discord never sends a message twice); at stop, those still waiting get "I'm restarting".
+
 Bruce answers direct messages, and guild messages (threads included) addressed to it: a mention
 of Bruce or of its role, or a reply to one of its messages (discord_messages.py). Each channel
 or thread is one session. The allowlist is checked right after that: a stranger gets their
@@ -64,6 +68,7 @@ from bruce_bot.channels.discord_texts import (
     TOKEN_FIX,
 )
 from bruce_bot.channels.forwards import metadata_of
+from bruce_bot.channels.held import Held, HeldMessages, unavailable
 from bruce_bot.channels.policy import (
     BUTTON_INACTIVE,
     RESTARTING,
@@ -75,7 +80,12 @@ from bruce_bot.channels.policy import (
 )
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config import DiscordConfig
-from bruce_bot.domain import Attachment, InboundMessage, OutboundMessage
+from bruce_bot.domain import (
+    Attachment,
+    InboundMessage,
+    OutboundMessage,
+    Submission,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +121,11 @@ class DiscordChannel:
         self._stopping = asyncio.Event()
         self._handled_ids: Recent[int] = Recent()  # messages answered (Discord may send twice)
         self._session_started = False  # the current client reached a gateway session
+        # Messages the database could not take yet (a full disk, the server away): Discord
+        # never sends a message again, so they wait here, in order, until they can be stored.
+        self._held: HeldMessages[discord.abc.Messageable] = HeldMessages(
+            DISCORD_CHANNEL, self._held_failed
+        )
         self.gave_up: str | None = None  # why the channel stopped for good, if it did
 
     def use_pairing(self, pairing: PairingPort) -> None:
@@ -160,7 +175,21 @@ class DiscordChannel:
         to send them again). Sending keeps working (turns that are still running reply) until
         `close`."""
         self._stopping.set()
+        left = await self._held.drop()
         self._inbox = None
+        # Never stored, and Discord will not send them again: their writers are told.
+        told: set[int] = set()
+        for held in left:
+            channel = held.reply_to
+            log.warning(
+                "discord_held_message_dropped",
+                chat_id=held.chat_id,
+                platform_message_id=held.platform_message_id,
+            )
+            if id(channel) not in told:
+                told.add(id(channel))
+                with contextlib.suppress(Exception):
+                    await self._out.say(channel, RESTARTING)
 
     async def close(self) -> None:
         """Close the connection to Discord and end the client task; `send` fails (transiently)
@@ -277,7 +306,7 @@ class DiscordChannel:
     # ---- intake -------------------------------------------------------------------------------
 
     async def _receive(self, client: discord.Client, message: discord.Message) -> None:
-        inbox, me = self._inbox, client.user
+        me = client.user
         if me is None or not self._from_a_person(me, message):
             return
         bot = BotIds.of(me, message)
@@ -289,7 +318,37 @@ class DiscordChannel:
             log.info("discord_message_repeated", message_id=message.id)
             return
         self._handled_ids.add(message.id)
-        channel = message.channel
+        if self._held.holding:  # earlier messages wait for storage: this one goes after them
+            await self._hold(client, message)
+            return
+        try:
+            await self._take_in(client, message)
+        except Exception as exc:
+            if unavailable(exc) is None:
+                raise
+            await self._hold(client, message)
+
+    async def _hold(self, client: discord.Client, message: discord.Message) -> None:
+        """Keep the message until storage takes it (Discord never sends it again)."""
+        held: Held[discord.abc.Messageable] = Held(
+            lambda: self._take_in(client, message),
+            message.channel,
+            str(message.channel.id),
+            str(message.id),
+        )
+        if not self._held.keep(held):
+            await self._out.say(message.channel, NOT_STORED_REPLY)  # too many waiting already
+
+    async def _held_failed(self, held: Held[discord.abc.Messageable]) -> None:
+        await self._out.say(held.reply_to, NOT_STORED_REPLY)
+
+    async def _take_in(self, client: discord.Client, message: discord.Message) -> None:
+        """Admit and answer, or store, the message; raises a fault that passes while storage
+        is down (a read of the allowlist, or the store itself), to be tried again."""
+        inbox, channel = self._inbox, message.channel
+        bot = BotIds.of(client.user, message) if client.user is not None else None
+        if bot is None:
+            return
         admission = await self._policy.admit(
             message.author.id,
             chat_id=channel.id,
@@ -349,11 +408,20 @@ class DiscordChannel:
         try:
             submission = await inbox.submit(inbound)
         except Exception as exc:
+            if unavailable(exc) is not None:
+                raise  # held and tried again: see `_receive`
+            # A bug, not a fault that passes: the user is told.
             log.exception(
                 "discord_submit_failed", chat_id=chat_id, message_id=message.id, error=repr(exc)
             )
             await self._out.say(channel, NOT_STORED_REPLY)
             return
+        await self._submitted(inbound, channel, submission)
+
+    async def _submitted(
+        self, inbound: InboundMessage, channel: discord.abc.Messageable, submission: Submission
+    ) -> None:
+        chat_id = inbound.chat_id
         if not submission.accepted:
             log.info(
                 "discord_message_not_accepted",

@@ -6,10 +6,12 @@ telegram_app.py builds and starts the application). Each addressed message (a pr
 a group, an @mention, a text_mention or a reply to one of the bot's messages: see
 telegram_messages.py) passes the allowlist first, then becomes an `InboundMessage` that the
 inbox stores before the update is acknowledged (see telegram_intake.py); the updates of a batch
-are handled concurrently, each chat's in order (telegram_app.py). Who may talk, the
-stranger's pairing code (or, with `pairing: false`, one polite reply an hour naming their user
-id), and the commands `/start`, `/help`, `/new` and `/reminders` are the channel policy's
-(policy.py); nothing of a stranger's is stored.
+are handled concurrently, each chat's in order (telegram_app.py). When storage is down (a full
+disk, the database away) an update is not acknowledged either: a polled one is tried again until
+it is stored, a webhook post is answered 503 so that Telegram posts it again (`_on_update`).
+Who may talk, the stranger's pairing code (or, with `pairing: false`, one polite reply an hour
+naming their user id), and the commands `/start`, `/help`, `/new` and `/reminders` are the
+channel policy's (policy.py); nothing of a stranger's is stored.
 Replies go out through telegram_sending.py; failures become `DeliveryError`s, and the outbox is
 the one place that retries them.
 
@@ -45,6 +47,7 @@ from telegram.ext import Application, ContextTypes, TypeHandler
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
 from bruce_bot.channels.forwards import Quoted
+from bruce_bot.channels.held import unavailable, until_stored
 from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, PairingPort, Press
 from bruce_bot.channels.telegram_albums import AlbumBook
 from bruce_bot.channels.telegram_app import (
@@ -54,6 +57,7 @@ from bruce_bot.channels.telegram_app import (
     release_connections,
     start_updates,
     tls_options,
+    webhook_refusal,
 )
 from bruce_bot.channels.telegram_chats import ChatAddress
 from bruce_bot.channels.telegram_files import fetch
@@ -80,7 +84,13 @@ from bruce_bot.channels.telegram_texts import (
     UNREADABLE,
 )
 from bruce_bot.config import TelegramConfig
-from bruce_bot.domain import Attachment, OutboundMessage
+from bruce_bot.domain import (
+    Attachment,
+    InboundMessage,
+    OutboundMessage,
+    StorageUnavailableError,
+    Submission,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -118,6 +128,8 @@ class TelegramChannel:
         self._updates_request: UpdateCheckingRequest | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._menu: asyncio.Task[None] | None = None
+        self._queue: DurableUpdateQueue | None = None
+        self._stopping = asyncio.Event()  # ends the retries of messages storage did not take
 
     def use_pairing(self, pairing: PairingPort) -> None:
         """Strangers get a pairing code; the people the owner approves are heard."""
@@ -134,7 +146,9 @@ class TelegramChannel:
         that names the key; an unreachable Bot API does not: Bruce starts without Telegram and
         keeps trying in the background (replies meanwhile wait in the outbox)."""
         self._policy.warn_if_nobody_allowed()
-        queue = DurableUpdateQueue(chat_key, self._saw_update)
+        queue = DurableUpdateQueue(chat_key, self._saw_update, webhook_refusal)
+        self._queue = queue
+        self._stopping.clear()
         http_options = tls_options()
         self._updates_request = UpdateCheckingRequest(
             self._saw_raw, queue, connection_pool_size=1, httpx_kwargs=http_options
@@ -231,6 +245,9 @@ class TelegramChannel:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._connecting = None
+        # Handlers still trying to store a message give up (it stays unconfirmed), so that the
+        # updater's last getUpdates, which waits for them, can go.
+        self._stopping.set()
         app = self._app
         if app is not None:
             if app.updater is not None and app.updater.running:
@@ -250,6 +267,31 @@ class TelegramChannel:
     # ---- receiving ---------------------------------------------------------------------------
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Handle the update, unless storage is down (a full disk, the database away): then it
+        is not acknowledged. Long polling: tried again (0.25 s, doubling up to 5 s) until it
+        goes through, holding this chat's later updates and the next getUpdates (whose offset
+        would confirm it) meanwhile, so that once storage is back everything is stored in
+        order, once. A webhook post is answered 503 at once; Telegram posts it again later."""
+        queue = self._queue
+        if queue is not None and queue.unconfirmable:
+            return  # stopping, an earlier update was left: this one comes again after it
+        if self._config.mode == "webhook":
+            try:
+                await self._handle(update)
+            except Exception as exc:
+                if (reason := unavailable(exc)) is None:
+                    raise
+                self._not_stored(update, reason)
+            return
+        if await until_stored(lambda: self._handle(update), self._stopping) is None:
+            self._not_stored(update, "Bruce is stopping")
+
+    def _not_stored(self, update: Update, reason: str) -> None:
+        log.info("telegram_update_not_stored", update_id=update.update_id, reason=reason)
+        if self._queue is not None:
+            self._queue.not_stored(update)
+
+    async def _handle(self, update: Update) -> None:
         message = update.message
         if update.callback_query is not None:
             await self._on_press(update.callback_query)
@@ -336,8 +378,11 @@ class TelegramChannel:
             return
         inbound = heard.inbound(TELEGRAM_CHANNEL, text, attachments, quoted)
         try:
-            submission = await inbox.submit(inbound)
-        except Exception:
+            submission = await self._store(inbox, inbound)
+        except Exception as exc:
+            if unavailable(exc) is not None:
+                raise  # not stored, not acknowledged: see `_on_update`
+            # A bug, not a fault that passes: the user is told.
             log.exception("telegram_submit_failed", chat_id=chat_id, message_id=message.message_id)
             await self._out.reply(message, NOT_SAVED)
             return
@@ -350,6 +395,17 @@ class TelegramChannel:
             )
             if submission.reason == "stopping":
                 await self._out.reply(message, RESTARTING)
+
+    async def _store(self, inbox: InboxPort, inbound: InboundMessage) -> Submission:
+        """The message stored; raises StorageUnavailableError while storage is down. Polling
+        tries again here (see `_on_update`), not from the top of the update: an album's last
+        part must not be taken into the album twice."""
+        if self._config.mode == "webhook":
+            return await inbox.submit(inbound)
+        stored = await until_stored(lambda: inbox.submit(inbound), self._stopping)
+        if stored is None:
+            raise StorageUnavailableError("Bruce is stopping")
+        return stored[0]
 
     async def _on_press(self, query: CallbackQuery) -> None:
         """A button under one of Bruce's messages was pressed (the policy decides)."""

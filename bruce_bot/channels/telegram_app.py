@@ -66,6 +66,11 @@ class UpdateCheckingRequest(HTTPXRequest):
             return await super().post(url, *args, **kwargs)
         # This call's offset confirms every update fetched so far: they must be stored first.
         await self._queue.all_handled()
+        if self._queue.unconfirmable:
+            # Bruce is stopping and an update was not stored: confirm nothing (this is PTB's
+            # last getUpdates on stop), so Telegram sends it again at the next start.
+            log.warning("telegram_updates_left_unconfirmed", reason="not stored before stop")
+            return []
         result = await super().post(url, *args, **kwargs)
         if not isinstance(result, list):
             return result
@@ -107,6 +112,14 @@ class ChatOrderedProcessor(BaseUpdateProcessor):
 
     async def shutdown(self) -> None:
         return None
+
+
+def webhook_refusal() -> Exception:
+    """What PTB's webhook server answers for an update that could not be stored: 503, which
+    Telegram treats as "not delivered" and posts again later."""
+    from tornado.web import HTTPError  # PTB's webhook server; only loaded in webhook mode
+
+    return HTTPError(503, reason="Bruce cannot store messages right now; send it again later")
 
 
 def chat_key(update: object) -> int | None:

@@ -34,7 +34,13 @@ class DurableUpdateQueue(asyncio.Queue):
 
     Webhook: PTB's webhook handler awaits `put` before answering 200, and Telegram redelivers
     an update that was not answered 200, so `put` of an update that no getUpdates fetched waits
-    until that update was handled.
+    until that update was handled, and raises `refusal()` (PTB's server answers 503) when its
+    message could not be stored (`not_stored`).
+
+    Storage down (a full disk): a polled update's handler keeps trying to store it, so the next
+    getUpdates, which waits for it, confirms nothing meanwhile. Only when Bruce stops before it
+    could be stored is it given up (`not_stored`): then no getUpdates confirms anything any more
+    (`unconfirmable`), and Telegram sends it, and what came after it, again at the next start.
 
     The updates of one chat are handled one after the other in the order they were queued:
     the update processor awaits `wait_turn(update)` (the previous update of its chat handled)
@@ -48,8 +54,15 @@ class DurableUpdateQueue(asyncio.Queue):
         self,
         chat_of: Callable[[Any], Hashable],
         seen: Callable[[Any], None] | None = None,
+        refusal: Callable[[], Exception] = lambda: RuntimeError("the update was not stored"),
     ) -> None:
         super().__init__()
+        self._pushed: set[int] = set()  # id(update) of webhook posts not yet handled
+        self._refused: set[int] = set()  # id(update) of webhook posts that were not stored
+        self._refusal = refusal
+        # An update fetched by getUpdates was handled without being stored (Bruce is stopping
+        # while storage is down): no later getUpdates may confirm it, so Telegram sends it again.
+        self.unconfirmable = False
         self._unhandled: dict[int, asyncio.Future[None]] = {}  # id(update) -> handled
         self._after: dict[int, asyncio.Future[None]] = {}  # id(update) -> its chat's previous
         self._last_of_chat: dict[Hashable, asyncio.Future[None]] = {}
@@ -86,8 +99,26 @@ class DurableUpdateQueue(asyncio.Queue):
             self._polled.discard(update_id)
             return
         handled = self._unhandled.get(id(item))
-        if handled is not None:
+        if handled is None:
+            return
+        self._pushed.add(id(item))
+        try:
             await asyncio.shield(handled)
+        finally:
+            self._pushed.discard(id(item))
+        if id(item) in self._refused:
+            self._refused.discard(id(item))
+            # Not answered 200: Telegram posts the update again later.
+            raise self._refusal()
+
+    def not_stored(self, item: Any) -> None:
+        """The update's message could not be stored: it must not be confirmed to Telegram. A
+        webhook post is answered with `refusal` (a retryable error); a polled update makes
+        every later getUpdates of this run unconfirming (`unconfirmable`)."""
+        if id(item) in self._pushed:
+            self._refused.add(id(item))
+        else:
+            self.unconfirmable = True
 
     async def wait_turn(self, item: Any) -> None:
         """Return once the update queued before this one in its chat was handled."""

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from bruce_bot.storage.faults import StorageHealth
 from bruce_bot.web.artifacts import artifact_routes
 from bruce_bot.web.auth import AuthGate, WebAuth
 from bruce_bot.web.chat_stream import chat_stream_routes
@@ -41,10 +42,27 @@ __all__ = ["MAX_BODY_BYTES", "WebContext", "create_app"]
 
 class Health(BaseModel):
     status: str = "ok"
+    reason: str | None = None  # degraded: why
+    since_seconds: float | None = None  # degraded: for how long
 
 
-async def healthz(request: Request) -> Response:
-    return JSONResponse(Health().model_dump(mode="json"))
+def healthz_route(storage: StorageHealth | None) -> Route:
+    """`GET /healthz`: 200 `{"status": "ok"}`; 503 `{"status": "degraded", "reason": ...}`
+    while incoming messages cannot be stored (a full disk, the database away), so a probe or
+    a monitor sees it; the messages themselves are held back and stored once it passes."""
+
+    async def healthz(request: Request) -> Response:
+        outage = storage.outage if storage is not None else None
+        if outage is None:
+            return JSONResponse(Health().model_dump(mode="json", exclude_none=True))
+        degraded = Health(
+            status="degraded",
+            reason=f"incoming messages cannot be stored: {outage.reason}",
+            since_seconds=round(storage.seconds_since(outage), 1) if storage else None,
+        )
+        return JSONResponse(degraded.model_dump(mode="json"), status_code=503)
+
+    return Route("/healthz", healthz)
 
 
 def create_app(context: WebContext) -> Starlette:
@@ -58,7 +76,7 @@ def create_app(context: WebContext) -> Starlette:
         one_time=context.login_link,
     )
     routes = [
-        Route("/healthz", healthz),
+        healthz_route(context.storage_health),
         *auth.routes(),
         *page_routes(
             context.app_name, context.display_timezone, signed_in=bool(context.auth_token)
@@ -83,7 +101,7 @@ def _api_routes(context: WebContext, auth: WebAuth) -> list[BaseRoute]:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.message)
+    return error_response(exc.status, exc.message, exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import ChannelsConfig
 from bruce_bot.domain import utcnow
+from bruce_bot.storage.faults import StorageHealth
 from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 
@@ -63,6 +64,8 @@ class WebContext:
     # allowlists it edits (None: not offered).
     live_tokens: LiveTokens | None = None
     live_allowlists: LiveAllowlists | None = None
+    # Whether incoming messages can be stored now (the inbox's): /healthz says degraded if not.
+    storage_health: StorageHealth | None = None
 
     async def display_zone(self) -> ZoneInfo:
         """The timezone the pages show times (and count days) in now."""

@@ -27,10 +27,13 @@ class ErrorAnswer(BaseModel):
 class ApiError(Exception):
     """A request the client must fix: answered with `status` and `{"error": message}`."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(
+        self, message: str, status: int = 400, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.headers = headers  # e.g. Retry-After on a 503
 
 
 def error_response(

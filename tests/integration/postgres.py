@@ -59,6 +59,7 @@ class PostgresServer:
         self._cluster = cluster  # the throwaway cluster's directory, None for an external server
         self._bin = bin_dir
         self._as_owner = list(as_owner)  # runs a server program as the cluster's owner
+        self._start_args: list[str] = []  # pg_ctl's, to start it again after `pause`
 
     @classmethod
     def external(cls, url: str) -> PostgresServer:
@@ -84,8 +85,9 @@ class PostgresServer:
             f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
+        server._start_args = ["-D", str(data), "-l", str(log), "-o", options, "-w", "start"]
         try:
-            server._run("pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "start")
+            server._run("pg_ctl", *server._start_args)
         except RuntimeError as exc:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             shutil.rmtree(root, ignore_errors=True)
@@ -98,6 +100,16 @@ class PostgresServer:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr.strip()}")
+
+    def pause(self) -> None:
+        """Stop the throwaway server (fast: open connections are closed), keeping its data."""
+        assert self._cluster is not None, "only a throwaway server can be stopped"
+        self._run("pg_ctl", "-D", str(self._cluster / "data"), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the throwaway server again after `pause`, on the same port."""
+        assert self._cluster is not None and self._start_args
+        self._run("pg_ctl", *self._start_args)
 
     def stop(self) -> None:
         if self._cluster is None:

@@ -1,22 +1,28 @@
 """`/api/chat/`: the dashboard's chat page. A message posted here goes into the inbox through the
 web channel; the page reads the chat back with a long poll (`wait`) and presses the buttons shown
-under a message (a reminder's confirm/cancel) through `/api/chat/choices`."""
+under a message (a reminder's confirm/cancel) through `/api/chat/choices`. A message the database
+cannot take right now (a full disk, the server away) is refused with 503 and Retry-After: it was
+not stored, and the page keeps the text for sending again."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from bruce_bot.channels.web import WEB_CHANNEL, Upload
-from bruce_bot.domain import SessionKey, Submission
+from bruce_bot.domain import SessionKey, StorageUnavailableError, Submission
+from bruce_bot.storage.faults import transient_reason
 from bruce_bot.web.api.endpoint import Call, Endpoint
 from bruce_bot.web.api.params import MAX_ID
 from bruce_bot.web.wire import ApiError, Time
 
 MAX_WAIT_SECONDS = 30.0
+STORAGE_RETRY_AFTER_SECONDS = 5
 MAX_FILES = 10
 # Base64 makes a file a third larger: room for a 20 MB file and the rest of the body.
 UPLOAD_BODY_BYTES = 28_000_000
@@ -116,8 +122,33 @@ class PressReply(BaseModel):
 
 async def post_message(call: Call[ChatTarget, NewMessage]) -> Accepted:
     chat_id = call.body.chat_id or call.params.chat_id
-    submission = await call.context.web_channel.submit(chat_id, call.body.text)
+    async with _storage_refused():
+        submission = await call.context.web_channel.submit(chat_id, call.body.text)
     return _accepted(submission, chat_id)
+
+
+@contextlib.asynccontextmanager
+async def _storage_refused() -> AsyncIterator[None]:
+    """A message the database cannot take now is refused with a 503 (the page keeps the text)."""
+    try:
+        yield
+    except StorageUnavailableError as exc:
+        raise ApiError(
+            f"Bruce cannot save messages right now ({exc.reason}); your message was not "
+            "sent. Send it again in a moment.",
+            503,
+            {"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)},
+        ) from None
+    except OSError as exc:  # the upload could not be written (a full disk...)
+        reason = transient_reason(exc)
+        if reason is None:
+            raise
+        raise ApiError(
+            f"Bruce cannot save files right now ({reason}); your message was not sent. "
+            "Send it again in a moment.",
+            503,
+            {"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)},
+        ) from None
 
 
 async def post_upload(call: Call[ChatTarget, NewUpload]) -> Accepted:
@@ -130,7 +161,8 @@ async def post_upload(call: Call[ChatTarget, NewUpload]) -> Accepted:
         except ValueError:
             raise ApiError(f"file {file.name!r}: data must be base64", 400) from None
         files.append(Upload(file.name, file.mime_type, data))
-    submission = await call.context.web_channel.submit(chat_id, call.body.text, files=files)
+    async with _storage_refused():
+        submission = await call.context.web_channel.submit(chat_id, call.body.text, files=files)
     return _accepted(submission, chat_id)
 
 
