@@ -23,29 +23,22 @@ log = structlog.get_logger(__name__)
 
 TELEGRAM_TEXT_LIMIT = 4096  # per message, in UTF-16 code units
 
-# Telegram's HTML subset: tag -> attributes it accepts.
-_TAGS: dict[str, frozenset[str]] = {
-    "b": frozenset(),
-    "strong": frozenset(),
-    "i": frozenset(),
-    "em": frozenset(),
-    "u": frozenset(),
-    "ins": frozenset(),
-    "s": frozenset(),
-    "strike": frozenset(),
-    "del": frozenset(),
-    "span": frozenset({"class"}),
-    "tg-spoiler": frozenset(),
-    "a": frozenset({"href"}),
-    "tg-emoji": frozenset({"emoji-id"}),
-    "code": frozenset({"class"}),
-    "pre": frozenset(),
-    "blockquote": frozenset({"expandable"}),
-}
-_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)([^<>]*)>")
-_ATTRIBUTES = re.compile(r'(?:\s+([a-zA-Z-]+)(?:="[^"<>]*")?)*\s*')
-_ATTRIBUTE_NAME = re.compile(r'\s+([a-zA-Z-]+)(?:="[^"<>]*")?')
-_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#[0-9]{1,7}|#x[0-9a-fA-F]{1,6});")
+# Telegram's HTML tags (tdlib's parse_html, which the Bot API server uses for parse_mode HTML),
+# but `tg-time`, whose format rules the converter never needs. Attributes Telegram has no use
+# for are ignored, so only the tags are listed.
+_TAGS = frozenset(
+    {
+        "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler",
+        "a", "tg-emoji", "code", "pre", "blockquote",
+    }
+)  # fmt: skip
+# A tag: its name, then attributes (a name, optionally `=` and a quoted value or a name token).
+_TAG = re.compile(
+    r"<(/?)([^\s>]*)((?:\s+[^\s=>/\"']+(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[a-zA-Z0-9.-]+))?)*)\s*>"
+)
+_ATTRIBUTE = re.compile(r"""([^\s=>/"']+)(?:\s*=\s*("[^"]*"|'[^']*'|[a-zA-Z0-9.-]+))?""")
+# A numerical entity Telegram decodes (`;` optional); one naming a lone surrogate is refused.
+_NUMERIC_ENTITY = re.compile(r"&#(?:x([0-9a-fA-F]+)|([0-9]+))")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,33 +66,55 @@ def to_telegram_html(markdown: str) -> str | None:
 
 
 def is_telegram_html(text: str) -> bool:
-    """True when `text` uses only Telegram's tags and attributes, properly nested, and every
-    `&` starts an entity Telegram knows."""
-    open_tags: list[str] = []
+    """True when Telegram takes `text` with parse_mode HTML: only its tags, properly nested,
+    `<span>` only as `class="tg-spoiler"`, a `<tg-emoji>` with a numeric id, no bare `<`.
+
+    Telegram's own rules, not a browser's (tdlib's parse_html): a `&` that starts no entity it
+    knows (`&nbsp;`, a bare `&`) is shown as typed, `;` is optional, a bare `>` is text, and
+    attributes it has no use for are ignored; none of that is refused.
+    """
+    open_tags: list[tuple[str, str, int]] = []  # (name, argument, where its content starts)
     position = 0
     for match in _TAG.finditer(text):
         if not _plain_text_ok(text[position : match.start()]):
             return False
         position = match.end()
         closing, name, attributes = match.group(1), match.group(2).lower(), match.group(3)
-        if name not in _TAGS:
-            return False
         if closing:
-            if attributes.strip() or not open_tags or open_tags.pop() != name:
+            if attributes.strip() or not open_tags or name not in ("", open_tags[-1][0]):
+                return False
+            tag, argument, start = open_tags.pop()
+            if tag == "tg-emoji" and match.start() > start and not _emoji_id_ok(argument):
                 return False
             continue
-        if not _ATTRIBUTES.fullmatch(attributes):
+        if name not in _TAGS:
             return False
-        if any(attr.lower() not in _TAGS[name] for attr in _ATTRIBUTE_NAME.findall(attributes)):
+        values = {key: value.strip("\"'") for key, value in _ATTRIBUTE.findall(attributes)}
+        if name == "span" and values.get("class") != "tg-spoiler":
             return False
-        open_tags.append(name)
+        open_tags.append((name, values.get("emoji-id", ""), match.end()))
     return not open_tags and _plain_text_ok(text[position:])
 
 
-def _plain_text_ok(text: str) -> bool:
-    if "<" in text or ">" in text:
+def _emoji_id_ok(value: str) -> bool:
+    try:
+        return int(value) != 0 and -(2**63) <= int(value) < 2**63
+    except ValueError:
         return False
-    return all(_ENTITY.match(text, i) for i, char in enumerate(text) if char == "&")
+
+
+def _plain_text_ok(text: str) -> bool:
+    """Text between tags: no `<` (it would start a tag), no entity naming a lone surrogate."""
+    if "<" in text:
+        return False
+    for match in _NUMERIC_ENTITY.finditer(text):
+        digits = match.group(1) or match.group(2)
+        if (
+            len(match.group(0)) < 10
+            and 0xD800 <= int(digits, 16 if match.group(1) else 10) <= 0xDFFF
+        ):
+            return False
+    return True
 
 
 def render_pieces(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[Piece]:

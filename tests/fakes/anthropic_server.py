@@ -70,7 +70,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -110,6 +110,34 @@ ERROR_MESSAGES: dict[int, str] = {
     500: "Internal server error",
     529: "Overloaded",
 }
+# The keys the fake takes by default: the ones the suite's and the benchmarks' configs carry
+# (tests/conftest.py `make_config`: "test-key"; the SDK-level tests' "test", "sk-ant-test"...;
+# cluster_support.py's "key-<process>"). Any other key is refused as the API refuses it (401
+# authentication_error "invalid x-api-key", error_invalid_api_key.json); a test of its own key
+# passes `api_keys`.
+DEFAULT_API_KEYS = frozenset(
+    {
+        "test-key", "test", "sk-ant-test", "sk-ant-secret", "sk-ant-old-0000", "sk-test",
+        "sk-test-cli-key", "k", "k-1", "x", "any-value-here", "bench-key", "soak-test-key",
+        "sk-ant-api03-test-0123456789abcdef", "sk-test-0123456789abcdef",
+        "sk-ant-yaml-0123456789abcd", "sk-dashboard-secret-5678", "key-a", "key-b", "key-c",
+    }
+)  # fmt: skip
+# The models the fake serves by default: Anthropic's model ids and aliases (docs.claude.com,
+# "Models overview") and those of Bruce's defaults. Any other is refused as the API refuses it
+# (404 not_found_error "model: <name>", error_model_not_found.json).
+DEFAULT_MODELS = frozenset(
+    {
+        "claude-opus-4-6", "claude-sonnet-4-6", "claude-opus-4-5", "claude-opus-4-5-20251101",
+        "claude-haiku-4-5", "claude-haiku-4-5-20251001", "claude-sonnet-4-5",
+        "claude-sonnet-4-5-20250929", "claude-opus-4-1", "claude-opus-4-1-20250805",
+        "claude-opus-4-0", "claude-opus-4-20250514", "claude-sonnet-4-0",
+        "claude-sonnet-4-20250514", "claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219",
+        "claude-3-5-haiku-latest", "claude-3-5-haiku-20241022", "claude-3-haiku-20240307",
+    }
+)  # fmt: skip
+# The context window of every model listed (tokens, at the fake's 4 characters a token).
+DEFAULT_CONTEXT_WINDOW = 200_000
 # The answer when a reply scripted with tool calls only meets `tool_choice: none`.
 NO_TOOLS_TEXT = "(fake) Tools are switched off, so here is my answer in words."
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
@@ -221,8 +249,16 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
         validate: bool = True,
         cache_minimum_tokens: int | Literal["per-model"] = 0,
         clock: Callable[[], float] = time.monotonic,
+        api_keys: Collection[str] | None = DEFAULT_API_KEYS,
+        models: Collection[str] | None = DEFAULT_MODELS,
+        context_window: int | None = DEFAULT_CONTEXT_WINDOW,
     ) -> None:
         super().__init__(responder=responder, delay_seconds=delay_seconds, validate=validate)
+        # What the API refuses before any script or responder is asked (None: anything goes).
+        # Sets: a test may add its own (`server.models.add("claude-next")`).
+        self.api_keys: set[str] | None = None if api_keys is None else set(api_keys)
+        self.known_models: set[str] | None = None if models is None else set(models)
+        self.context_window = context_window
         self._ids = itertools.count(1)
         self.cache_minimum_tokens = cache_minimum_tokens
         self._clock = clock
@@ -396,7 +432,9 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
                 self._redacted.add(block["data"])
 
     def _key_of(self, headers: Mapping[str, str]) -> str:
-        return headers.get("x-api-key", "")
+        # The SDK sends `x-api-key`, or (anthropic 2.x) the key as `Authorization: Bearer`.
+        bearer = headers.get("Authorization", "")
+        return headers.get("x-api-key") or bearer.removeprefix("Bearer ").strip()
 
     def _wrong_key(self, key: str) -> HTTPAnswer:
         return self._error(401, ERROR_MESSAGES[401])
@@ -484,7 +522,8 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
             self.requests.append(body if isinstance(body, dict) else {})
             self.request_headers.append(dict(request.headers))
             self._received.notify_all()
-        answer = await self._answer(body)
+        refusal = self._refusal(request.headers, body)
+        answer = refusal if refusal is not None else await self._answer(body)
         if (
             isinstance(body, dict)
             and body.get("stream") is True
@@ -508,6 +547,33 @@ class FakeAnthropicServer(ScriptedJSONServer[AnthropicReply]):
         return web.json_response(answer.body, status=answer.status, headers=dict(answer.headers))
 
     # ---- the API's rules ---------------------------------------------------------------------
+
+    def _refusal(self, headers: Mapping[str, str], body: Any) -> HTTPAnswer | None:
+        """What the API answers before the model sees the request: a key it does not know
+        (401), a model it does not serve (404), a prompt longer than the context window (400),
+        in that order, with the API's bodies (tests/fixtures/anthropic/error_*.json)."""
+        if self.api_keys is not None and self._key_of(headers) not in self.api_keys:
+            return self._error(401, ERROR_MESSAGES[401])
+        if not isinstance(body, dict):
+            return None
+        model = body.get("model")
+        if self.known_models is not None and isinstance(model, str):
+            if model not in self.known_models:
+                return self._error(404, f"model: {model}")
+        if self.context_window is not None and isinstance(body.get("messages"), list):
+            prompt = prompt_tokens(body)
+            window = self.context_window
+            if prompt > window:
+                return self._error(400, f"prompt is too long: {prompt} tokens > {window} maximum")
+            max_tokens = body.get("max_tokens")
+            if isinstance(max_tokens, int) and prompt + max_tokens > window:
+                return self._error(
+                    400,
+                    f"input length and `max_tokens` exceed context limit: {prompt} + "
+                    f"{max_tokens} > {window}, decrease input length or `max_tokens` and try "
+                    "again",
+                )
+        return None
 
     def _check(self, body: dict[str, Any]) -> HTTPAnswer | None:
         problem = _problem_with(body)
@@ -845,15 +911,26 @@ def _cache_layout(body: dict[str, Any]) -> _CacheLayout:
 
 def _prefix_digests(layout: _CacheLayout, model: str) -> list[str]:
     """digests[n] identifies segments[:n] for `model`. The settings that invalidate cached
-    messages (tool choice, thinking) count for the prefixes that reach into the messages."""
+    messages (tool choice, thinking) count for the prefixes that reach into the messages.
+
+    Each segment counts as it was sent, key order included (no `sort_keys`): the API caches
+    the exact prompt, so a prefix whose keys come in another order from one request to the
+    next (a tool schema rebuilt from a set, a dict merged the other way) is a cache miss there,
+    and here."""
     running = hashlib.sha256(model.encode())
     digests = [running.hexdigest()]
     for index, segment in enumerate(layout.segments):
         if index == layout.messages_start:
-            running.update(json.dumps(layout.message_settings, sort_keys=True).encode())
-        running.update(json.dumps(segment, sort_keys=True).encode())
+            running.update(json.dumps(layout.message_settings).encode())
+        running.update(json.dumps(segment, ensure_ascii=False).encode())
         digests.append(running.hexdigest())
     return digests
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The prompt's length in the fake's tokens (4 characters a token): what the usage fields
+    add up to, and what the context window is checked against."""
+    return sum(_segment_tokens(segment) for segment in _cache_layout(body).segments)
 
 
 def _segment_tokens(segment: Any) -> int:

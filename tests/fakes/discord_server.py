@@ -53,9 +53,11 @@ on); a second one gets 400 code 40060, an unknown id or token, or `fail_interact
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import itertools
 import json
+import math
 import re
 import time
 import uuid
@@ -152,6 +154,55 @@ class _SendFailure:
     channel_id: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class RouteLimits:
+    """Discord's REST rate limits, as its docs describe them (discord.com/developers/docs/topics/
+    rate-limits): each route (method and path, ids but the major one taken out) is a bucket per
+    major parameter (the channel), `per_route` requests per `window` seconds (5 per 5 s is what
+    Discord answers for a channel's message posts); over all routes, `global_per_second`
+    requests a second (the global limit is 50). Every answer carries `X-RateLimit-Limit`,
+    `-Remaining`, `-Reset` (epoch seconds), `-Reset-After` (seconds) and `-Bucket`; a request
+    over a limit is answered 429 `{"message": "You are being rate limited.", "retry_after": s,
+    "global": false}` (true, with `X-RateLimit-Global`, for the global one), with `Retry-After`,
+    `X-RateLimit-Scope` and `Via` (without which discord.py takes the 429 for a Cloudflare ban)."""
+
+    per_route: int = 5
+    window: float = 5.0
+    global_per_second: int = 50
+
+
+@dataclass(slots=True)
+class _Window:
+    remaining: int
+    resets_at: float  # on the fake's clock
+
+
+# Discord's upload limit for a bot's message (all files of one request), and its refusal.
+UPLOAD_LIMIT = 10 * 1024 * 1024
+CONTENT_LIMIT = 2000
+
+
+def _too_long(field_name: str, limit: int) -> web.Response:
+    """Discord's 400 for a field over its length (code 50035 with the field's `_errors`)."""
+    return _json(
+        {
+            "message": "Invalid Form Body",
+            "code": 50035,
+            "errors": {
+                field_name: {
+                    "_errors": [
+                        {
+                            "code": "BASE_TYPE_MAX_LENGTH",
+                            "message": f"Must be {limit} or fewer in length.",
+                        }
+                    ]
+                }
+            },
+        },
+        400,
+    )
+
+
 @dataclass
 class _Connection:
     ws: web.WebSocketResponse
@@ -180,8 +231,19 @@ class FakeDiscordServer:
         message_content_intent: bool = True,
         echo_own_messages: bool = True,
         port: int = 0,
+        limits: RouteLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.token = token
+        # Discord's rate limits (None: none, and no rate-limit headers; `RouteLimits()`: the
+        # documented ones). Every 429 they caused is kept in `rate_limited`: (method, path,
+        # retry_after), and `exhausted` counts answers that said `X-RateLimit-Remaining: 0`.
+        self.limits = limits
+        self.rate_limited: list[tuple[str, str, float]] = []
+        self.exhausted = 0
+        self._clock = clock
+        self._windows: dict[str, _Window] = {}
+        self._recent: deque[float] = deque()  # when the last requests came, for the global limit
         self.port = port  # 0: any free port (known after `start`)
         self.message_content_intent = message_content_intent
         self.echo_own_messages = echo_own_messages
@@ -622,6 +684,66 @@ class FakeDiscordServer:
             return await self._interaction_callback(request, *callback.groups())
         if request.headers.get("Authorization") != f"Bot {self.token}":
             return _json({"message": "401: Unauthorized", "code": 0}, 401)
+        limited, headers = self._rate_limit(request.method, path)
+        if limited is not None:
+            return limited
+        response = await self._route(request, path)
+        response.headers.update(headers)
+        return response
+
+    def _rate_limit(self, method: str, path: str) -> tuple[web.Response | None, dict[str, str]]:
+        """A 429 when this request goes over `limits`, else None and the headers to answer
+        with (none without limits)."""
+        if self.limits is None:
+            return None, {}
+        limits, now = self.limits, self._clock()
+        while self._recent and self._recent[0] <= now - 1.0:
+            self._recent.popleft()
+        if len(self._recent) >= limits.global_per_second:
+            retry_after = round(self._recent[0] + 1.0 - now, 3)
+            return self._too_many(method, path, retry_after, {}, scope="global"), {}
+        route = _route_key(method, path)
+        window = self._windows.get(route)
+        if window is None or now >= window.resets_at:
+            window = self._windows[route] = _Window(limits.per_route, now + limits.window)
+        reset_after = max(0.0, window.resets_at - now)
+        bucket = hashlib.sha1(route.rsplit(" ", 1)[0].encode()).hexdigest()[:32]
+        headers = {
+            "X-RateLimit-Limit": str(limits.per_route),
+            "X-RateLimit-Remaining": str(max(0, window.remaining - 1)),
+            "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
+            "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+            "X-RateLimit-Bucket": bucket,
+        }
+        if window.remaining <= 0:
+            headers["X-RateLimit-Remaining"] = "0"
+            return self._too_many(method, path, round(reset_after, 3), headers, scope="user"), {}
+        window.remaining -= 1
+        self._recent.append(now)
+        if window.remaining == 0:
+            self.exhausted += 1
+        return None, headers
+
+    def _too_many(
+        self, method: str, path: str, retry_after: float, headers: dict[str, str], *, scope: str
+    ) -> web.Response:
+        self.rate_limited.append((method, path, retry_after))
+        extra = {
+            **headers,
+            "Retry-After": str(max(1, math.ceil(retry_after))),
+            "X-RateLimit-Scope": scope,
+            "Via": "1.1 google",
+        }
+        if scope == "global":
+            extra["X-RateLimit-Global"] = "true"
+        body = {
+            "message": "You are being rate limited.",
+            "retry_after": retry_after,
+            "global": scope == "global",
+        }
+        return _json(body, 429, extra)
+
+    async def _route(self, request: web.Request, path: str) -> web.Response:
         parts = path.strip("/").split("/")
         method = request.method
         try:
@@ -687,24 +809,10 @@ class FakeDiscordServer:
         refusal = _components_refusal(components)
         if refusal is not None:
             return refusal
-        if len(content) > 2000:
-            return _json(
-                {
-                    "message": "Invalid Form Body",
-                    "code": 50035,
-                    "errors": {
-                        "content": {
-                            "_errors": [
-                                {
-                                    "code": "BASE_TYPE_MAX_LENGTH",
-                                    "message": "Must be 2000 or fewer in length.",
-                                }
-                            ]
-                        }
-                    },
-                },
-                400,
-            )
+        if len(content) > CONTENT_LIMIT:
+            return _too_long("content", CONTENT_LIMIT)
+        if sum(len(data) for _, data in files) > UPLOAD_LIMIT:
+            return _json({"message": "Request entity too large", "code": 40005}, 413)
         channel = self._channels[channel_id]
         message = self.message_payload(
             self.bot, content, channel_id=channel_id, guild=channel["type"] != 1
@@ -745,8 +853,8 @@ class FakeDiscordServer:
         if self._edit_failures:
             return _failure_response(self._edit_failures.popleft())
         body = await request.json()
-        if len(body.get("content") or "") > 2000:
-            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        if len(body.get("content") or "") > CONTENT_LIMIT:
+            return _too_long("content", CONTENT_LIMIT)
         refused = await self._update_message(message, body)
         if refused is None and "content" in body:
             self.edits.setdefault(message_id, []).append(message["content"])
@@ -1096,3 +1204,20 @@ def _failure_response(failure: _SendFailure) -> web.Response:
     }
     message, code = messages.get(failure.status, ("Internal Server Error", 0))
     return _json({"message": message, "code": code}, failure.status)
+
+
+def _route_key(method: str, path: str) -> str:
+    """A request's rate-limit bucket: its route with the ids taken out, but the major parameter
+    (the channel, guild or webhook id) kept, as Discord keys its buckets. The major parameter is
+    the last word, so that routes of different channels share a bucket hash."""
+    parts = path.strip("/").split("/")
+    major = ""
+    template: list[str] = []
+    for index, part in enumerate(parts):
+        if part.isdigit():
+            if index == 1 and parts[0] in ("channels", "guilds", "webhooks"):
+                major = part
+            template.append("{id}")
+        else:
+            template.append(part)
+    return f"{method} /{'/'.join(template)} {major}"

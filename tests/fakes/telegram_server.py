@@ -95,10 +95,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import io
 import itertools
 import json
+import math
 import random
 import re
 import time
@@ -111,6 +111,8 @@ from typing import Any, Self
 import aiohttp
 from aiohttp import web
 from PIL import Image
+
+from tests.fakes.telegram_html import MarkupError, parse_html
 
 TEXT_LIMIT = 4096  # UTF-16 code units, after entity parsing
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "telegram"
@@ -127,85 +129,51 @@ _FILES: ContextVar[dict[str, tuple[str, bytes]] | None] = ContextVar(
     "telegram_fake_files", default=None
 )
 
-# Telegram's HTML subset: tag -> allowed attributes.
-_ALLOWED_TAGS: dict[str, set[str]] = {
-    "b": set(),
-    "strong": set(),
-    "i": set(),
-    "em": set(),
-    "u": set(),
-    "ins": set(),
-    "s": set(),
-    "strike": set(),
-    "del": set(),
-    "span": {"class"},
-    "tg-spoiler": set(),
-    "a": {"href"},
-    "tg-emoji": {"emoji-id"},
-    "code": {"class"},
-    "pre": set(),
-    "blockquote": {"expandable"},
-}
-_TAG = re.compile(
-    r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)"
-    r"((?:\s+[a-zA-Z-]+(?:\s*=\s*(?:\"[^\"<>]*\"|'[^'<>]*'|[^\s>\"'<]+))?)*)\s*>"
-)
-_ATTRIBUTE = re.compile(r"([a-zA-Z-]+)(?:\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s>\"']+))?")
-_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#[0-9]{1,7}|#x[0-9a-fA-F]{1,6});")
-
 
 def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-class MarkupError(ValueError):
-    """Telegram would answer "can't parse entities" for this HTML."""
+@dataclass(frozen=True, slots=True)
+class SendLimits:
+    """How fast Telegram lets a bot send, from the Bot API FAQ ("My bot is hitting limits, how
+    do I avoid this?", core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this):
+    "In a single chat, avoid sending more than one message per second. We may allow short bursts
+    that go over this limit, but eventually you'll begin receiving 429 errors"; "In a group,
+    bots are not be able to send more than 20 messages per minute"; "the API will not allow
+    bulk notifications to more than ~30 users per second". Each limit is a token bucket: a
+    burst of `*_burst` messages goes at once, then the bucket fills at the sustained rate.
+    A send over any of them is answered 429 with Telegram's body and `retry_after` (whole
+    seconds, at least 1: when the bucket has room again), and is not delivered."""
+
+    per_chat: float = 1.0  # messages a second in one chat, sustained
+    chat_burst: int = 3  # how many one chat may get at once (the FAQ's "short bursts")
+    per_group_minute: float = 20.0  # messages a minute in one group or supergroup
+    overall: float = 30.0  # messages a second over all chats
+    overall_burst: int = 30
 
 
-def parse_html(text: str) -> str:
-    """The visible text of Telegram-HTML `text`; `MarkupError` where Telegram refuses it."""
-    out: list[str] = []
-    stack: list[str] = []
-    position = 0
-    while position < len(text):
-        char = text[position]
-        if char == "<":
-            match = _TAG.match(text, position)
-            if match is None:
-                raise MarkupError(f"Unsupported start tag at byte offset {position}")
-            closing, name, attributes = match.group(1), match.group(2).lower(), match.group(3)
-            if name not in _ALLOWED_TAGS:
-                raise MarkupError(f'Unsupported start tag "{name}" at byte offset {position}')
-            if closing:
-                if not stack or stack[-1] != name:
-                    raise MarkupError(
-                        f'Unmatched end tag at byte offset {position}, expected "</'
-                        f'{stack[-1] if stack else ""}>", found "</{name}>"'
-                    )
-                stack.pop()
-            else:
-                for attribute, _ in _ATTRIBUTE.findall(attributes):
-                    if attribute.lower() not in _ALLOWED_TAGS[name]:
-                        raise MarkupError(
-                            f'Unsupported attribute "{attribute}" in tag "{name}" at byte '
-                            f"offset {position}"
-                        )
-                stack.append(name)
-            position = match.end()
-        elif char == "&":
-            match = _ENTITY.match(text, position)
-            if match is None:
-                raise MarkupError(f"Unsupported HTML entity at byte offset {position}")
-            out.append(html.unescape(match.group(0)))
-            position = match.end()
-        elif char == ">":
-            raise MarkupError(f"Unexpected end of tag at byte offset {position}")
-        else:
-            out.append(char)
-            position += 1
-    if stack:
-        raise MarkupError(f'Can\'t find end tag corresponding to start tag "{stack[-1]}"')
-    return "".join(out)
+# Methods that send a message and count toward the limits (chat actions, drafts and edits are
+# limited separately by Telegram, and scripted with `rate_limit_next`).
+_LIMITED_METHODS = frozenset({"sendMessage", "sendDocument", "sendPhoto", "sendMediaGroup"})
+_CONFLICT_POLL = (
+    "Conflict: terminated by other getUpdates request; make sure that only one bot instance is "
+    "running"
+)
+
+
+@dataclass(slots=True)
+class _Bucket:
+    capacity: float
+    rate: float  # tokens a second
+    tokens: float
+    at: float
+
+    def wait(self, now: float) -> float:
+        """Seconds until a message may go (0: now), after filling up to `now`."""
+        self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,9 +254,24 @@ class _Failure:
 
 
 class FakeTelegramServer:
-    def __init__(self, token: str = "123:ABC", *, send_delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        token: str = "123:ABC",
+        *,
+        send_delay: float = 0.0,
+        limits: SendLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.token = token
         self.send_delay = send_delay  # seconds between taking a sendMessage and answering it
+        # Telegram's sending limits (None: none; `SendLimits()`: the documented ones). Every
+        # 429 they caused is kept in `rate_limited`: (chat id, retry_after).
+        self.limits = limits
+        self.rate_limited: list[tuple[int, int]] = []
+        self._clock = clock
+        self._buckets: dict[tuple[str, int], _Bucket] = {}
+        self._long_poll: asyncio.Future[None] | None = None  # ends the held getUpdates with 409
+        self.conflicts = 0  # getUpdates requests ended by a later one (409)
         self.bot = {
             "id": BOT_ID,
             "is_bot": True,
@@ -790,10 +773,42 @@ class FakeTelegramServer:
         if handler is None:
             return _error(404, "Not Found")
         try:
+            if method in _LIMITED_METHODS:
+                self._within_limits(params)
             result = await handler(params)
         except _APIError as exc:
             return _error(exc.status, exc.description, exc.parameters)
         return web.json_response({"ok": True, "result": result})
+
+    def _within_limits(self, params: dict[str, str]) -> None:
+        """429 when a send to this chat now would go over `limits` (nothing is counted then)."""
+        if self.limits is None:
+            return
+        chat_id = self._known_chat(params)
+        limits, now = self.limits, self._clock()
+        buckets = [
+            self._bucket(("chat", chat_id), limits.chat_burst, limits.per_chat, now),
+            self._bucket(("all", 0), limits.overall_burst, limits.overall, now),
+        ]
+        if self._chats[chat_id].get("type") in ("group", "supergroup"):
+            per_minute = limits.per_group_minute
+            buckets.append(self._bucket(("group", chat_id), per_minute, per_minute / 60, now))
+        wait = max(bucket.wait(now) for bucket in buckets)
+        if wait > 0:
+            retry_after = max(1, math.ceil(wait))
+            self.rate_limited.append((chat_id, retry_after))
+            self._notify()
+            raise _APIError(
+                429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}
+            )
+        for bucket in buckets:
+            bucket.tokens -= 1
+
+    def _bucket(self, key: tuple[str, int], capacity: float, rate: float, now: float) -> _Bucket:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(capacity, rate, capacity, now)
+        return bucket
 
     def _next_failure(self, method: str) -> _Failure | None:
         queue = self._failures.get(method)
@@ -870,10 +885,27 @@ class FakeTelegramServer:
             return [u for u in self._updates if u["update_id"] >= offset][:limit]
 
         if not ready() and timeout > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout), self._changed:
-                    await self._changed.wait_for(lambda: bool(ready()) or bool(self.webhook_url))
+            # As the Bot API server does (telegram-bot-api, Client::abort_long_poll): a poll that
+            # is about to be held ends the one held before with 409 (another instance polls).
+            if self._long_poll is not None and not self._long_poll.done():
+                self._long_poll.set_result(None)
+            ended = self._long_poll = asyncio.get_running_loop().create_future()
+            changed = asyncio.ensure_future(self._wait_changed(ready))
+            try:
+                await asyncio.wait({ended, changed}, timeout=timeout, return_when="FIRST_COMPLETED")
+            finally:
+                changed.cancel()
+                if self._long_poll is ended:
+                    self._long_poll = None
+            if ended.done():
+                self.conflicts += 1
+                self._notify()
+                raise _APIError(409, _CONFLICT_POLL)
         return ready()
+
+    async def _wait_changed(self, ready: Callable[[], list[dict[str, Any]]]) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: bool(ready()) or bool(self.webhook_url))
 
     async def _api_sendMessage(self, params: dict[str, str]) -> Any:
         chat_id = self._known_chat(params)

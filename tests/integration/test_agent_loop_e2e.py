@@ -327,14 +327,14 @@ async def test_each_llm_call_is_recorded_with_its_token_usage(
     }
     anthropic_fake.script("Hi there!", usage=usage)
     console = ConsoleChannel()
-    config = config_for(tmp_path, anthropic_fake.base_url, llm={"model": "claude-test-main"})
+    config = config_for(tmp_path, anthropic_fake.base_url, llm={"model": "claude-opus-4-6"})
     async with running_bruce(config, tools=ToolRegistry([]), channels=[console]):
         assert await console.say("Hi")
         assert await next_reply(console.replies) == "Hi there!"
 
     (call,) = db_rows(tmp_path, "SELECT * FROM llm_calls")
     assert call["session_id"] == console_session_id(tmp_path)
-    assert (call["purpose"], call["model"], call["error"]) == ("agent", "claude-test-main", None)
+    assert (call["purpose"], call["model"], call["error"]) == ("agent", "claude-opus-4-6", None)
     assert (
         call["input_tokens"],
         call["output_tokens"],

@@ -34,8 +34,8 @@ from tests.integration.support import (
     user_texts,
 )
 
-MAIN_MODEL = "claude-main-test"
-BRAIN_MODEL = "claude-brain-test"
+MAIN_MODEL = "claude-opus-4-6"
+BRAIN_MODEL = "claude-haiku-4-5"
 PARENT_TOOLS = {
     "rename_session",
     "activate_skill",

@@ -34,7 +34,7 @@ from bruce_bot.pairing import who
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
-from tests.fakes.discord_server import FakeDiscordServer, user_payload
+from tests.fakes.discord_server import FakeDiscordServer, RouteLimits, user_payload
 from tests.integration.support import all_text, db_rows, messages_of
 
 OWNER_ID = 111_000_000_000_000_001
@@ -210,6 +210,25 @@ async def test_long_answer_arrives_in_parts_of_at_most_2000_characters_in_order(
     assert len(parts) >= 3
     assert all(len(part) <= 2000 for part in parts)
     assert " ".join(parts).split() == answer.split()  # every word, once, in order
+
+
+async def test_a_long_answer_keeps_to_discords_rate_limit_and_arrives_whole_in_order(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    # Discord's limit on a channel's posts (5 per 5 s, here 2 per second to keep the test
+    # short): discord.py reads the rate-limit headers and waits for the bucket to reset, or
+    # retries a 429 after its retry_after; every part arrives once, in order.
+    paragraphs = [f"Part {i}: " + " ".join(f"word{i}_{j}" for j in range(60)) for i in range(14)]
+    answer = "\n\n".join(paragraphs)
+    anthropic_fake.responder = lambda body: answer
+    async with FakeDiscordServer(limits=RouteLimits(per_route=2, window=1.0)) as discord_fake:
+        async with bruce_on_discord(tmp_path, anthropic_fake, discord_fake):
+            await discord_fake.send_dm(OWNER, "tell me everything")
+            await delivered_replies(tmp_path, 1)
+        parts = discord_fake.texts(discord_fake.dm_channel_id(OWNER_ID))
+        assert len(parts) >= 5
+        assert discord_fake.exhausted >= 2  # the bucket ran dry and was waited out
+        assert " ".join(parts).split() == answer.split()  # every word, once, in order
 
 
 @pytest.mark.parametrize("status", [429, 503])

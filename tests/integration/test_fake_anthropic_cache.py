@@ -260,3 +260,24 @@ async def test_the_default_fake_caches_tiny_prompts_and_keeps_the_breakdown_by_t
         first.usage.cache_creation_input_tokens
     )
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+
+
+async def test_the_same_prompt_with_its_keys_in_another_order_is_a_cache_miss(
+    client: anthropic.AsyncAnthropic,
+) -> None:
+    # The API caches the exact prompt: a tool schema whose keys come in another order (rebuilt
+    # from a set, merged the other way) is another prefix, and nothing is read.
+    schema = {"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]}
+    reordered = {"required": ["a"], "properties": {"a": {"type": "number"}}, "type": "object"}
+    system = [block(text(1100), cached=True)]
+    hello = [turn("user", block("hi"))]
+
+    def tools(input_schema: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"name": "add", "description": "Add.", "input_schema": input_schema}]
+
+    first = await usage_of(client, tools=tools(schema), system=system, messages=hello)
+    same = await usage_of(client, tools=tools(dict(schema)), system=system, messages=hello)
+    other = await usage_of(client, tools=tools(reordered), system=system, messages=hello)
+    assert first["read"] == 0 and first["written"] > 1100
+    assert same["read"] == first["written"]
+    assert other["read"] == 0 and other["written"] == first["written"]

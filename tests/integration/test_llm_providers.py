@@ -126,9 +126,9 @@ async def test_anthropic_model_and_max_tokens_arguments_override_the_config(
 ) -> None:
     anthropic_server.script("ok")
 
-    await claude.complete(SYSTEM, HELLO, model="claude-fast", max_tokens=64)
+    await claude.complete(SYSTEM, HELLO, model="claude-haiku-4-5", max_tokens=64)
 
-    assert anthropic_server.requests[0]["model"] == "claude-fast"
+    assert anthropic_server.requests[0]["model"] == "claude-haiku-4-5"
     assert anthropic_server.requests[0]["max_tokens"] == 64
     assert claude.model == "test-model"
 
@@ -440,8 +440,7 @@ async def test_anthropic_bad_key_is_refused_without_echoing_the_key(
 async def test_anthropic_unknown_model_is_refused(
     claude: AnthropicLLM, anthropic_server: FakeAnthropicServer
 ) -> None:
-    anthropic_server.script(error=404, error_message="model: claude-nope")
-
+    # Nothing scripted: the fake serves only the models it knows, and answers the API's 404.
     with pytest.raises(LLMRequestError) as caught:
         await claude.complete(SYSTEM, HELLO, model="claude-nope")
 

@@ -29,8 +29,8 @@ from tests.integration.support import (
     user_texts,
 )
 
-MAIN_MODEL = "claude-main-test"
-BRAIN_MODEL = "claude-brain-test"
+MAIN_MODEL = "claude-opus-4-6"
+BRAIN_MODEL = "claude-haiku-4-5"
 SCHEDULING = {"proactive_create", "proactive_list", "proactive_cancel"}
 TASK = "Research heat pumps for cold climates and list the three key facts."
 CHILD_ANSWER = "1. They work down to -25 °C. 2. COP drops in the cold. 3. Size for the worst week."

@@ -20,8 +20,8 @@ from tests.integration.support import (
     user_texts,
 )
 
-MAIN_MODEL = "claude-main-test"
-BACKGROUND_MODEL = "claude-background-test"
+MAIN_MODEL = "claude-opus-4-6"
+BACKGROUND_MODEL = "claude-haiku-4-5"
 HISTORY_MAX = 6
 KEEP = 2
 

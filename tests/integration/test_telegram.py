@@ -25,7 +25,7 @@ from bruce_bot.config import TelegramConfig
 from bruce_bot.domain import InboundMessage, OutboundMessage
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
-from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer, utf16_len
+from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer, SendLimits, utf16_len
 from tests.integration.support import db_rows, messages_of, user_texts
 
 ALICE = FakeTelegramServer.user(1001, "Alice", "alice")
@@ -157,6 +157,48 @@ async def test_long_answer_arrives_in_order_in_parts_within_the_limit(
     positions = [seen.index(f"Point {n:03d}.") for n in range(1, 91)]
     assert positions == sorted(positions)
     assert "<i>quickly</i> & then" in seen  # the model's "<" and "&" reached the user as text
+
+
+async def test_a_long_answer_waits_out_telegrams_429s_and_arrives_whole_in_order(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    # Telegram's pace for one chat with no burst room: each part after the first meets a 429
+    # ("retry after 1"); Bruce waits as told and every part arrives once, in order.
+    paragraphs = [f"Point {n:03d}. " + "y" * 90 for n in range(1, 91)]
+    anthropic_fake.script("\n\n".join(paragraphs))
+    limits = SendLimits(chat_burst=1)
+    async with FakeTelegramServer(limits=limits) as telegram:
+        async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
+            telegram.private_text(ALICE, "tell me everything")
+            [row] = await settled_reply_count(tmp_path, 1)
+            assert row["status"] == "sent"
+        parts = telegram.sent_to(ALICE.id)
+        assert len(parts) >= 3
+        assert telegram.rate_limited and all(chat == ALICE.id for chat, _ in telegram.rate_limited)
+        seen = "\n".join(part.plain for part in parts)
+        positions = [seen.index(f"Point {n:03d}.") for n in range(1, 91)]
+        assert positions == sorted(positions)
+        assert all(seen.count(f"Point {n:03d}.") == 1 for n in range(1, 91))
+
+
+async def test_a_second_instance_polling_the_same_token_is_logged_and_the_bot_keeps_answering(
+    tmp_path: Path, telegram: FakeTelegramServer, anthropic_fake: FakeAnthropicServer
+) -> None:
+    anthropic_fake.responder = echo
+    with capture_logs() as logs:
+        async with bruce_on_telegram(tmp_path, telegram, anthropic_fake):
+            await telegram.wait_for(lambda: telegram._long_poll is not None, WITHIN)
+            # Another copy of the bot polls once: Telegram ends Bruce's held poll with 409.
+            async with aiohttp.ClientSession() as session:
+                url = f"{telegram.base_url}{telegram.token}/getUpdates"
+                async with session.post(url, data={"timeout": "1", "offset": "-1"}) as answer:
+                    assert answer.status == 200
+            await telegram.wait_for(lambda: telegram.conflicts >= 1, WITHIN)
+            telegram.private_text(ALICE, "are you there?")
+            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert reply.plain == "You said: are you there?"
+    failed = [entry for entry in logs if entry["event"] == "telegram_polling_failed"]
+    assert failed and "terminated by other getUpdates request" in failed[0]["error"]
 
 
 async def test_answer_whose_html_outgrows_the_limit_is_split_again(

@@ -29,8 +29,8 @@ from tests.integration.support import (
 )
 
 OVERFLOW_MESSAGE = "prompt is too long: 212345 tokens > 200000 maximum"
-MAIN_MODEL = "claude-main-test"
-BACKGROUND_MODEL = "claude-background-test"
+MAIN_MODEL = "claude-opus-4-6"
+BACKGROUND_MODEL = "claude-haiku-4-5"
 
 
 async def follow_up_is_answered(console: ConsoleChannel, fake: FakeAnthropicServer) -> None:
@@ -256,7 +256,7 @@ async def test_a_rejected_key_is_told_once_per_outage_naming_llm_api_key(
 async def test_an_unknown_model_is_named_in_the_reply(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    anthropic_fake.script(error=404, error_message="model: claude-nope")
+    # Nothing scripted: the fake refuses a model it does not serve with the API's 404.
     console = ConsoleChannel()
     config = config_for(tmp_path, anthropic_fake.base_url, llm={"model": "claude-nope"})
     async with running_bruce(config, channels=[console]):
