@@ -9,9 +9,11 @@ retry-after). Every attempt is recorded in `deliveries` as it happens — a part
 accepted is committed before the next one is tried, so a crash resends at most the part in
 flight — and the last one together with the message's final status: `sent`, `failed`
 (permanent) or `undelivered`; the latter are tried again by `redeliver` too, skipping the parts
-recorded sent. The artifacts a turn saved go after the text as parts of their own, on
-channels that take files, up to `tools.artifacts.send_file_max_bytes`; a file that cannot be
-sent leaves the reply delivered (its text links to the file).
+recorded sent, and resuming a part a platform took as several messages (Telegram, when the
+HTML grew past its limit) after the pieces recorded delivered. The artifacts a turn saved go
+after the text as parts of their own, on channels that take files, up to
+`tools.artifacts.send_file_max_bytes`; a file that cannot be sent leaves the reply delivered
+(its text links to the file).
 
 A live reply (channels/live.py: the answer shown while it was written) takes the first part:
 `finish` turns what the chat already shows into that part, under the same retries and records
@@ -43,6 +45,8 @@ BASE_BACKOFF_SECONDS = 0.5
 # Replies older than this are not redelivered: a day-old answer would only confuse.
 REDELIVERY_WINDOW = timedelta(hours=24)
 REDELIVERY_INTERVAL_SECONDS = 60.0
+# A part's metadata: how many of the messages a platform split it into were delivered before.
+PIECES_SENT = "pieces_sent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +105,10 @@ class Outbox:
         skip_parts: Set[int] = frozenset(),
         *,
         live: LiveReply | None = None,
+        resume: Mapping[int, int] | None = None,
     ) -> DeliveryStatus:
         """Send a stored message part by part; returns its delivery status (`sent` when every
-        part was delivered).
+        part was delivered). `resume`: part -> its pieces delivered by an earlier attempt.
 
         Each attempt is recorded as it happens (a part sent is on disk before the next part is
         tried); the last one goes with the outcome: `sent`, `failed` (permanent: the chat is gone
@@ -128,11 +133,12 @@ class Outbox:
         status: DeliveryStatus = "sent"
         parts = split_text(message.text, channel.max_message_chars)
         last = len(parts) - 1
+        resume = resume or {}
         pieces = [
             replace(
                 message,
                 text=part,
-                metadata={**message.metadata, "part": index},
+                metadata=_part_metadata(message.metadata, index, resume.get(index, 0)),
                 choices=message.choices if index == last else (),
                 files=(),
             )
@@ -195,15 +201,31 @@ class Outbox:
         part: int,
         attempts: list[DeliveryAttempt],
     ) -> DeliveryStatus:
+        pieces_sent = _pieces_sent(message)
+
         def note(attempt: int, status: AttemptStatus, error: str | None = None) -> None:
             attempts.append(
-                DeliveryAttempt(message.channel, message.chat_id, part, attempt, status, error)
+                DeliveryAttempt(
+                    message.channel,
+                    message.chat_id,
+                    part,
+                    attempt,
+                    status,
+                    error,
+                    pieces_sent if status != "sent" and pieces_sent else None,
+                )
             )
 
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 await send(message)
             except DeliveryError as exc:
+                if exc.pieces_sent > pieces_sent:
+                    # Some of the part's messages got through: recorded with the attempt, so
+                    # that the next one (here or after a restart) starts after them.
+                    pieces_sent = exc.pieces_sent
+                    metadata = {**message.metadata, PIECES_SENT: pieces_sent}
+                    message = replace(message, metadata=metadata)
                 log.warning(
                     "delivery_failed",
                     channel=message.channel,
@@ -255,6 +277,7 @@ class Outbox:
                 continue
             log.info("redelivering", message_id=row.id, channel=session.channel)
             skip = await self._deliveries.sent_parts(row.id)
+            resume = await self._deliveries.sent_pieces(row.id)
             message = OutboundMessage(
                 session.channel,
                 session.chat_id,
@@ -263,7 +286,7 @@ class Outbox:
                 row.kind,
                 files=files_of(row),
             )
-            delivered += await self.deliver(message, skip_parts=skip) == "sent"
+            delivered += await self.deliver(message, skip_parts=skip, resume=resume) == "sent"
         return delivered
 
     async def show_typing(self, channel_name: str, chat_id: str) -> None:
@@ -275,3 +298,17 @@ class Outbox:
             await channel.typing(chat_id)
         except Exception as exc:
             log.debug("typing_failed", channel=channel_name, chat_id=chat_id, error=repr(exc))
+
+
+def _part_metadata(
+    metadata: Mapping[str, object], part: int, pieces_sent: int
+) -> dict[str, object]:
+    values: dict[str, object] = {**metadata, "part": part}
+    if pieces_sent:
+        values[PIECES_SENT] = pieces_sent
+    return values
+
+
+def _pieces_sent(message: OutboundMessage) -> int:
+    value = message.metadata.get(PIECES_SENT, 0)
+    return value if isinstance(value, int) else 0

@@ -39,12 +39,22 @@ class InboxPort(Protocol):
 
 
 class DeliveryError(Exception):
-    """A send failed. `permanent` failures (chat gone, bot blocked) must not be retried."""
+    """A send failed. `permanent` failures (chat gone, bot blocked) must not be retried.
+    `pieces_sent`: of a part the platform took as several messages, how many it had accepted
+    before the failure (the outbox records it, and a later attempt starts after them)."""
 
-    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        permanent: bool = False,
+        retry_after: float | None = None,
+        pieces_sent: int = 0,
+    ):
         super().__init__(message)
         self.permanent = permanent
         self.retry_after = retry_after
+        self.pieces_sent = pieces_sent
 
 
 class ChannelAdapter(Protocol):

@@ -42,6 +42,7 @@ from bruce_bot.channels.telegram_chats import ChatAddress
 from bruce_bot.channels.telegram_markup import (
     TELEGRAM_TEXT_LIMIT,
     DeliveredPieces,
+    PartKey,
     Piece,
     fit_plain,
     render_pieces,
@@ -69,18 +70,32 @@ class TelegramSender:
             await self.send_file(address, message.file)
             return
         part = int(message.metadata.get("part", 0))
-        reply_to = message.metadata.get("reply_to") if part == 0 else None
         pieces = render_pieces(message.text)
         key = (message.chat_id, message.message_id, part) if message.message_id else None
-        done = self._delivered.done(key)
+        done = self._already_sent(key, message)
+        # The answer to the user's message is the reply's first message, not where it resumes.
+        reply_to = message.metadata.get("reply_to") if part == 0 and done == 0 else None
+        sent = done
 
         def delivered(count: int) -> None:
+            nonlocal sent
+            sent = done + count
             if len(pieces) > 1:
-                self._delivered.note(key, done + count)
+                self._delivered.note(key, sent)
 
         buttons = _keyboard(message.choices)
-        await self.send_pieces(address, pieces[done:], reply_to, delivered, buttons)
+        try:
+            await self.send_pieces(address, pieces[done:], reply_to, delivered, buttons)
+        except DeliveryError as exc:
+            exc.pieces_sent = sent  # recorded by the outbox: a retry, here or after a restart,
+            raise  # starts after them
         self._delivered.forget(key)
+
+    def _already_sent(self, key: PartKey | None, message: OutboundMessage) -> int:
+        """Pieces of this part delivered by earlier attempts: those this process remembers,
+        or those the outbox recorded (`pieces_sent`: an attempt before a restart)."""
+        recorded = message.metadata.get("pieces_sent", 0)
+        return max(self._delivered.done(key), recorded if isinstance(recorded, int) else 0)
 
     async def send_file(self, address: ChatAddress, file: OutboundFile) -> None:
         """A file as a document (an artifact sent with its reply); the bytes are in `file`."""
@@ -103,23 +118,30 @@ class TelegramSender:
         pieces = render_pieces(message.text)
         part = int(message.metadata.get("part", 0))
         key = (message.chat_id, message.message_id, part) if message.message_id else None
-        done = self._delivered.done(key)
+        done = self._already_sent(key, message)
         buttons = _keyboard(message.choices)
+        sent = done
 
         def delivered(count: int) -> None:
-            self._delivered.note(key, done + count)
+            nonlocal sent
+            sent = done + count
+            self._delivered.note(key, sent)
 
-        if done == 0:
-            last = len(pieces) == 1
-            try:
-                await self._edit_piece(
-                    address, live_message_id, pieces[0], buttons if last else None
-                )
-            except TelegramError as exc:
-                raise self._delivery_error(exc) from None
-            delivered(1)
-            done = 1
-        await self.send_pieces(address, pieces[done:], None, delivered, buttons)
+        try:
+            if done == 0:
+                last = len(pieces) == 1
+                try:
+                    await self._edit_piece(
+                        address, live_message_id, pieces[0], buttons if last else None
+                    )
+                except TelegramError as exc:
+                    raise self._delivery_error(exc) from None
+                delivered(1)
+                done = 1
+            await self.send_pieces(address, pieces[done:], None, delivered, buttons)
+        except DeliveryError as exc:
+            exc.pieces_sent = sent
+            raise
         self._delivered.forget(key)
 
     async def _edit_piece(

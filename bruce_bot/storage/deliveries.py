@@ -2,7 +2,9 @@
 
 Attempts are written as they happen (`record`): a part the platform accepted is on disk before
 the next part is tried, so a crash repeats at most the part that was in flight. The parts
-recorded sent are how a later redelivery avoids sending them twice. The last attempt goes in
+recorded sent are how a later redelivery avoids sending them twice; of a part the platform took
+as several messages, the attempt that failed records how many of them got through (`pieces`),
+and the redelivery starts after those. The last attempt goes in
 one commit with the message's final status (`settle`): a one-part reply costs one transaction.
 """
 
@@ -34,6 +36,11 @@ SETTLE = (
 SENT_PARTS = select(_deliveries.c.part).where(
     _deliveries.c.message_id == bindparam("mid"), _deliveries.c.status == "sent"
 )
+SENT_PIECES = (
+    select(_deliveries.c.part, func.max(_deliveries.c.pieces))
+    .where(_deliveries.c.message_id == bindparam("mid"), _deliveries.c.pieces.is_not(None))
+    .group_by(_deliveries.c.part)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,7 @@ class DeliveryAttempt:
     attempt: int
     status: AttemptStatus
     error: str | None = None
+    pieces: int | None = None  # a failed part's messages that got through (see DeliveryRow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,7 @@ def _rows(message_id: int | None, attempts: Sequence[DeliveryAttempt]) -> list[d
             "attempt": attempt.attempt,
             "status": attempt.status,
             "error": attempt.error,
+            "pieces": attempt.pieces,
         }
         for attempt in attempts
     ]
@@ -108,6 +117,13 @@ class DeliveryStore:
     async def sent_parts(self, message_id: int) -> set[int]:
         async with self._engine.connect() as connection:
             return {row[0] for row in await connection.execute(SENT_PARTS, {"mid": message_id})}
+
+    async def sent_pieces(self, message_id: int) -> dict[int, int]:
+        """Part -> how many of its messages were delivered, for the parts a platform took as
+        several messages whose delivery failed midway."""
+        async with self._engine.connect() as connection:
+            rows = await connection.execute(SENT_PIECES, {"mid": message_id})
+            return {int(row[0]): int(row[1]) for row in rows if row[1]}
 
     async def not_delivered(
         self, statuses: Sequence[DeliveryStatus], before_id: int | None = None, limit: int = 50

@@ -296,6 +296,9 @@ class DeliveryRow(Base):
     status: Mapped[str] = mapped_column(BoundedString(16))  # sent | failed | retrying
     error: Mapped[str | None] = mapped_column(CleanText)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # A part the platform took as several messages (Telegram, past its length limit) that
+    # failed midway: how many of them it had accepted; a redelivery starts after them.
+    pieces: Mapped[int | None] = mapped_column(Integer)
 
 
 class ArtifactRow(Base):

@@ -309,6 +309,7 @@ class FakeTelegramServer:
         self._topics: dict[int, set[int]] = {}  # forum chat id -> its topics' thread ids
         self._threads: dict[tuple[int, int], int] = {}  # (chat, message) -> topic
         self._failures: dict[str, list[_Failure]] = {}
+        self._failing_later: dict[str, list[list[Any]]] = {}  # [calls to let through, failure]
         self._reject_markup = 0
         self.callback_answers: dict[str, str] = {}
         self._queries: set[str] = set()  # callback query ids delivered, not yet answered
@@ -373,6 +374,12 @@ class FakeTelegramServer:
         front of Telegram answers when the API is down (502) or overloaded."""
         body = f"<html><body><h1>{status} Bad Gateway</h1></body></html>"
         self._failures.setdefault(method, []).append(_Failure(status, body, times))
+
+    def fail_nth(self, method: str, nth: int, body: dict[str, Any], times: int = 1) -> None:
+        """The `nth` call of `method` from now on (1: the next one) and the `times - 1` after it
+        fail with `body`, a Telegram error as JSON (its `error_code` is the HTTP status)."""
+        failure = _Failure(int(body["error_code"]), body, times)
+        self._failing_later.setdefault(method, []).append([nth - 1, failure])
 
     def fail_get_updates(self, times: int = 1, status: int = 502) -> None:
         """The next `times` getUpdates calls fail (see `fail_next`)."""
@@ -811,6 +818,12 @@ class FakeTelegramServer:
         return bucket
 
     def _next_failure(self, method: str) -> _Failure | None:
+        later = self._failing_later.get(method)
+        if later:
+            if later[0][0] == 0:
+                self._failures.setdefault(method, []).insert(0, later.pop(0)[1])
+            else:
+                later[0][0] -= 1
         queue = self._failures.get(method)
         if not queue:
             return None

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import zlib
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bruce_bot.config import Config
+from bruce_bot.domain import utcnow
 from bruce_bot.tools.registry import Tool, ToolContext
 from tests.conftest import make_config
 from tests.fakes.anthropic_server import is_temporal_context
@@ -22,6 +25,44 @@ def untrusted_body(text: str, source: str) -> str:
     opening = f'<untrusted_content source="{source}">\n'
     assert text.startswith(opening) and text.endswith("\n</untrusted_content>"), text[:120]
     return text[len(opening) : -len("\n</untrusted_content>")]
+
+
+# ---- time and waiting ----------------------------------------------------------------------
+
+
+class ManualClock:
+    """Bruce's clock, moved on by the test. Started well ahead of the real time (`start`), the
+    scheduler's own jobs, which APScheduler runs on the real clock, lie in the future and never
+    fire during a test: every firing is one the test asks for (`bruce.tasks.fire`) or one a
+    start-up owes by this clock (reconcile)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start if start is not None else utcnow()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+def awaiting(function: Callable[..., Any], task_name: str | None = None) -> bool:
+    """Whether a task of the running loop (the one named `task_name`, if given) is suspended
+    inside the coroutine function `function`.
+
+    The proof an absence needs: "nothing was confirmed (or asked) meanwhile" holds only once the
+    step that would do it has run up to where it waits; waiting a short while would only hope
+    that it had. The coroutines a task awaits are followed from its outermost one."""
+    code = function.__code__
+    for task in asyncio.all_tasks():
+        if task_name is not None and task.get_name() != task_name:
+            continue
+        awaited: Any = task.get_coro()
+        while awaited is not None:
+            if getattr(awaited, "cr_code", None) is code:
+                return True
+            awaited = getattr(awaited, "cr_await", None)
+    return False
 
 
 # ---- configs -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from bruce_bot.storage.tasks import TaskRecord
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.integration.support import (
+    ManualClock,
     all_text,
     block_text,
     config_for,
@@ -38,6 +39,10 @@ from tests.integration.support import (
 SAO_PAULO = ZoneInfo("America/Sao_Paulo")
 SCHEDULING_TOOLS = {"proactive_create", "proactive_list", "proactive_cancel"}
 DUE_TIMEOUT = 15.0  # a task due in a few seconds must have fired well within this
+# Where the tests on a manual clock start: a fixed moment, the same on every run and at any
+# time of day, decades ahead of the real clock, so that the jobs APScheduler runs on real time
+# never fire by themselves (a Tuesday, 09:00:30 in São Paulo).
+FIXED_START = datetime(2099, 6, 16, 12, 0, 30, tzinfo=ZoneInfo("UTC"))
 
 
 class ChatChannel:
@@ -403,8 +408,11 @@ async def test_agent_briefing_that_fails_tells_the_user_and_records_the_failure(
 async def test_list_and_cancel_in_one_chat_only(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
-    channel = ChatChannel()
-    async with running_bruce(scheduler_config(tmp_path, anthropic_fake), channels=[channel]):
+    # On a manual clock: the tasks come due only when the test says so, however long the model
+    # turns in between take (on the real clock, the first one could fire before it was cancelled).
+    clock, channel = ManualClock(FIXED_START), ChatChannel()
+    config = scheduler_config(tmp_path, anthropic_fake)
+    async with running_bruce(config, channels=[channel], clock=clock) as bruce:
         plants, _ = await create_by_model(
             anthropic_fake,
             channel,
@@ -420,6 +428,9 @@ async def test_list_and_cancel_in_one_chat_only(
             execution_mode="message",
             content="Call mom",
             run_at="+4s",
+        )
+        assert stored_utc(task_row(tmp_path, call)["next_run_at"]) == FIXED_START + timedelta(
+            seconds=4
         )
 
         listed = block_text(await call_tool(anthropic_fake, channel, "proactive_list", {}))
@@ -448,14 +459,25 @@ async def test_list_and_cancel_in_one_chat_only(
         assert f"#{call} Call mom" in reminders and "Water the plants" not in reminders
         assert "next run" in reminders
         assert "no active reminders" in await gateway(channel).describe_reminders("chat", "bob")
+        assert channel.texts_starting("⏰") == []  # nothing came due yet
 
-        # The later task fires; by then the cancelled (earlier) one would have fired too.
+        # Both come due. The cancelled task has no job left to fire it; one that fires anyway
+        # (a job the cancel raced with) delivers nothing. The other fires as its job would.
+        assert job_ids(tmp_path) == {f"task-{call}"}
+        clock.advance(timedelta(seconds=5))
+        assert bruce.tasks is not None
+        await bruce.tasks.fire(plants)
+        await bruce.tasks.fire(call)
         await wait_until(lambda: channel.texts_starting("⏰"), DUE_TIMEOUT)
+        await wait_until(lambda: runs_of(tmp_path, call)[0]["status"] == "delivered")
 
-    assert channel.texts_starting("⏰") == ["⏰ Call mom"]
+    assert channel.texts_starting("⏰") == ["⏰ Call mom"]  # on time: no "late" note
     assert task_row(tmp_path, plants)["status"] == "cancelled"
     assert runs_of(tmp_path, plants) == []
     assert f"task-{plants}" not in job_ids(tmp_path)
+    [run] = runs_of(tmp_path, call)
+    assert stored_utc(run["scheduled_for"]) == FIXED_START + timedelta(seconds=4)
+    assert run["late_seconds"] == 1.0
     assert channel.texts("bob") == ["Done.", "Done."]
 
 
@@ -544,35 +566,31 @@ async def test_recurring_task_missed_five_times_catches_up_once(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
     config = scheduler_config(tmp_path, anthropic_fake)
-    # Far from a minute boundary, so that the first Bruce cannot fire the task itself.
-    await wait_until(lambda: 1 <= utcnow().second <= 50, timeout=15)
-    async with running_bruce(config, channels=[ChatChannel()]) as bruce:
+    # On a manual clock at second 30 of a minute, far ahead of the real one: the first Bruce
+    # cannot fire the task itself, whatever second the real clock shows.
+    clock = ManualClock(FIXED_START)
+    async with running_bruce(config, channels=[ChatChannel()], clock=clock) as bruce:
         task = await create_direct(bruce, title="Pulse", cron="* * * * *", content="Pulse check")
+    assert task.next_run_at == FIXED_START.replace(second=0) + timedelta(minutes=1)
     assert runs_of(tmp_path, task.id) == []
-    # Down for five minutes: the task's next run is five firings behind.
-    behind = (utcnow() - timedelta(minutes=5)).replace(second=0, microsecond=0)
-    execute(
-        tmp_path,
-        "UPDATE proactive_tasks SET next_run_at = ? WHERE id = ?",
-        behind.replace(tzinfo=None).isoformat(sep=" "),
-        task.id,
-    )
+    # Down for five minutes: back at 12:05:30 UTC, the firings of 12:01 to 12:05 were missed.
+    behind = task.next_run_at
+    clock.advance(timedelta(minutes=5))
 
     later = ChatChannel()
-    async with running_bruce(config, channels=[later]):
+    async with running_bruce(config, channels=[later], clock=clock):
         await wait_until(lambda: later.sent, DUE_TIMEOUT)
         await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] == "delivered")
-        started = utcnow()
         row = task_row(tmp_path, task.id)
-    note = describe_lateness(behind, utcnow(), SAO_PAULO)
-    assert note.startswith(f" (late: was due at {local_hhmm(behind)}")
-    assert later.texts() == [f"⏰ Pulse check{note}"]
+    note = describe_lateness(behind, clock.now, SAO_PAULO)
+    assert note == f" (late: was due at {local_hhmm(behind)})"
+    assert later.texts() == [f"⏰ Pulse check{note}"]  # once, not once per missed minute
     [run] = runs_of(tmp_path, task.id)
     assert stored_utc(run["scheduled_for"]) == behind
+    assert run["late_seconds"] == (clock.now - behind).total_seconds() == 270.0
     following = stored_utc(row["next_run_at"])
     assert row["status"] == "active"
-    assert started - timedelta(seconds=5) < following <= started + timedelta(seconds=61)
-    assert following.second == 0
+    assert following == clock.now.replace(second=0) + timedelta(minutes=1)  # the next minute
     # The job that fires it next is back in the job store, at that same time.
     [job] = db_rows(
         tmp_path, "SELECT next_run_time FROM apscheduler_jobs WHERE id = ?", f"task-{task.id}"

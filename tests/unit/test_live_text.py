@@ -61,7 +61,11 @@ async def test_trailing_spaces_or_a_repeated_status_never_make_an_edit() -> None
     await wait_until(lambda: screen.shown)
     live.status("🔎 Searching the web for “rain” …")
     live.text("🔎 Searching the web for “rain” …   ")  # what is already shown, plus spaces
-    await asyncio.sleep(0.05)
+    # The showing task these woke has run to its end: it looked, and had nothing new to show.
+    showing = live._task
+    assert showing is not None
+    await asyncio.wait_for(showing, 5)
+    assert len(screen.shown) == 1
     await live.close()
     assert len(screen.shown) == 1
 
