@@ -169,6 +169,8 @@ TURN_HISTORY = (
     .order_by(_messages.c.id.desc())
     .limit(bindparam("limit"))
 )
+# Messages by id (a turn's batch messages the newest-first history left out).
+BY_IDS = select(*_COLUMNS).where(_messages.c.id.in_(bindparam("ids", expanding=True)))
 RECENT = (
     select(*_COLUMNS)
     .where(_messages.c.session_id == bindparam("sid"), _messages.c.id > bindparam("after"))
@@ -394,6 +396,14 @@ class MessageStore:
         """
         params = {"sid": session_id, "after": after_id, "limit": limit, "batch": list(batch_ids)}
         rows = await self._select(TURN_HISTORY, params)
+        # The newest `limit` rows can leave out the batch's oldest messages, however large the
+        # limit: rows newer than them (the previous turn's reply, stored after they arrived;
+        # reminders fired meanwhile) take places too. Every one the turn marks answered must be
+        # one the model reads, so the missing ones are read by id.
+        missing = set(batch_ids) - {row.id for row in rows}
+        if missing:
+            rows += await self._select(BY_IDS, {"ids": sorted(missing)})
+            rows.sort(key=lambda row: row.id, reverse=True)
         rows.reverse()
         return rows
 

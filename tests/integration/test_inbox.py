@@ -179,6 +179,34 @@ async def test_messages_sent_during_a_turn_are_answered_together_in_the_next_tur
     assert [m["status"] for m in messages_of(tmp_path, "user")] == ["done"] * 4
 
 
+async def test_a_batch_longer_than_the_history_is_shown_to_the_model_whole(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, model: RecordingModel
+) -> None:
+    # 45 messages wait while a1's turn is held; a1's reply is stored after them, so it is newer
+    # than every one of them. The next turn answers all 45: the model must read all 45 (the
+    # cluster chaos test, seed 323318, lost the oldest of a long batch this way: marked
+    # answered, never shown to the model).
+    model.holds["a1"] = asyncio.Event()
+    console = ChatsConsole()
+    alice = console.replies_in("alice")
+    waiting = [f"a{n}: point {n}" for n in range(2, 47)]
+    async with run(tmp_path, anthropic_fake, console):
+        assert await console.say_in("alice", "a1: hello")
+        await eventually(lambda: model.calls_with("a1"))
+        for text in waiting:
+            assert await console.say_in("alice", text)
+        model.holds["a1"].set()
+        assert await next_reply(alice) == "answer to a1: hello"
+        assert await next_reply(alice) == f"answer to {waiting[-1]}"
+
+    [second] = [call for call in model.calls if call.last_turn[-1:] == waiting[-1:]]
+    assert second.last_turn == waiting, (
+        f"the turn answering {len(waiting)} messages showed the model {len(second.last_turn)}"
+        f" of them: {[t for t in waiting if t not in second.last_turn]} were marked answered unread"
+    )
+    assert [m["status"] for m in messages_of(tmp_path, "user")] == ["done"] * 46
+
+
 # ---- several sessions ----------------------------------------------------------------------
 
 
