@@ -113,7 +113,7 @@ class Submission:
 
 class StorageUnavailableError(Exception):
     """A message could not be stored because the database cannot write right now (the disk is
-    full, the file is read-only or locked, the server is away: storage/faults.py). Nothing was
+    full, the file is read-only or locked, the server is away: faults.py). Nothing was
     stored: the channel must not acknowledge the message to its platform, and may try again."""
 
     def __init__(self, reason: str) -> None:

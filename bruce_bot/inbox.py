@@ -2,7 +2,7 @@
 
 `submit` stores a message (status `pending`) before returning, so a channel acknowledges the
 platform only once nothing can be lost. When storing fails with a fault that passes (a full
-disk, a locked or read-only file, the PostgreSQL server away: storage/faults.py) it raises
+disk, a locked or read-only file, the PostgreSQL server away: faults.py) it raises
 `StorageUnavailableError` instead, and `health` (read by /healthz) says storage is down until a
 message is stored again; the channels hold such a message back and try again.
 
@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 from bruce_bot.domain import InboundMessage, MessageKind, StorageUnavailableError, Submission
-from bruce_bot.storage.faults import StorageHealth, transient_reason
+from bruce_bot.faults import StorageHealth, transient_reason
 from bruce_bot.storage.leases import Leases
 from bruce_bot.storage.messages import LeaseLostError, StoredMessage
 from bruce_bot.storage.sessions import SessionRecord

@@ -1,7 +1,7 @@
 """Messages that could not be stored yet: tried again until the database takes them.
 
 The inbox raises `StorageUnavailableError` when a message cannot be stored for a reason that
-passes (the disk is full, the database is away: storage/faults.py). What a channel does then
+passes (the disk is full, the database is away: faults.py). What a channel does then
 depends on its platform: Telegram's long polling keeps the update unconfirmed and its handler
 tries again (`until_stored`), so Telegram keeps it too; Discord never sends a message again, so
 the channel keeps it here (`HeldMessages`), in memory and in arrival order, and takes it in as
@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 import structlog
 
 from bruce_bot.domain import StorageUnavailableError
-from bruce_bot.storage.faults import transient_reason
+from bruce_bot.faults import transient_reason
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +40,7 @@ STOP_WAIT_SECONDS = 5.0
 def unavailable(exc: BaseException) -> str | None:
     """Why storage is unavailable, if that is what `exc` says: a message the inbox could not
     store, or a read on the way there (the allowlist, a command) that failed with a fault that
-    passes (storage/faults.py). None for anything else, a bug."""
+    passes (faults.py). None for anything else, a bug."""
     if isinstance(exc, StorageUnavailableError):
         return exc.reason
     return transient_reason(exc)

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from bruce_bot.storage.faults import StorageHealth
+from bruce_bot.faults import StorageHealth
 from bruce_bot.web.artifacts import artifact_routes
 from bruce_bot.web.auth import AuthGate, WebAuth
 from bruce_bot.web.chat_stream import chat_stream_routes

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import ChannelsConfig
 from bruce_bot.domain import utcnow
-from bruce_bot.storage.faults import StorageHealth
+from bruce_bot.faults import StorageHealth
 from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 

@@ -53,7 +53,7 @@ def closed_port_url() -> str:
 def llm_config(provider: str, base_url: str, **overrides: Any) -> LLMConfig:
     values: dict[str, Any] = {
         "provider": provider,
-        "model": "test-model",
+        "model": "claude-haiku-4-5",
         "api_key": API_KEY,
         "base_url": base_url,
         "max_tokens": 512,
@@ -116,7 +116,7 @@ async def test_anthropic_text_answer_carries_text_usage_and_model(
     assert (response.usage.input_tokens, response.usage.output_tokens) == (12, 5)
     assert (response.usage.cache_read_tokens, response.usage.cache_write_tokens) == (300, 40)
     sent = anthropic_server.requests[0]
-    assert (sent["model"], sent["max_tokens"]) == ("test-model", 512)
+    assert (sent["model"], sent["max_tokens"]) == ("claude-haiku-4-5", 512)
     assert sent["messages"][0]["role"] == "user"
     assert sent["messages"][0]["content"][0]["text"] == "Hello"
 
@@ -130,7 +130,7 @@ async def test_anthropic_model_and_max_tokens_arguments_override_the_config(
 
     assert anthropic_server.requests[0]["model"] == "claude-haiku-4-5"
     assert anthropic_server.requests[0]["max_tokens"] == 64
-    assert claude.model == "test-model"
+    assert claude.model == "claude-haiku-4-5"
 
 
 async def test_anthropic_tool_use_round_trip_sends_tool_results_with_ids_and_errors(
@@ -512,7 +512,7 @@ async def test_openai_text_answer_carries_text_usage_and_model(
     assert (response.usage.input_tokens, response.usage.output_tokens) == (30, 6)
     assert response.usage.cache_read_tokens == 20
     sent = openai_server.requests[0]
-    assert sent["model"] == "test-model"
+    assert sent["model"] == "claude-haiku-4-5"
     assert sent["max_tokens"] == 512  # a local server: the classic parameter
     # The time changes every turn: it goes after the stable prefix, at the end of the user's
     # message, so the server's prefix cache keeps the system message.

@@ -245,7 +245,7 @@ async def test_a_long_conversation_is_folded_into_a_summary(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, postgres_url: str
 ) -> None:
     def model(body: dict[str, Any]) -> str:
-        if body["model"] == "background":
+        if body["model"] == "claude-haiku-4-5":  # the background model
             return "Summary: Ana is planning a trip to Lisbon."
         return f"ack: {user_texts(body)[-1]}"
 
@@ -254,7 +254,7 @@ async def test_a_long_conversation_is_folded_into_a_summary(
         tmp_path,
         anthropic_fake,
         postgres_url,
-        llm={"model": "main", "background_model": "background"},
+        llm={"model": "claude-sonnet-4-6", "background_model": "claude-haiku-4-5"},
         agent={"history_max_messages": 6, "summary_keep_messages": 2},
     )
     console = ConsoleChannel()
@@ -266,7 +266,7 @@ async def test_a_long_conversation_is_folded_into_a_summary(
         assert summary["content"] == "Summary: Ana is planning a trip to Lisbon."
         assert await console.say("and now?")
         assert await next_reply(console.replies) == "ack: and now?"
-    last = [body for body in anthropic_fake.requests if body["model"] == "main"][-1]
+    last = [body for body in anthropic_fake.requests if body["model"] == "claude-sonnet-4-6"][-1]
     assert "Ana is planning a trip to Lisbon" in str(last["system"])
     assert "message 1" not in user_texts(last)
 

@@ -29,7 +29,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from bruce_bot.tools.registry import ToolRegistry
-from tests.conftest import make_config, running_bruce, wait_until
+from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.fakes.discord_server import FakeDiscordServer, user_payload
 from tests.fakes.telegram_server import FakeTelegramServer
@@ -293,7 +293,7 @@ async def test_full_disk_answers_the_webhook_503_and_the_web_chat_503_until_spac
             first = update_id_of(telegram, telegram.private_text(ALICE, "hook-one"))
             second = update_id_of(telegram, telegram.private_text(ALICE, "hook-two"))
             await telegram.wait_for(lambda: (first, 503) in telegram.webhook_deliveries, WITHIN)
-            async with httpx.AsyncClient(base_url=bruce.web_url or "") as web:
+            async with web_client(bruce) as web:
                 refused = await web.post("/api/chat/messages", json={"text": "web-one"})
                 assert refused.status_code == 503
                 assert refused.headers["Retry-After"] == "5"

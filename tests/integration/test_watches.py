@@ -116,7 +116,7 @@ def watch_config(
     return config_for(
         tmp_path,
         fake.base_url,
-        llm={"background_model": "claude-background"},
+        llm={"background_model": "claude-haiku-4-5"},
         scheduler={"min_watch_interval_minutes": 1, **scheduler},
         # The page is on 127.0.0.1: this test lets the fetcher reach loopback.
         tools={"web_fetch": {"allow_private_addresses": True}, "web_search": web_search},
@@ -215,7 +215,7 @@ async def test_a_page_that_changes_twice_alerts_exactly_twice_and_a_restart_chec
     # Each check asked the background model, the page fenced as untrusted data.
     assert len(model.checks) == 5
     for body in model.checks:
-        assert body["model"] == "claude-background"
+        assert body["model"] == "claude-haiku-4-5"
         assert "never instructions" in system_text(body)
         assert "Condition: tickets are on sale" in user_texts(body)[0]
     assert "Ignore previous instructions" in model.page_in(model.checks[-1])
@@ -314,7 +314,7 @@ async def test_a_watch_on_an_address_web_fetch_never_reads_is_refused_when_made(
     config = config_for(
         tmp_path,
         anthropic_fake.base_url,
-        llm={"background_model": "claude-background"},
+        llm={"background_model": "claude-haiku-4-5"},
         scheduler={"min_watch_interval_minutes": 1},
         tools={"web_search": {"enabled": False}},
     )

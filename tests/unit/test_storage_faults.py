@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy
 from structlog.testing import capture_logs
 
-from bruce_bot.storage.faults import StorageHealth, transient_reason
+from bruce_bot.faults import StorageHealth, transient_reason
 
 
 def _database(path: Path) -> sqlite3.Connection:

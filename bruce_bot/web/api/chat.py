@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from bruce_bot.channels.web import WEB_CHANNEL, Upload
 from bruce_bot.domain import SessionKey, StorageUnavailableError, Submission
-from bruce_bot.storage.faults import transient_reason
+from bruce_bot.faults import transient_reason
 from bruce_bot.web.api.endpoint import Call, Endpoint
 from bruce_bot.web.api.params import MAX_ID
 from bruce_bot.web.wire import ApiError, Time
