@@ -484,7 +484,9 @@ def build_parts(
             config, stores, llm, confirmations, brain, overrides.clock, own_address
         )
     mcp = build_mcp(config, tools)
-    listeners: list[TurnListener] = [_BriefingListener(tasks)]
+    # The confirmations hear which turns read outside content: only those can leave
+    # something waiting to be asked about.
+    listeners: list[TurnListener] = [_BriefingListener(tasks), confirmations]
     if brain:
         listeners.append(_BrainListener(brain))
     settings = TurnSettings(

@@ -144,6 +144,8 @@ class TurnFinished:
     error: str | None  # what the chat was told instead of an answer
     delivery: DeliveryStatus  # the reply's; "sent" when there was none to send
     answer: str | None = None  # the reply, when answered (the brain reads its topic)
+    # The turn read outside content: what it set up may wait for the user's answer.
+    untrusted: bool = False
 
     @property
     def run_ids(self) -> list[int]:
@@ -271,6 +273,7 @@ class TurnRunner:
             None if answered else reply,
             delivery,
             reply if answered else None,
+            untrusted=turn.untrusted,
         )
         for listener in self._listeners:
             await listener.turn_finished(finished)

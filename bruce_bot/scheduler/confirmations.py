@@ -117,6 +117,19 @@ def answer_of(text: str) -> Answer | None:
     return Answer(reading, named.group(1).lower(), f"{kind}{int(named.group(3))}")
 
 
+class FinishedTurn(Protocol):
+    """What the confirmations read of a finished turn (agent/turn.py `TurnFinished`)."""
+
+    @property
+    def session_id(self) -> int: ...
+
+    @property
+    def untrusted(self) -> bool: ...
+
+    @property
+    def answered(self) -> bool: ...
+
+
 class HeldActions(Protocol):
     """The actions the agent loop holds (agent/approvals.py): asked about, and answered."""
 
@@ -148,6 +161,10 @@ class TaskConfirmations:
         self._outbox = outbox
         self._turns = turns
         self._actions: HeldActions | None = None  # None: no action is ever held
+        # Sessions whose last turn read outside content: only such a turn (or one a crash cut,
+        # asked about at start-up) leaves a task or an action nobody was asked about yet, so
+        # the other turns cost no query here.
+        self._to_ask: set[int] = set()
 
     def use_actions(self, actions: HeldActions) -> None:
         """Ask about, and answer, the actions the agent loop holds too (wired once the tools
@@ -271,7 +288,9 @@ class TaskConfirmations:
         waiting = await self.waiting(session.id) if answer is not None else []
         if answer is None or not waiting:
             await self._turns(session, batch)
-            await self.ask_unasked(session)
+            if session.id in self._to_ask:
+                self._to_ask.discard(session.id)
+                await self.ask_unasked(session)
             return
         reply = await self._answer(session, batch, answer, waiting)
         message_id, at = await self._stores.messages.finish_turn(
@@ -308,6 +327,12 @@ class TaskConfirmations:
             log.info("confirmation_bare_answer_refused", code=only.code, session_id=session.id)
             return NOT_LATEST.format(word=answer.word, items=listed)
         return await self._resolve(session, only, answer.yes) or NOTHING_WAITING
+
+    async def turn_finished(self, turn: FinishedTurn) -> None:
+        """A turn listener: remember the sessions whose turn read outside content, or failed
+        (a failure cut the turn after it may have held something, before it knew it read any)."""
+        if turn.untrusted or not turn.answered:
+            self._to_ask.add(turn.session_id)
 
     async def choose(self, session_id: int, data: str) -> str | None:
         """A button press (`Choice.data`); the reply to show, None when it is not ours."""
