@@ -88,7 +88,7 @@ def _check_url(value: str | None, schemes: tuple[str, ...] = ("http", "https")) 
 
 
 # ---- web.auth_token strength ---------------------------------------------------------------
-# A rough, documented estimate (README "Web access"): a token guarding a web app reachable from
+# A rough, documented estimate (SECURITY.md): a token guarding a web app reachable from
 # the network must be at least MIN_TOKEN_CHARS long, use MIN_TOKEN_DISTINCT_CHARS different
 # characters, and keep MIN_TOKEN_BITS of estimated randomness once the guessable parts are set
 # aside: a repeated block counts once, and common words (WEAK_TOKEN_WORDS), a character equal to
@@ -676,7 +676,7 @@ class UsageNotifyConfig(_Section):
 
 
 class UsageConfig(_Section):
-    """LLM usage and its estimated cost (README "Usage and cost")."""
+    """LLM usage and its estimated cost (docs/usage.md)."""
 
     # Model name or prefix (the longest matching prefix wins) -> price; they extend and override
     # the built-in table (bruce_bot/usage/prices.py).

@@ -6,7 +6,7 @@ again at start-up; before asking the model anew, the turn finds the executions a
 for those messages and hands them back to the model as the rounds they were (its calls and
 their results, as they came out), so it goes on from there: a reminder is not created twice, a
 file is not saved twice, a sub-agent is not spawned twice. A call whose execution was cut
-before it was recorded is not known here and may run again (see the README).
+before it was recorded is not known here and may run again (see docs/architecture.md).
 """
 
 from __future__ import annotations
