@@ -36,8 +36,6 @@ log = structlog.get_logger(__name__)
 Platform = Literal["telegram", "discord"]
 PLATFORMS: tuple[Platform, ...] = ("telegram", "discord")
 PROBE_TIMEOUT_SECONDS = 10.0
-# Kept for code that imported the name from before both platforms were live.
-TELEGRAM_TOKEN_SETTING = "channels.telegram.token"
 
 
 @dataclass(frozen=True, slots=True)

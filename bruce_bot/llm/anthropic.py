@@ -28,8 +28,7 @@ Calls go through the SDK's client (`AsyncAnthropic`: its retries, headers, timeo
 classes) on its raw path: the body is serialised once into bytes (`client.post(...,
 content=...)`) rather than copied and re-serialised by the SDK, and the answer's JSON is read
 into Bruce's own types rather than into the SDK's pydantic models, which cost more CPU than the
-rest of the call (bench/anthropic_call.py). An older SDK whose `post` takes no `content` is
-given the body as a dict.
+rest of the call (bench/anthropic_call.py).
 
 Answers are read as real servers send them:
 - `stop_reason` becomes a `StopReason`: end_turn and stop_sequence are end_turn, max_tokens and
@@ -62,7 +61,6 @@ import base64
 import copy
 import dataclasses
 import functools
-import inspect
 import json
 import sys
 from collections.abc import Sequence
@@ -163,6 +161,11 @@ _MESSAGES_PATH: Final = "/v1/messages"
 _RAW_ANSWER: Final = anthropic.AsyncAPIResponse[bytes]
 
 
+def _bytes(params: dict[str, Any]) -> bytes:
+    """The request body, serialised once (the SDK sends bytes as they are)."""
+    return json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 class AnthropicLLM:
     """Claude through `anthropic.AsyncAnthropic`, configured from the `llm` section."""
 
@@ -174,8 +177,6 @@ class AnthropicLLM:
             timeout=config.timeout_seconds,
             max_retries=config.max_retries,
         )
-        # Newer SDKs send a body given as bytes as it is; older ones only take the dict.
-        self._sends_bytes = "content" in inspect.signature(self._client.post).parameters
 
     @property
     def model(self) -> str:
@@ -228,11 +229,9 @@ class AnthropicLLM:
 
     async def _post(self, params: dict[str, Any]) -> bytes:
         """The answer's body, as received, to one Messages API request (SDK errors propagate)."""
-        if self._sends_bytes:
-            body = json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode()
-            response = await self._client.post(_MESSAGES_PATH, content=body, cast_to=_RAW_ANSWER)
-        else:
-            response = await self._client.post(_MESSAGES_PATH, body=params, cast_to=_RAW_ANSWER)
+        response = await self._client.post(
+            _MESSAGES_PATH, content=_bytes(params), cast_to=_RAW_ANSWER
+        )
         return await response.read()
 
     async def _post_streaming(self, params: dict[str, Any], sink: TextSink) -> dict[str, Any]:
@@ -242,17 +241,12 @@ class AnthropicLLM:
         parsed JSON (`cast_to=object`), not as its models."""
         body = {**params, "stream": True}
         assembler = MessageAssembler()
-        sent: dict[str, Any] = (
-            {"content": json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()}
-            if self._sends_bytes
-            else {"body": body}
-        )
         events = await self._client.post(
             _MESSAGES_PATH,
+            content=_bytes(body),
             cast_to=object,
             stream=True,
             stream_cls=anthropic.AsyncStream[object],
-            **sent,
         )
         try:
             async with events:

@@ -177,11 +177,6 @@ RECENT = (
     .order_by(_messages.c.id)
     .limit(bindparam("limit"))
 )
-UNFINISHED_INBOUND = (
-    select(*_COLUMNS)
-    .where(_messages.c.role == "user", _messages.c.status.in_(UNANSWERED))
-    .order_by(_messages.c.id)
-)
 # A session's user messages no turn has finished, in arrival order: what its next turns answer.
 SESSION_UNANSWERED = (
     select(*_COLUMNS)
@@ -323,10 +318,6 @@ class MessageStore:
         async with self._engine.connect() as connection:
             result = await connection.execute(statement, params or {})
             return [_stored(row) for row in result]
-
-    async def unfinished_inbound(self) -> list[StoredMessage]:
-        """User messages a previous run accepted but never finished, oldest first."""
-        return await self._select(UNFINISHED_INBOUND)
 
     async def claim_undelivered(
         self, since: datetime, channels: Collection[str], *, shared: bool

@@ -152,7 +152,3 @@ class BrainTriggers:
     def run_read(self, session_id: int, until_message_id: int) -> None:
         watch = self._watch(session_id)
         watch.read_until = max(watch.read_until, until_message_id)
-
-    @property
-    def watched_sessions(self) -> int:
-        return len(self._watches)
