@@ -28,108 +28,47 @@ protection.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs
 
 import structlog
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from bruce_bot.config import token_weakness
 from bruce_bot.storage.web_sessions import WebSessionRecord, WebSessionStore
+from bruce_bot.web.credentials import (
+    bearer_credentials,
+    client_address,
+    form_token,
+    is_api,
+    is_json,
+    session_key,
+    throttled,
+    token_fingerprint,
+    token_matches,
+)
 from bruce_bot.web.login_token import OneTimeLogin
 from bruce_bot.web.pages import PAGE_HEADERS
-from bruce_bot.web.throttle import AuthThrottle, Refusal
-from bruce_bot.web.wire import capped_body, error_response
+from bruce_bot.web.throttle import AuthThrottle
+from bruce_bot.web.wire import error_response
 
 log = structlog.get_logger(__name__)
 
 COOKIE_NAME = "bruce_session"
 MAX_COOKIE_CHARS = 100  # token_urlsafe(32) is 43; anything much longer is not ours
-MAX_LOGIN_BYTES = 4096
 RENEW_EVERY = timedelta(minutes=1)
 USER_AGENT_CHARS = 300
-FINGERPRINT_ROUNDS = 100_000  # the fingerprint is stored: make guessing the token from it slow
 OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/")
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 MAX_LINK_TOKEN_CHARS = 100
 # The answers to the sign-in link: the nonce in their URL must not travel on as a Referer.
 LINK_HEADERS = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
-
-
-def session_key(cookie: str) -> str:
-    """The row id of a browser session: the SHA-256 of its cookie (the cookie is never stored)."""
-    return hashlib.sha256(cookie.encode("utf-8", errors="replace")).hexdigest()
-
-
-def token_fingerprint(token: str) -> str:
-    return hashlib.pbkdf2_hmac(
-        "sha256", token.encode(), b"bruce-web-session-token", FINGERPRINT_ROUNDS
-    ).hex()
-
-
-def token_matches(candidate: str, token: str) -> bool:
-    # Compare bytes: compare_digest refuses non-ASCII str, and a header may hold anything.
-    return bool(token) and hmac.compare_digest(candidate.encode(), token.encode())
-
-
-def bearer_credentials(request: Request) -> str | None:
-    """The token of an `Authorization: Bearer …` header; None without one (other schemes, e.g.
-    a proxy's Basic auth passed along, are not ours to judge)."""
-    scheme, _, credentials = request.headers.get("authorization", "").strip().partition(" ")
-    return credentials.strip() if scheme.lower() == "bearer" else None
-
-
-def client_address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
-
-
-def is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
-
-
-def _is_json(request: Request) -> bool:
-    media_type = request.headers.get("content-type", "").split(";")[0]
-    return media_type.strip().lower() == "application/json"
-
-
-def throttled(request: Request, refusal: Refusal) -> Response:
-    """429 for an attempt the throttle refused, unread, with `Retry-After`."""
-    who = (
-        "from many addresses"
-        if refusal.everyone
-        else f"from your address ({client_address(request)})"
-    )
-    message = (
-        f"too many failed sign-ins {who}; wait {refusal.retry_after} s before trying again "
-        "(each further failure doubles the wait, a success resets it)"
-    )
-    headers = {"Retry-After": str(refusal.retry_after)}
-    if is_api(request):
-        return error_response(429, message, headers)
-    return PlainTextResponse(message, status_code=429, headers=headers)
-
-
-async def _login_token(request: Request) -> str:
-    """The `token` field of the login form (urlencoded, as a browser posts it); "" if absent.
-
-    Parsed here rather than with `request.form()`, which needs the python-multipart package.
-    """
-    body = await capped_body(request, MAX_LOGIN_BYTES)
-    if body is None:
-        return ""
-    try:
-        fields = parse_qs(body.decode("utf-8", errors="replace"), max_num_fields=20)
-    except ValueError:  # too many fields
-        return ""
-    return fields.get("token", [""])[0]
 
 
 class WebAuth:
@@ -213,7 +152,7 @@ class WebAuth:
                 refused = self._check_bearer(request)
                 if refused is not None:
                     return refused
-        if is_api(request) and request.method in WRITE_METHODS and not _is_json(request):
+        if is_api(request) and request.method in WRITE_METHODS and not is_json(request):
             return error_response(
                 415, "send API writes with the header 'Content-Type: application/json'"
             )
@@ -291,7 +230,7 @@ class WebAuth:
         # A weak token: a throttled attempt is not even read.
         if not self.strong and (refusal := self.throttle.check(client_address(request))):
             return throttled(request, refusal)
-        right = token_matches(await _login_token(request), self.token)
+        right = token_matches(await form_token(request), self.token)
         refused = self._attempt(request, right)
         if refused is not None:
             return refused

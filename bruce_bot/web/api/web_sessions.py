@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from bruce_bot.storage.web_sessions import WebSessionRecord
 from bruce_bot.web.api.endpoint import FROM_RECORD, Call, Endpoint, NoParams
-from bruce_bot.web.auth import client_address
+from bruce_bot.web.credentials import client_address
 from bruce_bot.web.wire import ApiError, Time
 
 log = structlog.get_logger(__name__)
