@@ -63,7 +63,7 @@ from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.tools.watches import watch_tools, web_reader
-from bruce_bot.usage.budget import BudgetWatch
+from bruce_bot.usage.budget import BudgetPolicy, BudgetWatch
 from bruce_bot.usage.prices import PriceTable
 
 INBOX_TOPIC = "inbox"  # change feed: a session got a message another process should take
@@ -387,15 +387,10 @@ def _budget(
     """The monthly budget's watch, told of every LLM call the stores record."""
     if config.usage.monthly_budget is None:
         return None
-    watch = BudgetWatch(
-        stores,
-        outbox,
-        prices,
-        config.usage.monthly_budget,
-        config.app.zone,
-        config.budget_chat(),
-        clock=clock,
+    policy = BudgetPolicy(
+        prices, config.usage.monthly_budget, config.app.zone, config.budget_chat()
     )
+    watch = BudgetWatch(stores, outbox, policy, clock=clock)
     stores.audit.usage_recorded = watch.recorded
     stores.messages.usage_recorded = watch.recorded
     return watch

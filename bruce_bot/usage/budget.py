@@ -100,15 +100,22 @@ def notice_text(status: BudgetStatus, level: int) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetPolicy:
+    """What the `usage` section and `app.timezone` say of the budget."""
+
+    prices: PriceTable
+    budget: float  # USD a month
+    zone: ZoneInfo  # app.timezone; the dashboard's setting wins over it
+    chat: tuple[str, str] | None  # (channel, chat id) told at each level; None: the banner only
+
+
 class BudgetWatch:
     def __init__(
         self,
         stores: Stores,
         outbox: Outbox,
-        prices: PriceTable,
-        budget: float,
-        zone: ZoneInfo,
-        chat: tuple[str, str] | None,
+        policy: BudgetPolicy,
         *,
         clock: Callable[[], datetime] = utcnow,
         refresh_seconds: float = REFRESH_SECONDS,
@@ -116,11 +123,11 @@ class BudgetWatch:
     ) -> None:
         self._stores = stores
         self._outbox = outbox
-        self.prices = prices
-        self.budget = budget
-        self._configured_zone = zone  # app.timezone; the dashboard's setting wins over it
-        self._zone = zone  # the one the month was last read in
-        self._chat = chat  # None: the dashboard's banner only
+        self.prices = policy.prices
+        self.budget = policy.budget
+        self._configured_zone = policy.zone
+        self._zone = policy.zone  # the one the month was last read in
+        self._chat = policy.chat
         self._clock = clock
         self._refresh_seconds = refresh_seconds
         self._monotonic = monotonic

@@ -18,7 +18,7 @@ from bruce_bot.domain import LLMCallRecord, Usage
 from bruce_bot.outbox import Outbox
 from bruce_bot.storage.messages import usage_row
 from bruce_bot.storage.models import LLMCallRow
-from bruce_bot.usage.budget import BudgetWatch
+from bruce_bot.usage.budget import BudgetPolicy, BudgetWatch
 from bruce_bot.usage.prices import PriceTable
 from tests.conftest import wait_until
 from tests.integration.dashboard_support import Dashboard, running_dashboard
@@ -56,10 +56,7 @@ def watch_of(dashboard: Dashboard, clock: Callable[[], datetime]) -> BudgetWatch
     watch = BudgetWatch(
         bruce.stores,
         bruce.outbox,
-        PRICES,
-        10.0,
-        SAO_PAULO,
-        OWNER,
+        BudgetPolicy(PRICES, 10.0, SAO_PAULO, OWNER),
         clock=clock,
         monotonic=lambda: 0.0,
     )
