@@ -1,5 +1,5 @@
 """The `bruce` command: run, chat, db upgrade/check, check-config, doctor, token, pairing (the CLI
-contract, DESIGN §6b; `bruce pairing` is pairing_cli.py).
+contract, docs/design.md; `bruce pairing` is pairing_cli.py).
 
 Every command loads the configuration first; an invalid one is printed as a list of problems
 (key, what is wrong, fix) with exit status 2, never as a traceback, and never with the value of a

@@ -1,6 +1,6 @@
 """Load, interpolate and validate Bruce's YAML configuration into typed settings.
 
-The key names are a public contract (DESIGN §5). Loading happens in three steps: read the YAML,
+The key names are a public contract (docs/design.md). Loading happens in three steps: read the YAML,
 replace `${VAR}` / `${VAR:-default}` from the environment, then validate with pydantic models that
 forbid unknown keys. Every problem is reported as a `ConfigError` whose lines name the key, the bad
 value and the fix ("did you mean ...?"), so a wrong config never ends in a traceback. A value that

@@ -1,4 +1,5 @@
-"""`spawn_subagent` (DESIGN §3): delegate a self-contained task to a child agent, get its answer.
+"""`spawn_subagent` (docs/design.md): delegate a self-contained task to a child agent, get its
+answer.
 
 The child is a session of its own (kind `child`, under the calling session, channel `subagent`)
 so the dashboard shows what it did: its task and final answer are stored as its messages, its tool

@@ -1,9 +1,9 @@
 """Scheduler leadership on PostgreSQL: only the process holding an advisory lock runs APScheduler.
 
-APScheduler 3 must have one scheduler per job store (DESIGN §2). On SQLite the instance lock file
-makes the daemon the only one. On PostgreSQL several processes, maybe on several machines, share
-the database, so they elect a leader: the process that holds a session-level advisory lock, on a
-connection of its own kept open for as long as it leads. The others run everything else and try
+APScheduler 3 must have one scheduler per job store (docs/design.md). On SQLite the instance lock
+file makes the daemon the only one. On PostgreSQL several processes, maybe on several machines,
+share the database, so they elect a leader: the process that holds a session-level advisory lock,
+on a connection of its own kept open for as long as it leads. The others run everything else and try
 again every `retry_seconds`; PostgreSQL frees the lock when the leader stops or its connection
 dies, and the next try takes over. The leader checks its connection as often and steps down when
 it is gone (another process may lead by then).

@@ -1,4 +1,4 @@
-"""The audit store: every tool execution (DESIGN §1.4) and every LLM call's token usage, and the
+"""The audit store: every tool execution (docs/design.md) and every LLM call's token usage, and the
 dashboard's queries over them (the tool log, usage per day, model, purpose and session).
 
 Whoever wants to hear of usage as it is recorded (the monthly budget's watch) sets

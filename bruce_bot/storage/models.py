@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 table definitions (table names are a public contract, DESIGN §4).
+"""SQLAlchemy 2 table definitions (table names are a public contract, docs/design.md).
 
 Only portable column types are used so the same models run on SQLite and PostgreSQL. Timestamps
 are stored as naive UTC and read back as aware UTC through `UTCDateTime`, because SQLite has no

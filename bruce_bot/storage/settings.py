@@ -1,4 +1,4 @@
-"""The settings store: run-time key/value settings that win over the YAML file (DESIGN §4).
+"""The settings store: run-time key/value settings that win over the YAML file (docs/design.md).
 
 Values are cached after the first read. This process's writes go through this store, so they keep
 the cache true; another process sharing the database announces its writes on the change feed

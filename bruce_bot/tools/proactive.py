@@ -1,4 +1,4 @@
-"""Scheduling tools: `proactive_create`, `proactive_list`, `proactive_cancel` (DESIGN §3).
+"""Scheduling tools: `proactive_create`, `proactive_list`, `proactive_cancel` (docs/design.md).
 
 They are thin: validation of times lives in scheduler/timing.py and the work in the task service.
 A schedule the model got wrong (a time in the past, a bad cron, both or neither of run_at and

@@ -1,6 +1,6 @@
 """The `web_search` tool: a query in, a numbered list of results (title, URL, snippet) out.
 
-The engine is chosen by `tools.web_search.provider` (DESIGN §3, §5): `duckduckgo` needs no key and
+The engine is chosen by `tools.web_search.provider` (docs/design.md): `duckduckgo` needs no key and
 goes through the `ddgs` metasearch library (synchronous, so it runs in a worker thread); `searxng`,
 `brave` and `tavily` are JSON APIs called with httpx. Every provider turns its answer into
 `SearchResult`s; whatever goes wrong (timeout, HTTP error, rate limit, malformed answer) becomes a

@@ -1,4 +1,4 @@
-"""The ASGI app: health check, login, the dashboard pages and the JSON API (routes: DESIGN §6).
+"""The ASGI app: health check, login, the dashboard pages and the JSON API (routes: docs/design.md).
 
 Every request first passes the Host check (`hosts.py`: 421 for a name the dashboard is not
 meant to have, against DNS rebinding), then authentication (`auth.py`): `GET /healthz`, the login

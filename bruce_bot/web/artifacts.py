@@ -1,6 +1,6 @@
 """`GET /artifacts/<uuid>/<filename>`: the files the agent saved, served without login.
 
-The link is a capability: whoever has the uuid may read the file (DESIGN §6). A file is served
+The link is a capability: whoever has the uuid may read the file (docs/design.md). A file is served
 only when the uuid is a canonical UUID, a row with it exists and the file name equals the stored
 one, so nothing else under the data folder can be reached (no listing, no `..`, encoded or not).
 Artifacts are written by a model that read arbitrary web pages, so they are treated as untrusted.

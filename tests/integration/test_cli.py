@@ -1,5 +1,5 @@
-"""The `bruce` command (DESIGN §6b) run as a real subprocess: check-config, run, db upgrade, chat,
-token and `python -m bruce_bot`. Configuration mistakes end with exit status 2 and a list of
+"""The `bruce` command (docs/design.md) run as a real subprocess: check-config, run, db upgrade,
+chat, token and `python -m bruce_bot`. Configuration mistakes end with exit status 2 and a list of
 problems that name the keys, never with a traceback and never with a secret's value. The LLM is
 the fake Anthropic server in this test's event loop, which the subprocess reaches over loopback
 (hence asyncio subprocesses throughout)."""

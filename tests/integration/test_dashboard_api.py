@@ -1,5 +1,5 @@
-"""The dashboard's JSON API (DESIGN §6) against a running Bruce, with data made the way users make
-it: chat turns through a channel and the fake Anthropic server (which calls real tools, one of
+"""The dashboard's JSON API (docs/design.md) against a running Bruce, with data made the way users
+make it: chat turns through a channel and the fake Anthropic server (which calls real tools, one of
 them failing), `artifact_save`, tasks created through the task service, and a reply to a chat
 that blocked the bot. Each route answers what an owner would expect to see; every route needs
 the token; bad parameters are a 400 that names them; writes need a JSON content type."""

@@ -1,5 +1,5 @@
-"""The web dashboard's HTTP contract (DESIGN §6), driven with httpx against a running Bruce whose
-LLM is the fake Anthropic server: open health check, bearer-token API, cookie login for pages,
+"""The web dashboard's HTTP contract (docs/design.md), driven with httpx against a running Bruce
+whose LLM is the fake Anthropic server: open health check, bearer-token API, cookie login for pages,
 a chat round trip through the API, and bad input that always gets a clear 4xx, never a 500."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The analytical brain (DESIGN §1.6, seed 004): background upkeep of a session's metadata.
+"""The analytical brain (docs/design.md, seed 004): background upkeep of a session's metadata.
 
 `library` reads skills and workflows, `responsibilities` says what the brain does for each session
 kind (prompt sections and tools, as data), `tools` are its only means of acting, and `runner` runs

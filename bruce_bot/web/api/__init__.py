@@ -1,4 +1,4 @@
-"""The dashboard's JSON API (DESIGN §6), one module per resource: the chat, sessions (one in
+"""The dashboard's JSON API (docs/design.md), one module per resource: the chat, sessions (one in
 detail, deleting one) and their messages with their tool calls, scheduled tasks, artifacts,
 what Bruce remembers about people, the logs (tool calls, failed deliveries), editable settings,
 who may talk on the chat platforms (allowlists, pairing), the platforms' tokens, token usage,
