@@ -3,8 +3,8 @@ HTTP route and table the code has is named there, in backticks, where a reader l
 
 The code is read, not a list kept here: the pydantic config models walked field by field, the
 argparse parser of `bruce`, the default tool registry as parts.py builds it plus every `Tool`
-subclass a config can switch on, the route table of the Starlette app built without a network,
-and the SQLAlchemy metadata. A failure names what is missing and the heading of docs/design.md
+subclass a config can switch on and the `ToolSpec`s offered outside the registry, the route table
+of the Starlette app built without a network, and the SQLAlchemy metadata. A failure names what is missing and the heading of docs/design.md
 to add it under.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import UnionType
@@ -23,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 from bruce_bot.channels.web import WebChannel
 from bruce_bot.cli import build_parser
 from bruce_bot.config import Config
-from bruce_bot.domain import utcnow
+from bruce_bot.domain import ToolSpec, utcnow
 from bruce_bot.mcp_client.tools import McpTool
 from bruce_bot.parts import assemble_tools
 from bruce_bot.storage.database import SCHEMA_HEAD, Database
@@ -224,6 +225,38 @@ def tool_classes() -> dict[str, type[Tool]]:
         if "name" in vars(cls) and cls.__module__.startswith("bruce_bot.")
         if not issubclass(cls, McpTool)
     }
+
+
+def fixed_specs() -> dict[str, ToolSpec]:
+    """Tools offered to a model call outside the registry (a watch's `watch_verdict`): the
+    `ToolSpec` values the modules of bruce_bot define."""
+    return {
+        value.name: value
+        for name, module in list(sys.modules.items())
+        if name.startswith("bruce_bot.") and module is not None
+        for value in vars(module).values()
+        if isinstance(value, ToolSpec)
+    }
+
+
+def test_every_tool_outside_the_registry_is_in_a_tool_table() -> None:
+    import bruce_bot.scheduler.watching  # noqa: F401  (imported by parts.py already)
+
+    table = rows_by_name(part(4))
+    problems = []
+    for name, spec in sorted(fixed_specs().items()):
+        cells = table.get(name)
+        if cells is None:
+            problems.append(f"{name} (a row, under '### Tools of other model calls')")
+            continue
+        row = " | ".join(cells)
+        problems += [
+            f"{name}: its parameter `{parameter}` (in its row)"
+            for parameter in spec.parameters.get("properties", {})
+            if not re.search(rf"`{re.escape(parameter)}\??`", row)
+        ]
+    assert "watch_verdict" in fixed_specs(), "the ToolSpec search found nothing"
+    assert not problems, missing("tools", problems, "to '## 4. Tools'")
 
 
 async def test_every_tool_is_in_a_tool_table(tmp_path: Path) -> None:
