@@ -76,7 +76,7 @@ faketime:
 # CLOCK_TESTS defaults to what CI runs (.ci/run, after `make test`): the unit tests (but the type
 # check, which reads no clock) and the integration tests of reminders, briefings, watches,
 # summaries, usage days and budgets, logins, pairing codes and leases, on PYTEST_WORKERS
-# processes: about 5 min on CI's 2 cores. The rest talk to fakes in real time whatever the date.
+# processes: 5 min on one, about 3 on CI's two. The rest meet fakes in real time whatever the date.
 # The clock is an offset from the real one, so child processes (`bruce run`, PostgreSQL) and
 # pytest-xdist's workers share it; the monotonic clock stays real, or asyncio's timers would
 # break. libfaketime 0.9.10's "monotonic fix" (on by default with glibc) makes the GIL's timed
