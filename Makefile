@@ -75,8 +75,10 @@ faketime:
 #   make test-clock CLOCK_TESTS="tests/unit tests/integration"   (everything: ~30 min on 1 core)
 # CLOCK_TESTS defaults to what CI runs (.ci/run, after `make test`): the unit tests (but the type
 # check, which reads no clock) and the integration tests of reminders, briefings, watches,
-# summaries, usage days and budgets, logins, pairing codes and leases, on PYTEST_WORKERS
-# processes: 5 min on one, about 3 on CI's two. The rest meet fakes in real time whatever the date.
+# summaries, usage days and budgets, logins, pairing codes and leases, and the browser tests of
+# the schedules (a countdown) and usage (days) pages, on PYTEST_WORKERS processes: 4-5 min on one,
+# about 3 on CI's two. The rest meet fakes in real time whatever the date (all of them passed
+# from 23:58 in São Paulo: run them so after a change to how they wait).
 # The clock is an offset from the real one, so child processes (`bruce run`, PostgreSQL) and
 # pytest-xdist's workers share it; the monotonic clock stays real, or asyncio's timers would
 # break. libfaketime 0.9.10's "monotonic fix" (on by default with glibc) makes the GIL's timed
@@ -86,8 +88,9 @@ CLOCK_START ?= 2026-03-28 23:58:00 -0300
 CLOCK_TESTS ?= tests/unit --ignore=tests/unit/test_typing.py \
   $(addprefix tests/integration/test_,$(addsuffix .py,scheduler watches firing_crash summaries \
     dashboard_schedules dashboard_api usage_budget usage_api brain_triggers pairing web_login \
-    web_security postgres_leases telegram_real_world))
-test-clock: $(VENV)/.installed-dev faketime postgres
+    web_security postgres_leases telegram_real_world)) \
+  tests/browser/test_schedules_page.py tests/browser/test_usage_page.py
+test-clock: $(VENV)/.installed-dev faketime postgres chromium
 	@start=$$(date -d "$(CLOCK_START)" +%s) || exit 1; offset=$$((start - $$(date +%s))); \
 	echo "tests on a clock starting at $$(date -u -d "$(CLOCK_START)") (offset $${offset} s)"; \
 	FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_FORCE_MONOTONIC_FIX=0 \
