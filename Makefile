@@ -2,7 +2,8 @@
 #   make run   — create .venv, install Bruce, apply migrations and start it (./config.yml or defaults)
 #   make test  — install the dev tools (and Chromium and PostgreSQL for their tests) and run the
 #                whole suite
-#   make test-clock — the unit and integration tests on a wall clock moved by libfaketime (see below)
+#   make test-clock — the tests that deal in time on a wall clock moved by libfaketime (see below;
+#                CI runs it after make test)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -66,23 +67,36 @@ faketime:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null; \
 	  else echo "faketime not found: install Debian's faketime package" >&2; exit 1; fi; }
 
-# No test may depend on the wall clock's date or time of day: run the unit and integration tests
+# No test may depend on the wall clock's date or time of day: run the tests that deal in time
 # with the clock moved to CLOCK_START (default: two minutes before midnight in São Paulo, the
-# tests' app timezone, on the night Europe/Berlin springs forward), running on from there, e.g.
+# tests' app timezone, on the night Europe/Berlin springs forward), running on from there, so
+# they cross a midnight (and, started later, a DST jump) while they run, e.g.
 #   make test-clock CLOCK_START="2026-03-29 00:59:30 UTC"   (Berlin's clocks jump 30 s later)
-# The clock is an offset from the real one, so child processes (`bruce run`, PostgreSQL) share it;
-# the monotonic clock stays real, or asyncio's timers would break. libfaketime 0.9.10's
-# "monotonic fix" (on by default with glibc) makes the GIL's timed waits end at once or never,
-# slowing threaded code up to tenfold: it is switched off. tests/conftest.py works around its
-# other bug, time.sleep failing with EINVAL.
+#   make test-clock CLOCK_TESTS="tests/unit tests/integration"   (everything: ~30 min on 1 core)
+# CLOCK_TESTS defaults to what CI runs (.ci/run, after `make test`): the unit tests (but the type
+# check, which reads no clock) and the integration tests of reminders, briefings, watches,
+# summaries, usage days and budgets, logins, pairing codes and leases, and the browser tests of
+# the schedules (a countdown) and usage (days) pages, on PYTEST_WORKERS processes: 4-5 min on one,
+# about 3 on CI's two. The rest meet fakes in real time whatever the date (all of them passed
+# from 23:58 in São Paulo: run them so after a change to how they wait).
+# The clock is an offset from the real one, so child processes (`bruce run`, PostgreSQL) and
+# pytest-xdist's workers share it; the monotonic clock stays real, or asyncio's timers would
+# break. libfaketime 0.9.10's "monotonic fix" (on by default with glibc) makes the GIL's timed
+# waits end at once or never, slowing threaded code up to tenfold: it is switched off.
+# tests/conftest.py works around its other bug, time.sleep failing with EINVAL.
 CLOCK_START ?= 2026-03-28 23:58:00 -0300
-CLOCK_TESTS ?= tests/unit tests/integration
-test-clock: $(VENV)/.installed-dev faketime postgres
+CLOCK_TESTS ?= tests/unit --ignore=tests/unit/test_typing.py \
+  $(addprefix tests/integration/test_,$(addsuffix .py,scheduler watches firing_crash summaries \
+    dashboard_schedules dashboard_api usage_budget usage_api brain_triggers pairing web_login \
+    web_security postgres_leases telegram_real_world)) \
+  tests/browser/test_schedules_page.py tests/browser/test_usage_page.py
+test-clock: $(VENV)/.installed-dev faketime postgres chromium
 	@start=$$(date -d "$(CLOCK_START)" +%s) || exit 1; offset=$$((start - $$(date +%s))); \
 	echo "tests on a clock starting at $$(date -u -d "$(CLOCK_START)") (offset $${offset} s)"; \
 	FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_FORCE_MONOTONIC_FIX=0 \
 	  faketime -f "$$(printf '%+d' $$offset)" \
-	  $(BIN)/python -m pytest $(CLOCK_TESTS) -q -p no:cacheprovider $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest $(CLOCK_TESTS) -q -p no:cacheprovider -n $(PYTEST_WORKERS) \
+	  --dist loadfile $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
