@@ -4,8 +4,8 @@ HTTP route and table the code has is named there, in backticks, where a reader l
 The code is read, not a list kept here: the pydantic config models walked field by field, the
 argparse parser of `bruce`, the default tool registry as parts.py builds it plus every `Tool`
 subclass a config can switch on and the `ToolSpec`s offered outside the registry, the route table
-of the Starlette app built without a network, and the SQLAlchemy metadata. A failure names what is missing and the heading of docs/design.md
-to add it under.
+of the Starlette app built without a network, and the SQLAlchemy metadata. A failure names what
+is missing and the heading of docs/design.md to add it under.
 """
 
 from __future__ import annotations
