@@ -5,12 +5,16 @@ that stored it (storage/leases.py), so a crash between the two is repaired by `r
 start-up and then periodically, by any process running the channel, once the claim lapsed.
 Long texts are split at the channel's limit on paragraph, line and word boundaries without
 breaking code fences. Failed sends are retried with backoff (honouring a platform's
-retry-after). Every attempt is recorded in `deliveries` as it happens — a part the platform
-accepted is committed before the next one is tried, so a crash resends at most the part in
-flight — and the last one together with the message's final status: `sent`, `failed`
-(permanent) or `undelivered`; the latter are tried again by `redeliver` too, skipping the parts
-recorded sent, and resuming a part a platform took as several messages (Telegram, when the
-HTML grew past its limit) after the pieces recorded delivered. The artifacts a turn saved go
+retry-after); a platform's rate limit ("retry after N s") is waited out without counting as a
+failed attempt, up to `RATE_LIMIT_PATIENCE_SECONDS` per part: sends racing for one chat's
+allowance (a reminder firing beside a reply) would otherwise use up their attempts in seconds
+and wait for the next redelivery, a minute later. Every attempt is recorded in `deliveries` as
+it happens — a part the platform accepted is committed before the next one is tried, so a crash
+resends at most the part in flight — and the last one together with the message's final
+status: `sent`, `failed` (permanent) or `undelivered`; the latter are tried again by
+`redeliver` too, skipping the parts recorded sent, and resuming a part a platform took as
+several messages (Telegram, when the HTML grew past its limit) after the pieces recorded
+delivered. The artifacts a turn saved go
 after the text as parts of their own, on channels that take files, up to
 `tools.artifacts.send_file_max_bytes`; a file that cannot be sent leaves the reply delivered
 (its text links to the file).
@@ -40,7 +44,9 @@ from bruce_bot.text import split_text
 
 log = structlog.get_logger(__name__)
 
-MAX_ATTEMPTS = 4
+MAX_ATTEMPTS = 4  # failed attempts of one part before it is left `undelivered`
+# How long one part waits out a platform's rate limits, in all, before they count as failures.
+RATE_LIMIT_PATIENCE_SECONDS = 60.0
 BASE_BACKOFF_SECONDS = 0.5
 # Replies older than this are not redelivered: a day-old answer would only confuse.
 REDELIVERY_WINDOW = timedelta(hours=24)
@@ -216,7 +222,10 @@ class Outbox:
                 )
             )
 
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        attempt = failures = 0
+        waited = 0.0  # waiting out rate limits
+        while failures < MAX_ATTEMPTS:
+            attempt += 1
             try:
                 await send(message)
             except DeliveryError as exc:
@@ -239,7 +248,10 @@ class Outbox:
                 if exc.permanent:
                     note(attempt, "failed", str(exc))
                     return "failed"
-                if attempt == MAX_ATTEMPTS:
+                limited = exc.rate_limited and exc.retry_after is not None
+                limited = limited and waited + (exc.retry_after or 0) <= RATE_LIMIT_PATIENCE_SECONDS
+                failures += 0 if limited else 1
+                if failures == MAX_ATTEMPTS:
                     note(attempt, "failed", str(exc))
                     return "undelivered"
                 note(attempt, "retrying", str(exc))
@@ -247,7 +259,9 @@ class Outbox:
                 attempts.clear()
                 if message.message_id is not None:  # still ours while we wait to retry
                     await self._messages.extend_claim(message.message_id)
-                await asyncio.sleep(exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (attempt - 1))
+                delay = exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (failures - 1)
+                waited += delay if limited else 0.0
+                await asyncio.sleep(delay)
             except Exception as exc:  # an adapter bug must not kill the worker
                 log.exception(
                     "delivery_crashed",

@@ -700,23 +700,15 @@ class Scenario:
             self.rows("SELECT message_id, part, attempt, status, created_at FROM deliveries")
         )
         window = found.window
-        for (tag, part), copies in ledger.parts.items():
+        for tag, (total, _, _) in ledger.answer_of.items():
             mid = found.replies.get(tag)
-            window.measure([copy.sent for copy in copies], found.recorded(mid, part - 1))
-            following = ledger.parts.get((tag, part + 1), [])
-            for copy in copies:
-                after = [
-                    c
-                    for c in following
-                    if c.run == copy.run and c.sent.received_at > copy.sent.received_at
-                ]
-                rows = [
-                    r
-                    for r in found.recorded(mid, part)
-                    if after and r.at >= after[0].sent.received_at
-                ]
-                if rows and rows[0].attempt == 1:
-                    window.measure_next_part(copy.sent, after[0].sent)
+            window.measure_reply(
+                [
+                    [(copy.sent, copy.run) for copy in ledger.parts.get((tag, part), [])]
+                    for part in range(1, total + 1)
+                ],
+                [found.recorded(mid, part) for part in range(total)],
+            )
         for title, copies in ledger.reminders.items():
             mid = found.reminders.get(title)
             window.measure([copy.sent for copy in copies], found.recorded(mid, 0))

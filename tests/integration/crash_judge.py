@@ -56,6 +56,18 @@ class Lifetime(Protocol):
     def name(self) -> str: ...
 
 
+@dataclass(slots=True)
+class ProcessLife:
+    """A `Lifetime` for the crash tests that start and kill one daemon themselves."""
+
+    name: str
+    spawned_at: float
+    ready_at: float | None = None
+    signal: str | None = None
+    signalled_at: float | None = None
+    exited_at: float | None = None
+
+
 def utc_seconds(value: Any) -> float | None:
     """A stored timestamp (naive UTC, or aware) as `time.time()` seconds."""
     if value is None:
@@ -118,6 +130,33 @@ class CommitWindow:
         only once the previous part's row was committed."""
         if previous.answered_at is not None and following.received_at > previous.answered_at:
             self.add(previous.answered_at, following.received_at)
+
+    def measure_reply(
+        self,
+        parts: Sequence[Sequence[tuple[SentMessage, object]]],
+        recorded: Sequence[Sequence[Recorded]],
+    ) -> None:
+        """Samples from one stored reply: `parts[i]` are the copies of its part i, each with
+        the process that sent it, `recorded[i]` the rows recording part i sent. Every row
+        against its copy, and every next part a process sent at its first attempt (no 429, no
+        retry in between) against its previous part's answer."""
+        for index, copies in enumerate(parts):
+            rows = recorded[index] if index < len(recorded) else ()
+            self.measure([copy for copy, _ in copies], rows)
+            if index + 1 >= len(parts):
+                continue
+            next_rows = recorded[index + 1] if index + 1 < len(recorded) else ()
+            for copy, process in copies:
+                following = [
+                    other
+                    for other, sender in parts[index + 1]
+                    if sender == process and other.received_at > copy.received_at
+                ]
+                if not following:
+                    continue
+                row = next((r for r in next_rows if r.at >= following[0].received_at), None)
+                if row is not None and row.attempt == 1:
+                    self.measure_next_part(copy, following[0])
 
     @property
     def seconds(self) -> float:

@@ -37,7 +37,7 @@ async def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_sends_in
     tmp_path: Path,
 ) -> None:
     scenario, findings = await run_scenario(tmp_path, SEED, signal.SIGKILL)
-    print(scenario.headline(findings))
+    print(scenario.report(findings))  # the seed, the stops, what was excused and why
     assert not findings.problems, scenario.report(findings)
 
 
@@ -46,7 +46,7 @@ async def test_sigterm_at_random_moments_loses_nothing_and_repeats_nothing(
     tmp_path: Path,
 ) -> None:
     scenario, findings = await run_scenario(tmp_path, SEED, signal.SIGTERM)
-    print(scenario.headline(findings))
+    print(scenario.report(findings))
     assert not findings.problems and not findings.excused, scenario.report(findings)
 
 

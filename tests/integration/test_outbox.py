@@ -9,6 +9,7 @@ from sqlalchemy import text
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey
+from bruce_bot.outbox import MAX_ATTEMPTS
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 
@@ -73,6 +74,28 @@ async def test_transient_failures_are_retried_and_delivered_once(
         attempts = await _rows(bruce, "SELECT attempt, status FROM deliveries ORDER BY id")
     assert channel.delivered == ["All good."]
     assert attempts == [(1, "retrying"), (2, "retrying"), (3, "sent")]
+
+
+async def test_rate_limits_are_waited_out_without_using_up_the_attempts(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    # Sends racing for one chat's allowance can meet "retry after" more often than the outbox
+    # tries a failing send: waited out, they must not leave the reply for a minute later.
+    anthropic_fake.script("Worth the wait.")
+    channel = FlakyChannel()
+    limited = DeliveryError("429 Too Many Requests", retry_after=0.01, rate_limited=True)
+    channel.failures = [limited] * (MAX_ATTEMPTS + 2) + [DeliveryError("502", retry_after=0.01)]
+    async with running_bruce(
+        make_config(tmp_path, anthropic_fake.base_url), channels=[channel]
+    ) as bruce:
+        await _say(channel, "hello")
+        await wait_until(
+            lambda: _rows(bruce, "SELECT 1 FROM messages WHERE role='assistant' AND status='sent'")
+        )
+        attempts = await _rows(bruce, "SELECT attempt, status FROM deliveries ORDER BY id")
+    assert channel.delivered == ["Worth the wait."]
+    tries = MAX_ATTEMPTS + 4  # six rate limits, one failure, then through
+    assert attempts == [(n, "retrying") for n in range(1, tries)] + [(tries, "sent")]
 
 
 async def test_a_permanent_failure_is_not_retried_and_is_visible(
