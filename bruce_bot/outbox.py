@@ -19,6 +19,10 @@ after the text as parts of their own, on channels that take files, up to
 `tools.artifacts.send_file_max_bytes`; a file that cannot be sent leaves the reply delivered
 (its text links to the file).
 
+Messages to one chat go one at a time, whole, in the order they were handed over (each part
+recorded before the next send to that chat), so a reminder firing during a long reply waits
+for it, and a send waiting out a rate limit keeps its place.
+
 A live reply (channels/live.py: the answer shown while it was written) takes the first part:
 `finish` turns what the chat already shows into that part, under the same retries and records
 as a send. Redelivery never has one: what a crash left is delivered as plain messages.
@@ -27,8 +31,9 @@ as a send. Redelivery never has one: what a crash left is delivered as plain mes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Set
-from dataclasses import dataclass, replace
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Set
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -73,6 +78,14 @@ class FileSending:
         return replace(file, data=path.read_bytes())
 
 
+@dataclass(slots=True)
+class _ChatTurn:
+    """Who is sending to one chat (`lock`, first come first served) and how many wait for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 class Outbox:
     def __init__(
         self,
@@ -90,6 +103,7 @@ class Outbox:
         self._channels = channels
         self._shared = shared  # other processes deliver from the same database (PostgreSQL)
         self._files = files  # None: replies go without their files
+        self._chat_turns: dict[tuple[str, str], _ChatTurn] = {}  # (channel, chat) being sent to
 
     def live(
         self, channel_name: str, chat_id: str, metadata: Mapping[str, object]
@@ -136,7 +150,6 @@ class Outbox:
             await self._deliveries.settle(message.message_id, "failed", [attempt])
             return "failed"
         attempts: list[DeliveryAttempt] = []  # not written yet: they go with the status
-        status: DeliveryStatus = "sent"
         parts = split_text(message.text, channel.max_message_chars)
         last = len(parts) - 1
         resume = resume or {}
@@ -164,6 +177,24 @@ class Outbox:
                         file=file,
                     )
                 )
+        # One message at a time per chat, each part sent and recorded before the next send to
+        # that chat: a chat's messages arrive whole and in order, a send waiting out a rate
+        # limit keeps its place in the line, and a later send to a chat means the earlier ones
+        # are on disk.
+        async with self._chat_turn(message.channel, message.chat_id):
+            status = await self._deliver_parts(message, pieces, skip_parts, live, attempts)
+        return status
+
+    async def _deliver_parts(
+        self,
+        message: OutboundMessage,
+        pieces: list[OutboundMessage],
+        skip_parts: Set[int],
+        live: LiveReply | None,
+        attempts: list[DeliveryAttempt],
+    ) -> DeliveryStatus:
+        channel = self._channels[message.channel]
+        status: DeliveryStatus = "sent"
         last = len(pieces) - 1
         finished_live = False
         for index, piece in enumerate(pieces):
@@ -199,6 +230,21 @@ class Outbox:
         if live is not None and not finished_live:
             await live.abandon()  # redelivery sends it whole: the half-written one goes
         return status
+
+    @contextlib.asynccontextmanager
+    async def _chat_turn(self, channel: str, chat_id: str) -> AsyncIterator[None]:
+        """This chat's turn to be sent to (first come, first served); forgotten once no one
+        waits for it."""
+        key = (channel, chat_id)
+        turn = self._chat_turns.get(key) or self._chat_turns.setdefault(key, _ChatTurn())
+        turn.users += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.users -= 1
+            if turn.users == 0:
+                del self._chat_turns[key]
 
     async def _send_with_retry(
         self,
