@@ -159,7 +159,6 @@ class ChaosModel:
         self._asks = {ask.label: ask for ask in plan}
         self._numbers = itertools.count(1)
         self.answers: dict[str, tuple[str, ...]] = {}  # r7 -> the labels it names
-        self.made_at: dict[str, float] = {}  # r7 -> time.time() its turn asked for it
         self.seen: dict[str, tuple[str, ...]] = {}  # r7 -> every label its request showed
         self.refused: dict[str, str] = {}  # reminder/briefing title -> why it was not asked for
         self.tool_errors: list[str] = []
@@ -228,7 +227,6 @@ class ChaosModel:
             return AnthropicReply(tool_calls=calls, delay_seconds=0.05)
         tag = f"r{next(self._numbers)}"
         self.answers[tag] = tuple(pending)
-        self.made_at[tag] = time.time()
         self.seen[tag] = tuple(label for text in user_texts for label in LABEL.findall(text))
         asks = [self._asks[label] for label in pending if label in self._asks]
         parts = max((ask.parts for ask in asks), default=1)
@@ -865,36 +863,18 @@ class Scenario:
     def _moved_on(
         self, earlier: Copy, ledger: Ledger, tag: str | None, part: int | None
     ) -> SentMessage | None:
-        """The first later send of `earlier`'s process that it makes only once `earlier` is
-        recorded: a later part of the same reply, or (for a reply its own turn made) a later
-        turn's reply to the same chat. Reminders run beside the turns: none."""
-        if tag is None or part is None:
-            return None
-
-        def after(copy: Copy) -> bool:
-            return copy.run == earlier.run and copy.sent.received_at > earlier.sent.received_at
-
-        chat = ledger.answer_of[tag][2]
-        own_turn = self._turn_run(tag, ledger) == earlier.run
+        """The first later send of `earlier`'s process to the same chat: the outbox sends to a
+        chat one message at a time, each part recorded before the next send to that chat."""
+        chat = earlier.sent.chat_id
         later = [
-            copy
-            for (other, number), copies in ledger.parts.items()
-            if (other == tag and number > part)
-            or (
-                own_turn
-                and other != tag
-                and ledger.answer_of[other][2] == chat
-                and self._turn_run(other, ledger) == earlier.run
-            )
+            copy.sent
+            for copies in [*ledger.parts.values(), *ledger.reminders.values(), ledger.others]
             for copy in copies
-            if after(copy)
+            if copy.run == earlier.run
+            and copy.sent.chat_id == chat
+            and copy.sent.received_at > earlier.sent.received_at
         ]
-        return min(later, key=lambda copy: copy.sent.received_at).sent if later else None
-
-    def _turn_run(self, tag: str, ledger: Ledger) -> int | None:
-        """The run whose turn asked the model for answer `tag` (None: unknown)."""
-        made = self.model.made_at.get(tag)
-        return ledger.run_at(made) if made is not None else None
+        return min(later, key=lambda sent: sent.received_at) if later else None
 
     # ---- stories for what went wrong --------------------------------------------------------
 

@@ -15,18 +15,16 @@ A message the user gets twice is excused only when both hold:
 * `deliveries` does not record it as sent before the second copy went out (a recorded part is
   one the redelivery must skip: a second copy of it is a bug, however the kill fell).
 
-and no later send proves the process had moved on: a later part of the same reply by the same
-process (the outbox commits a part before it sends the next), or a later reply of a later turn
-in the same chat by the same process when this copy came from a turn of that process too (a
-chat's turns run one at a time, each delivered and settled before the next begins). Sends that
-run beside a chat's turns prove nothing about them: reminders fire on their own task, and the
-start-up redelivery runs while recovered turns answer, so a reminder, or a redelivered copy, is
-judged by `deliveries` and the measured window only. Each copy can excuse at most the one copy
+and no later send proves the process had moved on past it: any later send by the same process
+to the same chat (the outbox sends to a chat one message at a time, each part recorded before
+the next send to that chat: bruce_bot/outbox.py). Each copy can excuse at most the one copy
 that follows it, so one kill excuses at most one copy per send in flight at it.
 
 Lateness: a reminder is late when Bruce was up (ready, not yet stopped) for more than
 `LATE_LIMIT` seconds in all between its due time and its delivery (`uptime_between`): the
-restart that could deliver it has that long. A chaos run with fewer than `MIN_STOPS` stops has
+restart that could deliver it has that long. A briefing is judged by its firing (its run's
+`created_at` in `task_runs`): once fired it is a turn like any message, which must be answered,
+once, but whose model takes the time it takes. A chaos run with fewer than `MIN_STOPS` stops has
 not tested what it claims (`too_few_stops`).
 """
 
@@ -187,9 +185,8 @@ def in_flight_excuse(
 ) -> Verdict:
     """Whether a second copy (arriving at `again_at`) of `first` is fair. `sender`: the process
     that sent `first`, stopped before the second copy (None: none was, the same process or a
-    live one sent it twice); `recorded`: the rows recording that part sent; `moved_on`: a
-    later send by the same process that it makes only after recording `first` (see the module
-    docstring)."""
+    live one sent it twice); `recorded`: the rows recording that part sent; `moved_on`: the
+    first later send by the same process to the same chat (see the module docstring)."""
     if sender is None or sender.signalled_at is None:
         return Verdict(False, "not stopped in between: a process that kept running sent it twice")
     stopped, exited = sender.signalled_at, sender.exited_at or again_at

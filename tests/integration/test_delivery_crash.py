@@ -196,12 +196,14 @@ async def test_a_kill_at_a_random_moment_of_a_delivery_repeats_at_most_the_part_
     )
     for part in repeated:
         first, again = copies[part]
+        later = [c for c in telegram.sent[ALICE.id] if first.received_at < c.received_at <= kill]
         verdict = in_flight_excuse(
             first,
             daemon.lives[0],
             window,
             again_at=again.received_at,
             recorded=recorded.get((mid, part), []),
+            moved_on=later[0] if later else None,
         )
         assert verdict.excused, f"{context}: part {part}: {verdict.why}"
         print(f"seed={seed}: part {part} excused: {verdict.why}")
