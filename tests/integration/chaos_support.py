@@ -50,6 +50,7 @@ from tests.integration.crash_judge import (
     CommitWindow,
     Recorded,
     Verdict,
+    busy_uptime,
     lateness_problem,
     sent_rows,
     too_few_stops,
@@ -794,6 +795,9 @@ class Scenario:
             )
             delivered = _utc(runs[0].get("created_at")) if runs else delivered
         late = self._uptime_between(due, delivered)
+        if kind == "reminder":  # a chat's messages go one at a time, at Telegram's pace
+            chat_id = int(tasks[0].get("chat_id") or 0)
+            late -= busy_uptime(self._line_busy(chat_id), due, delivered, self._uptime_between)
         findings.stats.setdefault(f"{kind} lateness", []).append(late)
         problem = lateness_problem(title, late, self.late_limit(title))
         if problem is not None:
@@ -801,6 +805,22 @@ class Scenario:
                 f"{problem}: due {self.t(due)}, delivered {self.t(delivered)}; "
                 + self._task_story(title)
             )
+
+    def _line_busy(self, chat_id: int) -> list[tuple[float, float]]:
+        """When a chat's line was busy: each send Telegram was answering, each wait a 429 of
+        its sending limits imposed on that chat."""
+        sends = [
+            (sent.received_at, sent.answered_at or sent.received_at)
+            for sent in self.telegram.sent.get(chat_id, [])
+        ]
+        waits = [
+            (at, at + retry_after)
+            for (chat, retry_after), at in zip(
+                self.telegram.rate_limited, self.telegram.rate_limited_at, strict=True
+            )
+            if chat == chat_id
+        ]
+        return sends + waits
 
     def late_limit(self, title: str) -> float:
         """How late (in seconds of uptime) a reminder may reach Telegram, a briefing fire."""

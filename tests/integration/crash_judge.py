@@ -21,16 +21,20 @@ the next send to that chat: bruce_bot/outbox.py). Each copy can excuse at most t
 that follows it, so one kill excuses at most one copy per send in flight at it.
 
 Lateness: a reminder is late when Bruce was up (ready, not yet stopped) for more than
-`LATE_LIMIT` seconds in all between its due time and its delivery (`uptime_between`): the
-restart that could deliver it has that long. A briefing is judged by its firing (its run's
-`created_at` in `task_runs`): once fired it is a turn like any message, which must be answered,
-once, but whose model takes the time it takes. A chaos run with fewer than `MIN_STOPS` stops has
+`LATE_LIMIT` seconds in all between its due time and its delivery (`uptime_between`), not
+counting the time its chat's line was busy (`busy_uptime`: a send to that chat Telegram was
+answering, or a `retry_after` its sending limits imposed there — a chat's messages go one at a
+time, and Telegram takes about one a second): the restart that could deliver it has that
+long. A briefing is judged by its firing (its run's `created_at` in `task_runs`): once fired it
+is a turn like any message, which must be answered, once, but whose model takes the time it
+takes. A chaos run with fewer than `MIN_STOPS` stops has
 not tested what it claims (`too_few_stops`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -233,6 +237,24 @@ def uptime_between(runs: Iterable[Lifetime], start: float, end: float, now: floa
         stopped = run.signalled_at or run.exited_at or now
         up += max(0.0, min(end, stopped) - max(start, run.ready_at))
     return up
+
+
+def busy_uptime(
+    busy: Iterable[tuple[float, float]],
+    start: float,
+    end: float,
+    uptime: Callable[[float, float], float],
+) -> float:
+    """Seconds of `start`..`end` when Bruce was up (`uptime(a, b)`: its seconds up in a..b) and
+    a chat's line was `busy` (intervals: a send Telegram was answering, a wait its
+    `retry_after` imposed)."""
+    spans = list(busy)
+    edges = sorted({start, end, *(t for span in spans for t in span if start < t < end)})
+    return sum(
+        uptime(left, right)
+        for left, right in itertools.pairwise(edges)
+        if any(a <= (left + right) / 2 < b for a, b in spans)
+    )
 
 
 def lateness_problem(what: str, late: float, limit: float = LATE_LIMIT) -> str | None:
