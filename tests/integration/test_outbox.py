@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from sqlalchemy import text
@@ -167,3 +168,47 @@ async def test_a_reply_stored_before_a_crash_is_delivered_at_start_up(
         await wait_until(lambda: channel.delivered)
     assert channel.delivered == ["Stored before the crash."]
     assert anthropic_fake.requests == []  # delivered from storage, no new LLM call
+
+
+class GatedChannel(FlakyChannel):
+    """Holds the send of the text "first" until `gate` is set; notes what the deliveries table
+    held when each send began (`seen`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.started: list[str] = []
+        self.seen: dict[str, list[tuple]] = {}
+        self.bruce: Bruce | None = None
+
+    async def send(self, message: OutboundMessage) -> None:
+        self.started.append(message.text)
+        if self.bruce is not None:
+            self.seen[message.text] = await _rows(
+                self.bruce, "SELECT chat_id, status FROM deliveries ORDER BY id"
+            )
+        if message.text == "first":
+            await self.gate.wait()
+        self.delivered.append(message.text)
+
+
+async def test_messages_to_one_chat_go_one_at_a_time_each_recorded_before_the_next(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    channel = GatedChannel()
+    async with running_bruce(
+        make_config(tmp_path, anthropic_fake.base_url), channels=[channel]
+    ) as bruce:
+        assert bruce.outbox is not None
+        channel.bruce = bruce
+        first = asyncio.create_task(bruce.outbox.deliver(OutboundMessage("flaky", "1", "first")))
+        await wait_until(lambda: channel.started == ["first"])
+        second = asyncio.create_task(bruce.outbox.deliver(OutboundMessage("flaky", "1", "second")))
+        # Another chat is not held up by this one.
+        assert await bruce.outbox.deliver(OutboundMessage("flaky", "2", "elsewhere")) == "sent"
+        assert channel.started == ["first", "elsewhere"]  # "second" waits for its chat's turn
+        channel.gate.set()
+        assert await asyncio.gather(first, second) == ["sent", "sent"]
+    assert channel.delivered == ["elsewhere", "first", "second"]
+    # The first was on disk, sent, before the second send to that chat began.
+    assert ("1", "sent") in channel.seen["second"]
