@@ -183,7 +183,8 @@ async def test_a_kill_at_a_random_moment_of_a_delivery_repeats_at_most_the_part_
     assert sent == [(0,), (1,), (2,)], context
     # And that part was in flight by the commit window this run measured, unrecorded.
     recorded = sent_rows(
-        db_rows(
+        dict(row)
+        for row in db_rows(
             daemon.data_dir, "SELECT message_id, part, attempt, status, created_at FROM deliveries"
         )
     )
