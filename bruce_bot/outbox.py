@@ -5,15 +5,23 @@ that stored it (storage/leases.py), so a crash between the two is repaired by `r
 start-up and then periodically, by any process running the channel, once the claim lapsed.
 Long texts are split at the channel's limit on paragraph, line and word boundaries without
 breaking code fences. Failed sends are retried with backoff (honouring a platform's
-retry-after). Every attempt is recorded in `deliveries` as it happens — a part the platform
-accepted is committed before the next one is tried, so a crash resends at most the part in
-flight — and the last one together with the message's final status: `sent`, `failed`
-(permanent) or `undelivered`; the latter are tried again by `redeliver` too, skipping the parts
-recorded sent, and resuming a part a platform took as several messages (Telegram, when the
-HTML grew past its limit) after the pieces recorded delivered. The artifacts a turn saved go
+retry-after); a platform's rate limit ("retry after N s") is waited out without counting as a
+failed attempt, up to `RATE_LIMIT_PATIENCE_SECONDS` per part: sends racing for one chat's
+allowance (a reminder firing beside a reply) would otherwise use up their attempts in seconds
+and wait for the next redelivery, a minute later. Every attempt is recorded in `deliveries` as
+it happens — a part the platform accepted is committed before the next one is tried, so a crash
+resends at most the part in flight — and the last one together with the message's final
+status: `sent`, `failed` (permanent) or `undelivered`; the latter are tried again by
+`redeliver` too, skipping the parts recorded sent, and resuming a part a platform took as
+several messages (Telegram, when the HTML grew past its limit) after the pieces recorded
+delivered. The artifacts a turn saved go
 after the text as parts of their own, on channels that take files, up to
 `tools.artifacts.send_file_max_bytes`; a file that cannot be sent leaves the reply delivered
 (its text links to the file).
+
+Messages to one chat go one at a time, whole, in the order they were handed over (each part
+recorded before the next send to that chat), so a reminder firing during a long reply waits
+for it, and a send waiting out a rate limit keeps its place.
 
 A live reply (channels/live.py: the answer shown while it was written) takes the first part:
 `finish` turns what the chat already shows into that part, under the same retries and records
@@ -23,8 +31,9 @@ as a send. Redelivery never has one: what a crash left is delivered as plain mes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Set
-from dataclasses import dataclass, replace
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Set
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -40,7 +49,9 @@ from bruce_bot.text import split_text
 
 log = structlog.get_logger(__name__)
 
-MAX_ATTEMPTS = 4
+MAX_ATTEMPTS = 4  # failed attempts of one part before it is left `undelivered`
+# How long one part waits out a platform's rate limits, in all, before they count as failures.
+RATE_LIMIT_PATIENCE_SECONDS = 60.0
 BASE_BACKOFF_SECONDS = 0.5
 # Replies older than this are not redelivered: a day-old answer would only confuse.
 REDELIVERY_WINDOW = timedelta(hours=24)
@@ -67,6 +78,14 @@ class FileSending:
         return replace(file, data=path.read_bytes())
 
 
+@dataclass(slots=True)
+class _ChatTurn:
+    """Who is sending to one chat (`lock`, first come first served) and how many wait for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 class Outbox:
     def __init__(
         self,
@@ -84,6 +103,7 @@ class Outbox:
         self._channels = channels
         self._shared = shared  # other processes deliver from the same database (PostgreSQL)
         self._files = files  # None: replies go without their files
+        self._chat_turns: dict[tuple[str, str], _ChatTurn] = {}  # (channel, chat) being sent to
 
     def live(
         self, channel_name: str, chat_id: str, metadata: Mapping[str, object]
@@ -130,7 +150,6 @@ class Outbox:
             await self._deliveries.settle(message.message_id, "failed", [attempt])
             return "failed"
         attempts: list[DeliveryAttempt] = []  # not written yet: they go with the status
-        status: DeliveryStatus = "sent"
         parts = split_text(message.text, channel.max_message_chars)
         last = len(parts) - 1
         resume = resume or {}
@@ -158,6 +177,24 @@ class Outbox:
                         file=file,
                     )
                 )
+        # One message at a time per chat, each part sent and recorded before the next send to
+        # that chat: a chat's messages arrive whole and in order, a send waiting out a rate
+        # limit keeps its place in the line, and a later send to a chat means the earlier ones
+        # are on disk.
+        async with self._chat_turn(message.channel, message.chat_id):
+            status = await self._deliver_parts(message, pieces, skip_parts, live, attempts)
+        return status
+
+    async def _deliver_parts(
+        self,
+        message: OutboundMessage,
+        pieces: list[OutboundMessage],
+        skip_parts: Set[int],
+        live: LiveReply | None,
+        attempts: list[DeliveryAttempt],
+    ) -> DeliveryStatus:
+        channel = self._channels[message.channel]
+        status: DeliveryStatus = "sent"
         last = len(pieces) - 1
         finished_live = False
         for index, piece in enumerate(pieces):
@@ -194,6 +231,21 @@ class Outbox:
             await live.abandon()  # redelivery sends it whole: the half-written one goes
         return status
 
+    @contextlib.asynccontextmanager
+    async def _chat_turn(self, channel: str, chat_id: str) -> AsyncIterator[None]:
+        """This chat's turn to be sent to (first come, first served); forgotten once no one
+        waits for it."""
+        key = (channel, chat_id)
+        turn = self._chat_turns.get(key) or self._chat_turns.setdefault(key, _ChatTurn())
+        turn.users += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.users -= 1
+            if turn.users == 0:
+                del self._chat_turns[key]
+
     async def _send_with_retry(
         self,
         send: Callable[[OutboundMessage], Awaitable[None]],
@@ -216,7 +268,10 @@ class Outbox:
                 )
             )
 
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        attempt = failures = 0
+        waited = 0.0  # waiting out rate limits
+        while failures < MAX_ATTEMPTS:
+            attempt += 1
             try:
                 await send(message)
             except DeliveryError as exc:
@@ -239,7 +294,10 @@ class Outbox:
                 if exc.permanent:
                     note(attempt, "failed", str(exc))
                     return "failed"
-                if attempt == MAX_ATTEMPTS:
+                limited = exc.rate_limited and exc.retry_after is not None
+                limited = limited and waited + (exc.retry_after or 0) <= RATE_LIMIT_PATIENCE_SECONDS
+                failures += 0 if limited else 1
+                if failures == MAX_ATTEMPTS:
                     note(attempt, "failed", str(exc))
                     return "undelivered"
                 note(attempt, "retrying", str(exc))
@@ -247,7 +305,9 @@ class Outbox:
                 attempts.clear()
                 if message.message_id is not None:  # still ours while we wait to retry
                     await self._messages.extend_claim(message.message_id)
-                await asyncio.sleep(exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (attempt - 1))
+                delay = exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (failures - 1)
+                waited += delay if limited else 0.0
+                await asyncio.sleep(delay)
             except Exception as exc:  # an adapter bug must not kill the worker
                 log.exception(
                     "delivery_crashed",

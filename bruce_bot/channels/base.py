@@ -40,6 +40,8 @@ class InboxPort(Protocol):
 
 class DeliveryError(Exception):
     """A send failed. `permanent` failures (chat gone, bot blocked) must not be retried.
+    `rate_limited`: the platform's "too many requests, retry after `retry_after` s" — not a
+    failure of the send, which waits as told (the outbox counts it apart from failed attempts).
     `pieces_sent`: of a part the platform took as several messages, how many it had accepted
     before the failure (the outbox records it, and a later attempt starts after them)."""
 
@@ -50,11 +52,13 @@ class DeliveryError(Exception):
         permanent: bool = False,
         retry_after: float | None = None,
         pieces_sent: int = 0,
+        rate_limited: bool = False,
     ):
         super().__init__(message)
         self.permanent = permanent
         self.retry_after = retry_after
         self.pieces_sent = pieces_sent
+        self.rate_limited = rate_limited
 
 
 class ChannelAdapter(Protocol):

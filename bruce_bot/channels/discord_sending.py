@@ -156,7 +156,7 @@ def _delivery_error(exc: Exception, chat_id: str) -> DeliveryError:
     if isinstance(exc, discord.NotFound):
         return DeliveryError(f"Discord channel {chat_id} does not exist", permanent=True)
     if isinstance(exc, discord.RateLimited):
-        return DeliveryError("Discord rate limit", retry_after=exc.retry_after)
+        return DeliveryError("Discord rate limit", retry_after=exc.retry_after, rate_limited=True)
     if isinstance(exc, discord.HTTPException):
         transient = exc.status == 429 or exc.status >= 500
         return DeliveryError(

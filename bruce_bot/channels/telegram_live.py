@@ -91,7 +91,9 @@ class TelegramLive:
                 await bot.send_message_draft(chat_id, self._draft_id, text)
                 return
             except RetryAfter as exc:
-                raise DeliveryError(str(exc), retry_after=retry_after_seconds(exc)) from None
+                raise DeliveryError(
+                    str(exc), retry_after=retry_after_seconds(exc), rate_limited=True
+                ) from None
             except TelegramError as exc:  # an older server (404), a chat that takes none
                 log.info(
                     "telegram_drafts_unavailable",
@@ -113,7 +115,9 @@ class TelegramLive:
             else:
                 await bot.edit_message_text(text, chat_id=chat_id, message_id=self.message_id)
         except RetryAfter as exc:
-            raise DeliveryError(str(exc), retry_after=retry_after_seconds(exc)) from None
+            raise DeliveryError(
+                str(exc), retry_after=retry_after_seconds(exc), rate_limited=True
+            ) from None
         except BadRequest as exc:
             if "message is not modified" in exc.message.lower():
                 return  # Telegram compares after trimming: it shows this already

@@ -286,7 +286,7 @@ class TelegramSender:
         """Telegram's error as the outbox understands it: retry later, or never."""
         text = self.scrub(f"{type(exc).__name__}: {exc}")
         if isinstance(exc, RetryAfter):
-            return DeliveryError(text, retry_after=retry_after_seconds(exc))
+            return DeliveryError(text, retry_after=retry_after_seconds(exc), rate_limited=True)
         if isinstance(exc, Forbidden):  # blocked by the user, kicked from the group
             return DeliveryError(text, permanent=True)
         if isinstance(exc, BadRequest):  # "chat not found" and every other refusal of the request

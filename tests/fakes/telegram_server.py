@@ -265,9 +265,11 @@ class FakeTelegramServer:
         self.token = token
         self.send_delay = send_delay  # seconds between taking a sendMessage and answering it
         # Telegram's sending limits (None: none; `SendLimits()`: the documented ones). Every
-        # 429 they caused is kept in `rate_limited`: (chat id, retry_after).
+        # 429 they caused is kept in `rate_limited`: (chat id, retry_after), and when it was
+        # answered in `rate_limited_at` (time.time(), as `SentMessage.received_at`).
         self.limits = limits
         self.rate_limited: list[tuple[int, int]] = []
+        self.rate_limited_at: list[float] = []
         self._clock = clock
         self._buckets: dict[tuple[str, int], _Bucket] = {}
         self._long_poll: asyncio.Future[None] | None = None  # ends the held getUpdates with 409
@@ -804,6 +806,7 @@ class FakeTelegramServer:
         if wait > 0:
             retry_after = max(1, math.ceil(wait))
             self.rate_limited.append((chat_id, retry_after))
+            self.rate_limited_at.append(time.time())
             self._notify()
             raise _APIError(
                 429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}

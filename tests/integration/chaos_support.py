@@ -1,7 +1,8 @@
 """The chaos test's machinery (tests/integration/test_chaos.py): a seeded plan of Telegram
 messages, a model that answers each one by naming it, the real daemon in its own process group
 stopped by a signal at seeded moments and started again over the same SQLite file, and the
-ledger that counts what reached the fake Bot API against the plan.
+ledger that counts what reached the fake Bot API (with Telegram's sending limits on) against the
+plan.
 
 Every answer names what it answers, and which answer it is: `[r7 part 2/3] re msg-c2-014
 msg-c2-015.` (`r7`: the model's 7th final answer; one line like it opens each part of a long
@@ -9,11 +10,14 @@ answer). The same text twice at Telegram is therefore one stored reply sent twic
 different answers naming one message mean it was answered twice. Reminders arrive as
 `⏰ rem-c2-014`, briefings as a reply naming `brief-c2-014`.
 
-A second copy of a part (or of a reminder) is excused only when its first copy was in flight
-when a SIGKILL hit: Telegram had taken it, and its answer had not reached the process in time to
-be recorded (`COMMIT_SLACK`), and no later part of the same reply had gone out meanwhile (which
-would show that the process had moved on without recording it). Nothing is excused after a
-SIGTERM: a graceful stop must finish or record what it sends.
+A second copy of a part (or of a reminder) is excused only by crash_judge.py's rules: its first
+copy was in flight at a SIGKILL of the process that sent it (Telegram answered it later than the
+commit window measured in this run before the kill), `deliveries` does not record it sent, and
+no later send of that process proves it had moved on. Nothing is excused after a SIGTERM: a
+graceful stop must finish or record what it sends. A reminder is late past crash_judge's
+`LATE_LIMIT` seconds of uptime after its due time; what is left stuck at the end (a message
+waiting or in a turn, a stored reply unsent or never seen at Telegram, a task or run still
+open), and a chaos phase with too few stops, fail the run.
 """
 
 from __future__ import annotations
@@ -40,18 +44,28 @@ import httpx
 import yaml
 
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
-from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+from tests.fakes.telegram_server import FakeTelegramServer, SendLimits, SentMessage
+from tests.integration.crash_judge import (
+    LATE_LIMIT,
+    CommitWindow,
+    Recorded,
+    Verdict,
+    busy_uptime,
+    lateness_problem,
+    sent_rows,
+    too_few_stops,
+    uptime_between,
+)
+from tests.integration.crash_judge import in_flight_excuse as judge_in_flight
 
 # A message, or a briefing as it comes back from the scheduler, named in the model's answers.
 LABEL = re.compile(r"\b(?:msg|brief)-c\d+-\d+\b")
 HEADER = re.compile(r"\[(r\d+) part (\d+)/(\d+)\] re ([^.\]]*)\.")
 REMINDER_TEXT = re.compile(r"⏰ (rem-c\d+-\d+)")
-# Between Telegram's answer and the process recording it: a commit on a busy 2-core machine.
+# The cluster judge's slack (cluster_support.py, through `in_flight_excuse` below) until it
+# moves to crash_judge.py's measured window; the SQLite chaos judge no longer uses them.
 COMMIT_SLACK = 0.5
-# A send the process wrote just before the signal landed reaches the fake a moment after the
-# harness noted the signal: it was still in flight at the kill.
 SIGNAL_SLACK = 0.1
-LATE_LIMIT = 60.0  # seconds late, not counting the time Bruce was down
 FILLER = "Nothing more to add here, this sentence only makes the answer long. " * 34
 SUMMARY_MARK = "<new_messages>"
 # What marks an error or a warning in the daemon's log, as text or as JSON lines.
@@ -374,6 +388,22 @@ class Findings:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class Deliveries:
+    """What Bruce's database says it sent: the stored message of each answer (r7) and of each
+    reminder (rem-c2-014), their `deliveries` rows recording parts sent, and the commit window
+    measured from those rows against the copies Telegram took."""
+
+    replies: dict[str, int] = field(default_factory=dict)  # r7 -> message id
+    reminders: dict[str, int] = field(default_factory=dict)  # rem-c2-014 -> message id
+    statuses: dict[int, str] = field(default_factory=dict)  # message id -> its status
+    sent: dict[tuple[int, int], list[Recorded]] = field(default_factory=dict)
+    window: CommitWindow = field(default_factory=CommitWindow)
+
+    def recorded(self, message_id: int | None, part: int) -> list[Recorded]:
+        return self.sent.get((message_id, part), []) if message_id is not None else []
+
+
 def _utc(value: Any) -> float | None:
     if value is None:
         return None
@@ -447,8 +477,10 @@ def in_flight_excuse(
     part: int | None,
     t: Callable[[float | None], str],
 ) -> str | None:
-    """Why a second copy of `first` was fair, or (starting with "not") why it was not: it was in
-    flight when a SIGKILL hit the run of `runs` that sent it (`t` writes a moment)."""
+    """The cluster judge's excuse (cluster_support.py) until it moves to crash_judge.py: why a
+    second copy of `first` was fair, or (starting with "not") why it was not: it was in flight
+    (`COMMIT_SLACK`, `SIGNAL_SLACK`) when a SIGKILL hit the run of `runs` that sent it (`t`
+    writes a moment). The SQLite chaos judge uses crash_judge.py's stricter rules."""
     for run in runs:
         stopped = run.signalled_at
         if stopped is None or not run.spawned_at <= first.received_at <= stopped + SIGNAL_SLACK:
@@ -500,6 +532,8 @@ class Scenario:
         self.started = time.time()
         self.stops = 0  # by `stop_signal`, at the seeded moments
         self.notes: list[str] = []
+        self.failures: list[str] = []  # what the harness saw go wrong (judged as problems)
+        self.deliveries = Deliveries()  # read by `judge`
 
     # ---- what the judgement reads (a cluster's scenario reads its processes and PostgreSQL) -
 
@@ -575,7 +609,8 @@ class Scenario:
 
     def judge(self) -> Findings:
         ledger = self.ledger()
-        findings = Findings()
+        findings = Findings(problems=list(self.failures))
+        self.deliveries = self.read_deliveries(ledger)
         for ask in self.pushed:
             self._judge_answered(ask.label, ledger, findings)
         for ask in self.expected_briefings:
@@ -642,8 +677,70 @@ class Scenario:
                 findings.problems.append(f"HUNG {run.name}: {run.signal}")
         for error in self.model.tool_errors:
             findings.problems.append(f"TOOL ERROR seen by the model: {error}")
+        self._judge_leftovers(ledger, findings)
         findings.stats = self._stats(ledger, findings)
         return findings
+
+    def read_deliveries(self, ledger: Ledger) -> Deliveries:
+        """The stored replies and reminders, their rows in `deliveries`, and the commit window
+        measured from them: each row against the copy it records, and each next part of a
+        reply sent at its first attempt against the previous part's answer."""
+        found = Deliveries()
+        for row in self.rows("SELECT id, status, content FROM messages WHERE role = 'assistant'"):
+            if "id" not in row:
+                continue
+            content = str(row.get("content") or "")
+            found.statuses[int(row["id"])] = str(row.get("status"))
+            if header := HEADER.search(content):
+                found.replies.setdefault(header.group(1), int(row["id"]))
+            elif reminder := REMINDER_TEXT.match(content):
+                found.reminders.setdefault(reminder.group(1), int(row["id"]))
+        found.sent = sent_rows(
+            self.rows("SELECT message_id, part, attempt, status, created_at FROM deliveries")
+        )
+        window = found.window
+        for tag, (total, _, _) in ledger.answer_of.items():
+            mid = found.replies.get(tag)
+            window.measure_reply(
+                [
+                    [(copy.sent, copy.run) for copy in ledger.parts.get((tag, part), [])]
+                    for part in range(1, total + 1)
+                ],
+                [found.recorded(mid, part) for part in range(total)],
+            )
+        for title, copies in ledger.reminders.items():
+            mid = found.reminders.get(title)
+            window.measure([copy.sent for copy in copies], found.recorded(mid, 0))
+        return found
+
+    def _judge_leftovers(self, ledger: Ledger, findings: Findings) -> None:
+        """Nothing may be left half-done once Bruce settled and stopped gracefully: no message
+        waiting or in a turn, no stored reply unsent (or stored as sent and never seen at
+        Telegram), no one-shot task still active, no run of one still open."""
+        stuck = self.rows(
+            "SELECT id, role, kind, status, substr(content, 1, 50) AS content FROM messages "
+            "WHERE (role = 'user' AND status IN ('pending', 'processing')) OR "
+            "(role = 'assistant' AND status != 'sent')"
+        )
+        for row in stuck:
+            what = "UNSENT stored reply" if row.get("role") == "assistant" else "STUCK message"
+            findings.problems.append(f"{what}: {row}")
+        arrived = {**dict.fromkeys(ledger.answer_of), **dict.fromkeys(ledger.reminders)}
+        stored = {**self.deliveries.replies, **self.deliveries.reminders}
+        for name, mid in sorted(stored.items()):
+            if name not in arrived and self.deliveries.statuses.get(mid) == "sent":
+                findings.problems.append(
+                    f"NEVER ARRIVED {name}: message {mid} is stored as sent, Telegram never "
+                    f"took it; deliveries {self.deliveries.recorded(mid, 0)}"
+                )
+        for row in self.rows(
+            "SELECT id, title, status, next_run_at FROM proactive_tasks WHERE status = 'active'"
+        ):
+            findings.problems.append(f"STUCK task: {row}")
+        for row in self.rows(
+            "SELECT id, task_id, status, attempts, error FROM task_runs WHERE status != 'delivered'"
+        ):
+            findings.problems.append(f"STUCK run of a task: {row}")
 
     def _judge_answered(self, label: str, ledger: Ledger, findings: Findings) -> None:
         tags = sorted(ledger.answered_by.get(label, ()), key=lambda tag: int(tag[1:]))
@@ -690,22 +787,47 @@ class Scenario:
         due = _utc(tasks[0].get("run_at"))
         if due is None:
             return
+        kind = "reminder" if title.startswith("rem-") else "briefing"
+        if kind == "briefing":
+            # A briefing is a turn once fired, judged like any message: its firing is on time.
+            runs = self.rows(
+                "SELECT created_at FROM task_runs WHERE task_id = ? ORDER BY id", tasks[0].get("id")
+            )
+            delivered = _utc(runs[0].get("created_at")) if runs else delivered
         late = self._uptime_between(due, delivered)
-        findings.stats.setdefault("lateness", []).append(late)
-        if late > LATE_LIMIT:
+        if kind == "reminder":  # a chat's messages go one at a time, at Telegram's pace
+            chat_id = int(tasks[0].get("chat_id") or 0)
+            late -= busy_uptime(self._line_busy(chat_id), due, delivered, self._uptime_between)
+        findings.stats.setdefault(f"{kind} lateness", []).append(late)
+        problem = lateness_problem(title, late, self.late_limit(title))
+        if problem is not None:
             findings.problems.append(
-                f"LATE {title}: due {self.t(due)}, delivered {self.t(delivered)}, "
-                f"{late:.1f} s late while Bruce was up (limit {LATE_LIMIT:.0f} s)"
+                f"{problem}: due {self.t(due)}, delivered {self.t(delivered)}; "
+                + self._task_story(title)
             )
 
+    def _line_busy(self, chat_id: int) -> list[tuple[float, float]]:
+        """When a chat's line was busy: each send Telegram was answering, each wait a 429 of
+        its sending limits imposed on that chat."""
+        sends = [
+            (sent.received_at, sent.answered_at or sent.received_at)
+            for sent in self.telegram.sent.get(chat_id, [])
+        ]
+        waits = [
+            (at, at + retry_after)
+            for (chat, retry_after), at in zip(
+                self.telegram.rate_limited, self.telegram.rate_limited_at, strict=True
+            )
+            if chat == chat_id
+        ]
+        return sends + waits
+
+    def late_limit(self, title: str) -> float:
+        """How late (in seconds of uptime) a reminder may reach Telegram, a briefing fire."""
+        return LATE_LIMIT
+
     def _uptime_between(self, start: float, end: float) -> float:
-        up = 0.0
-        for run in self.runs:
-            if run.ready_at is None:
-                continue
-            stopped = run.signalled_at or run.exited_at or time.time()
-            up += max(0.0, min(end, stopped) - max(start, run.ready_at))
-        return up
+        return uptime_between(self.runs, start, end, time.time())
 
     def _judge_copies(
         self,
@@ -719,23 +841,60 @@ class Scenario:
     ) -> None:
         for earlier, later in itertools.pairwise(copies):
             first = earlier.sent
-            why = self._excuse(first, ledger, tag, part)
-            if later.run == earlier.run:
-                why = f"not stopped in between: {self.run_name(later.run)} sent it twice"
+            verdict = self._verdict(earlier, later, ledger, tag, part)
             story = (
                 f"DOUBLED {what}: copy at {self.t(first.received_at)} "
                 f"({self.run_name(earlier.run)}, answered {self.t(first.answered_at)}), again at "
                 f"{self.t(later.sent.received_at)} ({self.run_name(later.run)})"
             )
-            if why is not None and not why.startswith("not"):
-                findings.excused.append(f"{story}: {why}")
-            else:
-                findings.problems.append(f"{story}: {why or 'no stop explains it'}")
+            (findings.excused if verdict.excused else findings.problems).append(
+                f"{story}: {verdict.why}"
+            )
 
-    def _excuse(
-        self, first: SentMessage, ledger: Ledger, tag: str | None, part: int | None
-    ) -> str | None:
-        return in_flight_excuse(first, self.runs, ledger, tag, part, self.t)
+    def _verdict(
+        self, earlier: Copy, later: Copy, ledger: Ledger, tag: str | None, part: int | None
+    ) -> Verdict:
+        """crash_judge's verdict on the copy after `earlier`: each copy excuses at most the one
+        that follows it, so a kill excuses at most one copy per send in flight at it."""
+        if later.run == earlier.run:
+            return Verdict(
+                False, f"not stopped in between: {self.run_name(later.run)} sent it twice"
+            )
+        if tag is not None and part is not None:
+            mid = self.deliveries.replies.get(tag)
+            index = part - 1  # the header's parts are the outbox's, counted from 0
+        else:
+            reminder = REMINDER_TEXT.match(earlier.sent.plain)
+            mid = self.deliveries.reminders.get(reminder.group(1)) if reminder else None
+            index = 0
+        if mid is None:
+            return Verdict(False, "not stored: no message in the database holds this text")
+        runs = self.runs
+        sender = runs[earlier.run - 1] if 0 < earlier.run <= len(runs) else None
+        return judge_in_flight(
+            earlier.sent,
+            sender,
+            self.deliveries.window,
+            again_at=later.sent.received_at,
+            recorded=self.deliveries.recorded(mid, index),
+            moved_on=self._moved_on(earlier, ledger, tag, part),
+        )
+
+    def _moved_on(
+        self, earlier: Copy, ledger: Ledger, tag: str | None, part: int | None
+    ) -> SentMessage | None:
+        """The first later send of `earlier`'s process to the same chat: the outbox sends to a
+        chat one message at a time, each part recorded before the next send to that chat."""
+        chat = earlier.sent.chat_id
+        later = [
+            copy.sent
+            for copies in [*ledger.parts.values(), *ledger.reminders.values(), ledger.others]
+            for copy in copies
+            if copy.run == earlier.run
+            and copy.sent.chat_id == chat
+            and copy.sent.received_at > earlier.sent.received_at
+        ]
+        return min(later, key=lambda sent: sent.received_at) if later else None
 
     # ---- stories for what went wrong --------------------------------------------------------
 
@@ -793,7 +952,8 @@ class Scenario:
 
     def _stats(self, ledger: Ledger, findings: Findings) -> dict[str, Any]:
         runs = self.runs
-        lateness = findings.stats.get("lateness", [])
+        reminders_late = findings.stats.get("reminder lateness", [])
+        briefings_late = findings.stats.get("briefing lateness", [])
         return {
             "messages": len(self.pushed),
             "chats": len({ask.user_id for ask in self.pushed}),
@@ -806,7 +966,10 @@ class Scenario:
             "sendMessage": sum(len(m) for m in self.telegram.sent.values()),
             "model answers": len(self.model.answers),
             "excused duplicates": len(findings.excused),
-            "worst lateness s": round(max(lateness, default=0.0), 2),
+            "commit window": self.deliveries.window.describe(),
+            "worst reminder lateness s": round(max(reminders_late, default=0.0), 2),
+            "worst briefing lateness s": round(max(briefings_late, default=0.0), 2),
+            "429s": len(self.telegram.rate_limited),
             "seconds": round(time.time() - self.started, 1),
         }
 
@@ -922,7 +1085,7 @@ async def run_scenario(
     moments = random.Random(f"{seed}:stops")
     model = ChaosModel(plan)
     async with (
-        FakeTelegramServer(send_delay=SEND_DELAY) as telegram,
+        FakeTelegramServer(send_delay=SEND_DELAY, limits=SendLimits()) as telegram,
         FakeAnthropicServer(responder=model) as llm,
     ):
         daemon = ChaosDaemon(workdir, daemon_config(telegram, llm.base_url))
@@ -953,7 +1116,7 @@ async def run_scenario(
                 if len(daemon.runs) == 1 and not await daemon.wait_ready(START_TIMEOUT):
                     # The first start creates the schema: the seeded stops begin once it stands
                     # (a kill inside the migrations is a matter of its own, not this scenario's).
-                    scenario.notes.append("the first run never became ready")
+                    scenario.failures.append("NEVER READY: the first run never became ready")
                     break
                 ready = asyncio.create_task(daemon.wait_ready(START_TIMEOUT))
                 # The seeded moment of the stop, counted from the spawn: early ones hit start-up
@@ -965,9 +1128,11 @@ async def run_scenario(
                 await daemon.stop(stop_signal, within=SHUTDOWN_TIMEOUT + 20)
                 scenario.stops += 1
             driving.clear()
+            if (few := too_few_stops(scenario.stops)) is not None:
+                scenario.failures.append(few)
             await daemon.spawn()
             if not await daemon.wait_ready(START_TIMEOUT):
-                scenario.notes.append("the last run never became ready")
+                scenario.failures.append("NEVER READY: the last run never became ready")
             elif not await settle(scenario, QUIET_SECONDS):
                 scenario.notes.append(
                     "not everything arrived, and Bruce had nothing left to do (or "

@@ -1,10 +1,14 @@
-"""Chaos: the real daemon (`python -m bruce_bot run`, SQLite, Telegram against the fake Bot API,
-the fake Messages API as the model) stopped at seeded random moments a dozen times while four
-chats keep writing, asking for reminders and briefings, and started again over the same
-database each time. Counted at the fake Bot API: every message answered once, every part of
-every answer, every reminder and briefing delivered, none late by more than a minute beyond the
-downtime; after SIGKILL a part or reminder may come twice only where its first send was in
-flight when the process died, after SIGTERM never. See chaos_support.py for the rules.
+"""Chaos: the real daemon (`python -m bruce_bot run`, SQLite, Telegram against the fake Bot API
+with Telegram's sending limits, the fake Messages API as the model) stopped at seeded random
+moments a dozen times while four chats keep writing, asking for reminders and briefings, and
+started again over the same database each time. Counted at the fake Bot API: every message
+answered once, every part of every answer, every reminder and briefing delivered, a reminder
+no more than 5 s of uptime late (a briefing fired so); after SIGKILL a part or reminder may
+come twice only where crash_judge.py excuses it (in flight at the kill by the commit window
+measured in the run, unrecorded in `deliveries`, the process not gone on past it), after
+SIGTERM never. Rows left stuck, stored replies never sent and a chaos phase with too few stops
+fail the run. See chaos_support.py and crash_judge.py for the rules, and tests/README.md for
+the seeds run and what each excused.
 
 A second variant on PostgreSQL: two processes (a and b) on one database behind a balanced
 webhook, the same kind of plan, SIGKILLs at seeded moments of a seeded choice of process (the
@@ -14,7 +18,7 @@ excused only where its first copy was in flight at a SIGKILL of the process that
 downtime being when neither process could take the work (including the takeover after a kill:
 the lease plus the leader retry). See cluster_support.py's `run_cluster_chaos`.
 
-The seed is printed; rerun one with BRUCE_CHAOS_SEED=<seed>.
+The seed is printed with the report; rerun one with BRUCE_CHAOS_SEED=<seed>.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ async def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_sends_in
     tmp_path: Path,
 ) -> None:
     scenario, findings = await run_scenario(tmp_path, SEED, signal.SIGKILL)
-    print(scenario.headline(findings))
+    print(scenario.report(findings))  # the seed, the stops, what was excused and why
     assert not findings.problems, scenario.report(findings)
 
 
@@ -46,7 +50,7 @@ async def test_sigterm_at_random_moments_loses_nothing_and_repeats_nothing(
     tmp_path: Path,
 ) -> None:
     scenario, findings = await run_scenario(tmp_path, SEED, signal.SIGTERM)
-    print(scenario.headline(findings))
+    print(scenario.report(findings))
     assert not findings.problems and not findings.excused, scenario.report(findings)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from sqlalchemy import text
@@ -9,6 +10,7 @@ from sqlalchemy import text
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey
+from bruce_bot.outbox import MAX_ATTEMPTS
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 
@@ -73,6 +75,28 @@ async def test_transient_failures_are_retried_and_delivered_once(
         attempts = await _rows(bruce, "SELECT attempt, status FROM deliveries ORDER BY id")
     assert channel.delivered == ["All good."]
     assert attempts == [(1, "retrying"), (2, "retrying"), (3, "sent")]
+
+
+async def test_rate_limits_are_waited_out_without_using_up_the_attempts(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    # Sends racing for one chat's allowance can meet "retry after" more often than the outbox
+    # tries a failing send: waited out, they must not leave the reply for a minute later.
+    anthropic_fake.script("Worth the wait.")
+    channel = FlakyChannel()
+    limited = DeliveryError("429 Too Many Requests", retry_after=0.01, rate_limited=True)
+    channel.failures = [limited] * (MAX_ATTEMPTS + 2) + [DeliveryError("502", retry_after=0.01)]
+    async with running_bruce(
+        make_config(tmp_path, anthropic_fake.base_url), channels=[channel]
+    ) as bruce:
+        await _say(channel, "hello")
+        await wait_until(
+            lambda: _rows(bruce, "SELECT 1 FROM messages WHERE role='assistant' AND status='sent'")
+        )
+        attempts = await _rows(bruce, "SELECT attempt, status FROM deliveries ORDER BY id")
+    assert channel.delivered == ["Worth the wait."]
+    tries = MAX_ATTEMPTS + 4  # six rate limits, one failure, then through
+    assert attempts == [(n, "retrying") for n in range(1, tries)] + [(tries, "sent")]
 
 
 async def test_a_permanent_failure_is_not_retried_and_is_visible(
@@ -144,3 +168,47 @@ async def test_a_reply_stored_before_a_crash_is_delivered_at_start_up(
         await wait_until(lambda: channel.delivered)
     assert channel.delivered == ["Stored before the crash."]
     assert anthropic_fake.requests == []  # delivered from storage, no new LLM call
+
+
+class GatedChannel(FlakyChannel):
+    """Holds the send of the text "first" until `gate` is set; notes what the deliveries table
+    held when each send began (`seen`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.started: list[str] = []
+        self.seen: dict[str, list[tuple]] = {}
+        self.bruce: Bruce | None = None
+
+    async def send(self, message: OutboundMessage) -> None:
+        self.started.append(message.text)
+        if self.bruce is not None:
+            self.seen[message.text] = await _rows(
+                self.bruce, "SELECT chat_id, status FROM deliveries ORDER BY id"
+            )
+        if message.text == "first":
+            await self.gate.wait()
+        self.delivered.append(message.text)
+
+
+async def test_messages_to_one_chat_go_one_at_a_time_each_recorded_before_the_next(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    channel = GatedChannel()
+    async with running_bruce(
+        make_config(tmp_path, anthropic_fake.base_url), channels=[channel]
+    ) as bruce:
+        assert bruce.outbox is not None
+        channel.bruce = bruce
+        first = asyncio.create_task(bruce.outbox.deliver(OutboundMessage("flaky", "1", "first")))
+        await wait_until(lambda: channel.started == ["first"])
+        second = asyncio.create_task(bruce.outbox.deliver(OutboundMessage("flaky", "1", "second")))
+        # Another chat is not held up by this one.
+        assert await bruce.outbox.deliver(OutboundMessage("flaky", "2", "elsewhere")) == "sent"
+        assert channel.started == ["first", "elsewhere"]  # "second" waits for its chat's turn
+        channel.gate.set()
+        assert await asyncio.gather(first, second) == ["sent", "sent"]
+    assert channel.delivered == ["elsewhere", "first", "second"]
+    # The first was on disk, sent, before the second send to that chat began.
+    assert ("1", "sent") in channel.seen["second"]

@@ -23,6 +23,7 @@ import yaml
 from bruce_bot.web.login_token import read_token
 from tests.conftest import deep_merge, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
+from tests.integration.crash_judge import ProcessLife
 from tests.integration.support import messages_of, user_texts
 
 SHUTDOWN_TIMEOUT = 1.0
@@ -68,9 +69,12 @@ class Daemon:
         self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
         self.process: asyncio.subprocess.Process | None = None
         self.runs = 0
+        self.lives: list[ProcessLife] = []  # every start, and how it ended (crash_judge.py)
 
     async def start(self) -> None:
         self.runs += 1
+        life = ProcessLife(f"run {self.runs}", time.time())
+        self.lives.append(life)
         env = {k: v for k, v in os.environ.items() if k != "BRUCE_CONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
         out, err = self._output_files()
@@ -89,6 +93,7 @@ class Daemon:
                 start_new_session=True,  # its own process group, killed as one
             )
         await wait_until(self._healthy, timeout=START_TIMEOUT, interval=0.05)
+        life.ready_at = time.time()
 
     def _output_files(self) -> tuple[BinaryIO, BinaryIO]:
         return (
@@ -127,9 +132,12 @@ class Daemon:
     async def kill(self) -> None:
         """SIGKILL to the whole process group: no clean-up code of Bruce runs."""
         if self.process is not None and self.process.returncode is None:
+            life = self.lives[-1]
+            life.signal, life.signalled_at = "SIGKILL", time.time()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             await self.process.wait()
+            life.exited_at = time.time()
 
 
 @pytest.fixture
