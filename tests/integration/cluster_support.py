@@ -196,6 +196,8 @@ class ClusterModel(ChaosModel):
         self.serving: list[Serving] = []
         self.requests_by: dict[str, int] = {}
         self.due: dict[str, datetime] = {}  # reminder title -> when it is due
+        self.asked: set[str] = set()  # the titles whose due time the model gave already
+        self._gates: list[tuple[tuple[str, ...], asyncio.Event]] = []
 
     async def respond(self, body: dict[str, Any]) -> AnthropicReply:
         process = self._process_of(body)
@@ -209,11 +211,16 @@ class ClusterModel(ChaosModel):
             soonest = (datetime.now(UTC) + timedelta(seconds=DUE_LEAD_SECONDS)).replace(
                 microsecond=0
             ) + timedelta(seconds=1)
+            lead = timedelta(seconds=DUE_LEAD_SECONDS)
             calls = []
             for name, arguments, *_ in reply.tool_calls:
                 title = arguments.get("title")
                 if title in self.due:
-                    self.due[title] = max(self.due[title], soonest)
+                    # (unless that time is now past: a turn cut before its call ran, asked
+                    # again, would be refused)
+                    if title not in self.asked or self.due[title] < soonest - lead:
+                        self.due[title] = max(self.due[title], soonest)
+                        self.asked.add(title)
                     arguments = {**arguments, "run_at": self.due[title].isoformat()}
                 calls.append((name, arguments))
             return dataclasses.replace(reply, tool_calls=calls)
@@ -223,8 +230,24 @@ class ClusterModel(ChaosModel):
             self.process_of_answer[tag] = process
             now = time.time()
             think = reply.delay_seconds or 0.0
-            self.serving.append(Serving(process, tag, self.answers[tag], now, now + think))
+            labels = self.answers[tag]
+            gate = next((g for names, g in self._gates if set(names) & set(labels)), None)
+            if gate is not None and not gate.is_set():
+                serving = Serving(process, tag, labels, now, float("inf"))
+                self.serving.append(serving)
+                await gate.wait()
+                index = self.serving.index(serving)
+                self.serving[index] = dataclasses.replace(serving, until=time.time() + think)
+            else:
+                self.serving.append(Serving(process, tag, labels, now, now + think))
         return reply
+
+    def hold(self, labels: Iterable[str]) -> asyncio.Event:
+        """Answers naming one of `labels` are worked on until the returned event is set (then
+        for their think time): a test keeps a process in its turn as long as it needs."""
+        gate = asyncio.Event()
+        self._gates.append((tuple(labels), gate))
+        return gate
 
     def expect(self, ask: Ask) -> None:
         """A message the test adds to the plan as it goes."""

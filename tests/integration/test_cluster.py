@@ -46,6 +46,7 @@ from tests.integration.cluster_support import (
 SEED_ENV = "BRUCE_CLUSTER_SEED"
 SEED = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(1, 1_000_000))
 CHATS = (4001, 4002, 4003)
+BUSY_CHATS = (4001, 4002, 4003, 4004, 4005, 4006)
 TAKEOVER_SECONDS = 5.0  # a follower leads this soon after the leader died or stopped
 DUE_TIMEOUT = 15.0
 
@@ -139,23 +140,38 @@ async def test_a_worker_killed_mid_turn_leaves_its_messages_to_the_other_answere
 async def test_a_third_process_started_while_two_are_busy_repeats_and_loses_nothing(
     tmp_path: Path, postgres_url: str, seed: int
 ) -> None:
-    plan = chat_plan(random.Random(f"{seed}:plan"), CHATS, 20, gap=(0.15, 0.5), think=(0.8, 2.0))
-    async with cluster_of(tmp_path, postgres_url, seed, CHATS, plan) as cluster:
+    # Two busy by construction (left to the balancer, seed 3 had a and b never in a turn at
+    # once): each chat's first message goes to a for three chats and to b for the other three,
+    # which takes their sessions, and the model holds those answers until c has started; the
+    # rest of the plan goes to any of the three meanwhile.
+    plan = chat_plan(
+        random.Random(f"{seed}:plan"), BUSY_CHATS, 20, gap=(0.15, 0.5), think=(0.8, 2.0)
+    )
+    firsts = {ask.user_id: ask for ask in reversed(plan)}  # each chat's first message
+    opening = [firsts[chat] for chat in BUSY_CHATS]
+    rest = [ask for ask in plan if firsts[ask.user_id] is not ask]
+    async with cluster_of(tmp_path, postgres_url, seed, BUSY_CHATS, opening + rest) as cluster:
         await cluster.start("a", "b")
-        cluster.balance("a", "b")
-        driving = asyncio.create_task(cluster.drive(plan))
+        gate = cluster.model.hold(ask.label for ask in opening)
+        for name, asks in (("a", opening[:3]), ("b", opening[3:])):
+            cluster.balance(name)
+            await cluster.drive(asks)
         two = {"a", "b"}
-        # Both in a turn at once: the chats' leases spread over the two processes.
         busy = await until(
             lambda: (
                 {s.process for s in cluster.model.serving_now()} == two
                 and cluster.model.serving_now()
             ),
-            within=20,
+            within=60,
         )
         assert busy, (
             f"seed {seed}: a and b were never both in a turn at once (the model answered for "
-            f"{cluster.model.requests_by}), so a third process never joined two busy ones"
+            f"{cluster.model.requests_by}; answers worked on: "
+            + "; ".join(
+                f"{s.tag} for {s.process} {cluster.t(s.started)}..{cluster.t(s.until)}"
+                for s in cluster.model.serving
+            )
+            + "), so a third process never joined two busy ones"
         )
         cluster.notes.append(
             f"process c started at {cluster.t(time.time())} while the model answered "
@@ -163,8 +179,11 @@ async def test_a_third_process_started_while_two_are_busy_repeats_and_loses_noth
                 f"{' '.join(s.labels)} for {s.process}" for s in cluster.model.serving_now()
             )
         )
+        cluster.balance("a", "b")
+        driving = asyncio.create_task(cluster.drive(rest))
         await cluster.start("c")
         cluster.balance("a", "b", "c")
+        gate.set()
         await driving
         await cluster.settle()
         judged(cluster, "a third process started while two were busy")
