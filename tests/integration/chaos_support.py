@@ -19,6 +19,7 @@ SIGTERM: a graceful stop must finish or record what it sends.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import itertools
 import os
@@ -297,6 +298,7 @@ class ChaosDaemon:
                 stderr=err,
                 start_new_session=True,  # its own process group
             )
+        SPAWNED.add(self.process.pid)
         return run
 
     def _output(self, run: Run) -> tuple[BinaryIO, BinaryIO]:
@@ -336,6 +338,7 @@ class ChaosDaemon:
                 await process.wait()
         run.exited_at = run.exited_at or time.time()
         run.returncode = process.returncode
+        SPAWNED.discard(process.pid)
         return run
 
     def stderr_lines(self, run: Run) -> list[str]:
@@ -354,6 +357,18 @@ class ChaosDaemon:
             return [{"error": f"{type(exc).__name__}: {exc}"}]
         finally:
             connection.close()
+
+
+# Every `bruce run` process group this interpreter started: whatever ends the test session (a
+# pytest-timeout, Ctrl-C, a fixture that failed before its cleanup), none outlives it.
+SPAWNED: set[int] = set()
+
+
+@atexit.register
+def _kill_spawned() -> None:
+    for pgid in SPAWNED:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 # ---- the ledger ----------------------------------------------------------------------------
