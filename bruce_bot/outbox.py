@@ -43,7 +43,7 @@ from bruce_bot.channels.base import ChannelAdapter, DeliveryError
 from bruce_bot.channels.live import LiveChannel, LiveReply
 from bruce_bot.domain import DeliveryStatus, OutboundFile, OutboundMessage, utcnow
 from bruce_bot.storage.deliveries import AttemptStatus, DeliveryAttempt, DeliveryStore
-from bruce_bot.storage.messages import MessageStore, files_of
+from bruce_bot.storage.messages import MessageStore, StoredMessage, files_of
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.text import split_text
 
@@ -56,6 +56,7 @@ BASE_BACKOFF_SECONDS = 0.5
 # Replies older than this are not redelivered: a day-old answer would only confuse.
 REDELIVERY_WINDOW = timedelta(hours=24)
 REDELIVERY_INTERVAL_SECONDS = 60.0
+REDELIVERY_CONCURRENCY = 8  # chats redelivered at once
 # A part's metadata: how many of the messages a platform split it into were delivered before.
 PIECES_SENT = "pieces_sent"
 
@@ -326,28 +327,41 @@ class Outbox:
         """Deliver stored replies that never went out and that no live process has in hand: a
         channel that was down (`undelivered`), or a reply a crash left unsent (`pending`, its
         claim lapsed or, alone on SQLite, made by an earlier run). Parts recorded sent are
-        skipped. Returns how many were delivered."""
+        skipped. The chats go side by side (up to `REDELIVERY_CONCURRENCY` at once: what a dead
+        process left for thirty chats is not sent one after the other), each chat's replies in
+        the order they were stored. Returns how many were delivered."""
         rows = await self._messages.claim_undelivered(
             utcnow() - max_age, list(self._channels), shared=self._shared
         )
-        delivered = 0
+        by_session: dict[int, list[StoredMessage]] = {}
         for row in rows:
-            session = await self._sessions.get(row.session_id)
-            if session is None:
-                continue
-            log.info("redelivering", message_id=row.id, channel=session.channel)
-            skip = await self._deliveries.sent_parts(row.id)
-            resume = await self._deliveries.sent_pieces(row.id)
-            message = OutboundMessage(
-                session.channel,
-                session.chat_id,
-                row.content,
-                row.id,
-                row.kind,
-                files=files_of(row),
-            )
-            delivered += await self.deliver(message, skip_parts=skip, resume=resume) == "sent"
-        return delivered
+            by_session.setdefault(row.session_id, []).append(row)
+        slots = asyncio.Semaphore(REDELIVERY_CONCURRENCY)
+
+        async def chat(replies: list[StoredMessage]) -> int:
+            async with slots:
+                return sum([await self._redeliver_one(row) for row in replies])
+
+        async with asyncio.TaskGroup() as group:
+            done = [group.create_task(chat(replies)) for replies in by_session.values()]
+        return sum(task.result() for task in done)
+
+    async def _redeliver_one(self, row: StoredMessage) -> bool:
+        session = await self._sessions.get(row.session_id)
+        if session is None:
+            return False
+        log.info("redelivering", message_id=row.id, channel=session.channel)
+        skip = await self._deliveries.sent_parts(row.id)
+        resume = await self._deliveries.sent_pieces(row.id)
+        message = OutboundMessage(
+            session.channel,
+            session.chat_id,
+            row.content,
+            row.id,
+            row.kind,
+            files=files_of(row),
+        )
+        return await self.deliver(message, skip_parts=skip, resume=resume) == "sent"
 
     async def show_typing(self, channel_name: str, chat_id: str) -> None:
         """A best-effort typing indicator; failures are logged at debug and ignored."""

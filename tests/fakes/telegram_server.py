@@ -68,6 +68,9 @@ Everything the bot did is kept: `sent` (per chat; a message's `buttons` follow i
 message, as the real API takes a while: a crash test then has the window where Telegram has a
 message and the bot has not heard so yet. Each `SentMessage` keeps when it arrived
 (`received_at`) and when the bot was answered (`answered_at`, None until then), in `time.time()`.
+`hold_sends(matches)` keeps the sendMessage requests it matches waiting before Telegram takes
+them, until the returned `SendHold` is released: then each is taken as usual, or dropped (nothing
+reaches the chat) when its sender is gone meanwhile, as a request that never got through.
 
 Several bots at once (processes of one bot sharing a database): each may talk to the API at its
 own `base_url_for(name)` (the same API under `/client/<name>/`), and every `SentMessage` then
@@ -247,6 +250,38 @@ class WebhookPost:
 
 
 @dataclass(slots=True)
+class HeldSend:
+    """A sendMessage `hold_sends` keeps at the door: Telegram has not taken it yet."""
+
+    client: str | None  # the bot that sent it (`base_url_for`)
+    chat_id: int
+    text: str
+    at: float  # time.time() when it was held
+    request: web.Request = field(repr=False)
+    outcome: str = "held"  # then "taken" (released, its sender still there) or "dropped"
+
+    @property
+    def sender_gone(self) -> bool:
+        """Its sender's connection is closed (the bot died while the request was held)."""
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+
+@dataclass(slots=True)
+class SendHold:
+    """Sends that `matches` are held before Telegram takes them until `release()`; then each is
+    taken as usual if its sender still waits for the answer, and dropped if the sender is gone
+    (a request that never got through: nothing reaches the chat)."""
+
+    matches: Callable[[str | None, dict[str, str]], bool]  # (client, params)
+    held: list[HeldSend] = field(default_factory=list)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@dataclass(slots=True)
 class _Failure:
     status: int
     body: dict[str, Any] | str
@@ -313,6 +348,7 @@ class FakeTelegramServer:
         self._failures: dict[str, list[_Failure]] = {}
         self._failing_later: dict[str, list[list[Any]]] = {}  # [calls to let through, failure]
         self._reject_markup = 0
+        self._holds: list[SendHold] = []
         self.callback_answers: dict[str, str] = {}
         self._queries: set[str] = set()  # callback query ids delivered, not yet answered
         self._query_ids = itertools.count(4_382_000_000_000_000_001)
@@ -404,6 +440,35 @@ class FakeTelegramServer:
     def refuse_drafts(self) -> None:
         """sendMessageDraft is unknown from now on, as on a Bot API server before 9.3."""
         self._drafts_known = False
+
+    def hold_sends(
+        self, matches: Callable[[str | None, dict[str, str]], bool] | None = None
+    ) -> SendHold:
+        """Hold every sendMessage for which `matches(client, params)` is true (default: all)
+        before Telegram takes it, until the returned hold is released (see `SendHold`)."""
+        hold = SendHold(matches or (lambda client, params: True))
+        self._holds.append(hold)
+        return hold
+
+    async def _held(self, request: web.Request, params: dict[str, str]) -> bool:
+        """Wait at a hold that matches this send, if any; False: its sender went away."""
+        client = _CLIENT.get()
+        for hold in self._holds:
+            if hold.released.is_set() or not hold.matches(client, params):
+                continue
+            chat_id = int(params.get("chat_id", 0) or 0)
+            held = HeldSend(client, chat_id, params.get("text", ""), time.time(), request)
+            hold.held.append(held)
+            self._notify()
+            try:
+                await hold.released.wait()
+            except asyncio.CancelledError:  # the server let go of a request whose sender left
+                held.outcome = "dropped"
+                raise
+            held.outcome = "dropped" if held.sender_gone else "taken"
+            self._notify()
+            return held.outcome == "taken"
+        return True
 
     def reject_markup_next(self, times: int = 1) -> None:
         """The next `times` sendMessage calls with a parse_mode get "can't parse entities"."""
@@ -781,6 +846,8 @@ class FakeTelegramServer:
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return _error(404, "Not Found")
+        if method == "sendMessage" and self._holds and not await self._held(request, params):
+            return _error(502, "Bad Gateway: the sender went away")  # nobody reads it
         try:
             if method in _LIMITED_METHODS:
                 self._within_limits(params)

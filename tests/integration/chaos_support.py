@@ -23,6 +23,7 @@ open), and a chaos phase with too few stops, fail the run.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import itertools
 import os
@@ -311,6 +312,7 @@ class ChaosDaemon:
                 stderr=err,
                 start_new_session=True,  # its own process group
             )
+        SPAWNED.add(self.process.pid)
         return run
 
     def _output(self, run: Run) -> tuple[BinaryIO, BinaryIO]:
@@ -350,6 +352,7 @@ class ChaosDaemon:
                 await process.wait()
         run.exited_at = run.exited_at or time.time()
         run.returncode = process.returncode
+        SPAWNED.discard(process.pid)
         return run
 
     def stderr_lines(self, run: Run) -> list[str]:
@@ -368,6 +371,18 @@ class ChaosDaemon:
             return [{"error": f"{type(exc).__name__}: {exc}"}]
         finally:
             connection.close()
+
+
+# Every `bruce run` process group this interpreter started: whatever ends the test session (a
+# pytest-timeout, Ctrl-C, a fixture that failed before its cleanup), none outlives it.
+SPAWNED: set[int] = set()
+
+
+@atexit.register
+def _kill_spawned() -> None:
+    for pgid in SPAWNED:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 # ---- the ledger ----------------------------------------------------------------------------

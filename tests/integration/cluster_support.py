@@ -13,9 +13,14 @@ chat's next update once its previous one was answered, as Telegram does.
 The model (`ClusterModel`) is chaos_support's `ChaosModel`: every answer names the messages it
 answers (`[r7 part 1/1] re msg-c2-014.`), reminders arrive as `⏰ rem-c2-014`. So two answers
 naming one message mean it was answered twice; the same answer twice is one reply sent twice,
-excused (by chaos_support's `in_flight_excuse`) only when its first copy was in flight when a
-SIGKILL hit the process that sent it. Per chat, the answers must come in the order of the
-messages. `Cluster.judge` writes each finding the way the user would tell it.
+excused only by cluster_sends.py's rule: its first copy was in flight when a SIGKILL hit the
+run that sent it (within the commit time measured in the same test), `deliveries` does not
+record that copy as sent, and that run sent nothing later on the same path to the chat. Per
+chat, the answers must come in the order of the messages; each reminder within
+`REMINDER_LATE_LIMIT` of its due time, counting only the time some process could deliver it.
+What is left in the database when the judgement comes (a message waiting or in a turn, a stored
+reply not sent, a task still to fire) fails the run too. `Cluster.judge` writes each finding
+the way the user would tell it.
 
 `run_cluster_chaos` (test_chaos.py's PostgreSQL variant) is chaos_support's scenario on a
 cluster of two: its plan driven at both processes, a `ChaosMonkey` SIGKILLing a seeded choice of
@@ -46,7 +51,7 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import deep_merge
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
-from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+from tests.fakes.telegram_server import FakeTelegramServer, SendLimits, SentMessage
 from tests.integration.chaos_support import (
     HEADER,
     LABEL,
@@ -60,11 +65,11 @@ from tests.integration.chaos_support import (
     Scenario,
     daemon_config,
     free_port,
-    in_flight_excuse,
     make_plan,
     some_of,
 )
 from tests.integration.chaos_support import USER_IDS as CHAOS_USER_IDS
+from tests.integration.cluster_sends import RepeatJudge, SendBook
 
 LEASE_SECONDS = 2.0  # database.lease_seconds: a dead process's sessions are taken over after it
 LEADER_RETRY_SECONDS = 0.5  # scheduler.leader_retry_seconds
@@ -79,11 +84,26 @@ HOOK_SECRET = "cluster-hook-secret"
 TAIL_SECONDS = LEASE_SECONDS + 1.5
 # Nothing new at all for this long: what is missing will not come.
 IDLE_SECONDS = 3 * LEASE_SECONDS + 3.0
+# A reminder asked for late is due at least this long after the model asks for it.
+DUE_LEAD_SECONDS = 3.0
 # Events that end a process's leadership, in its log.
 LEADERSHIP_ENDS = (
     "scheduler_leadership_lost",
     "scheduler_leadership_released",
     "scheduler_leader_start_failed",
+)
+# After a SIGKILL the other process may wait this long before it can take over the dead one's
+# work: its sessions' leases and its replies' claims run out, and the scheduler's leadership is
+# tried again.
+TAKEOVER_SECONDS = LEASE_SECONDS + LEADER_RETRY_SECONDS
+# A reminder reaches its user this soon after it is due, counting only the time when some
+# process could deliver it (up, and not within `TAKEOVER_SECONDS` of a SIGKILL).
+REMINDER_LATE_LIMIT = 5.0
+# What the database must not hold when the judgement comes: work nobody finished.
+LEFT_OVER = (
+    "SELECT id, role, kind, status, substr(content, 1, 40) AS content FROM messages WHERE "
+    "(role = 'user' AND status IN ('pending', 'processing', 'failed')) OR (role = 'assistant' "
+    "AND status IN ('pending', 'undelivered', 'failed')) ORDER BY id"
 )
 
 
@@ -166,7 +186,8 @@ class Serving:
 class ClusterModel(ChaosModel):
     """`ChaosModel` that knows which process asks (by its API key) and records which process
     each answer went to and which answers are being worked on; a reminder in `due` is asked
-    for at that moment rather than some seconds after the request."""
+    for at that moment rather than some seconds after the request (or `DUE_LEAD_SECONDS` after
+    it, when the moment is nearer)."""
 
     def __init__(self, plan: Iterable[Ask]) -> None:
         super().__init__(plan)
@@ -175,18 +196,33 @@ class ClusterModel(ChaosModel):
         self.serving: list[Serving] = []
         self.requests_by: dict[str, int] = {}
         self.due: dict[str, datetime] = {}  # reminder title -> when it is due
+        self.asked: set[str] = set()  # the titles whose due time the model gave already
+        self._gates: list[tuple[tuple[str, ...], asyncio.Event]] = []
 
     async def respond(self, body: dict[str, Any]) -> AnthropicReply:
         process = self._process_of(body)
         self.requests_by[process] = self.requests_by.get(process, 0) + 1
         reply = self(body)
         if reply.tool_calls:
-            calls = [
-                (name, {**arguments, "run_at": self.due[arguments["title"]].isoformat()})
-                if arguments.get("title") in self.due
-                else (name, arguments)
-                for name, arguments, *_ in reply.tool_calls
-            ]
+            # At its seeded moment, or (a turn that came late on a busy machine) a little
+            # after the first call: never a time already past, which the tool refuses. Fixed
+            # then, so that a turn run again asks for the same time (the same call, which
+            # Bruce recognises), as the seeded moment is.
+            soonest = (datetime.now(UTC) + timedelta(seconds=DUE_LEAD_SECONDS)).replace(
+                microsecond=0
+            ) + timedelta(seconds=1)
+            lead = timedelta(seconds=DUE_LEAD_SECONDS)
+            calls = []
+            for name, arguments, *_ in reply.tool_calls:
+                title = arguments.get("title")
+                if title in self.due:
+                    # (unless that time is now past: a turn cut before its call ran, asked
+                    # again, would be refused)
+                    if title not in self.asked or self.due[title] < soonest - lead:
+                        self.due[title] = max(self.due[title], soonest)
+                        self.asked.add(title)
+                    arguments = {**arguments, "run_at": self.due[title].isoformat()}
+                calls.append((name, arguments))
             return dataclasses.replace(reply, tool_calls=calls)
         header = HEADER.search(reply.text if isinstance(reply.text, str) else "")
         if header:
@@ -194,8 +230,24 @@ class ClusterModel(ChaosModel):
             self.process_of_answer[tag] = process
             now = time.time()
             think = reply.delay_seconds or 0.0
-            self.serving.append(Serving(process, tag, self.answers[tag], now, now + think))
+            labels = self.answers[tag]
+            gate = next((g for names, g in self._gates if set(names) & set(labels)), None)
+            if gate is not None and not gate.is_set():
+                serving = Serving(process, tag, labels, now, float("inf"))
+                self.serving.append(serving)
+                await gate.wait()
+                index = self.serving.index(serving)
+                self.serving[index] = dataclasses.replace(serving, until=time.time() + think)
+            else:
+                self.serving.append(Serving(process, tag, labels, now, now + think))
         return reply
+
+    def hold(self, labels: Iterable[str]) -> asyncio.Event:
+        """Answers naming one of `labels` are worked on until the returned event is set (then
+        for their think time): a test keeps a process in its turn as long as it needs."""
+        gate = asyncio.Event()
+        self._gates.append((tuple(labels), gate))
+        return gate
 
     def expect(self, ask: Ask) -> None:
         """A message the test adds to the plan as it goes."""
@@ -326,6 +378,31 @@ class ClusterProcess(ChaosDaemon):
         ]
 
 
+def takeover_uptime(runs: Iterable[Run], start: float, end: float) -> float:
+    """Seconds of `start`..`end` when some process could take the work: one was up (ready,
+    not yet signalled), and none had been SIGKILLed within `TAKEOVER_SECONDS`."""
+    if end <= start:
+        return 0.0
+    runs, now = list(runs), time.time()
+    up = [
+        (run.ready_at, run.signalled_at or run.exited_at or now)
+        for run in runs
+        if run.ready_at is not None
+    ]
+    takeovers = [
+        (run.signalled_at, run.signalled_at + TAKEOVER_SECONDS)
+        for run in runs
+        if run.signal == "SIGKILL" and run.signalled_at is not None
+    ]
+    edges = {t for span in up + takeovers for t in span if start < t < end}
+    total = 0.0
+    for left, right in itertools.pairwise(sorted({start, end, *edges})):
+        middle = (left + right) / 2
+        if any(a <= middle < b for a, b in up) and not any(a <= middle < b for a, b in takeovers):
+            total += right - left
+    return total
+
+
 def logged_at(entry: dict[str, Any]) -> float:
     moment = datetime.fromisoformat(str(entry.get("timestamp")).replace("Z", "+00:00"))
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
@@ -450,6 +527,72 @@ class Cluster:
         process = self.processes.get(sent.client or "")
         return process.number if process is not None else 0
 
+    def run_of(self, sent: SentMessage) -> Run | None:
+        """The run of a process that sent this message (the last one started before it)."""
+        process = self.processes.get(sent.client or "")
+        started = [r for r in process.runs if r.spawned_at <= sent.received_at] if process else []
+        return started[-1] if started else None
+
+    def producer_of(self, tag: str) -> Run | None:
+        """The run whose turn the model gave answer `tag` to."""
+        for serving in self.model.serving:
+            process = self.processes.get(serving.process)
+            if serving.tag == tag and process is not None:
+                runs = [r for r in process.runs if r.spawned_at <= serving.started]
+                return runs[-1] if runs else None
+        return None
+
+    def repeat_judge(self) -> RepeatJudge:
+        """The rule for copies sent twice, over what PostgreSQL recorded (cluster_sends.py)."""
+        book = SendBook(
+            lambda sql, *params: pg_rows(self.database_url, sql, *params),
+            [sent for messages in self.telegram.sent.values() for sent in messages],
+        )
+        return RepeatJudge(book, self.run_of, self.producer_of, self.telegram.sent, self.t)
+
+    def all_runs(self) -> list[Run]:
+        every = [run for process in self.processes.values() for run in process.runs]
+        return sorted(every, key=lambda run: run.spawned_at)
+
+    def left_over(self) -> list[str]:
+        """Problems for the work the database still holds: messages waiting, in a turn or
+        failed, stored replies not sent, tasks still to fire."""
+        found = []
+        for row in pg_rows(self.database_url, LEFT_OVER):
+            if "error" in row:
+                found.append(f"LEFT OVER: the database could not be read: {row['error']}")
+                continue
+            what = "message" if row["role"] == "user" else f"stored {row['kind']} reply"
+            found.append(
+                f"LEFT OVER {what} {row['id']} {row['status']!r} "
+                f"({LABEL.findall(str(row['content'])) or row['content']!r}): "
+                + ("never answered" if row["role"] == "user" else "stored and never delivered")
+            )
+        for task in pg_rows(
+            self.database_url, "SELECT id, title FROM proactive_tasks WHERE status = 'active'"
+        ):
+            found.append(f"LEFT OVER task {task.get('id')} {task.get('title')}: still to fire")
+        return found
+
+    def reminder_lateness(self, title: str, delivered: float) -> tuple[float | None, str | None]:
+        """How late (in `takeover_uptime`) reminder `title` reached its user, and the problem
+        when over `REMINDER_LATE_LIMIT`."""
+        tasks = pg_rows(
+            self.database_url, "SELECT run_at FROM proactive_tasks WHERE title = %s", title
+        )
+        due = tasks[0].get("run_at") if tasks else None
+        if not isinstance(due, datetime):
+            return None, None
+        due_at = (due if due.tzinfo else due.replace(tzinfo=UTC)).timestamp()
+        late = takeover_uptime(self.all_runs(), due_at, delivered)
+        if late <= REMINDER_LATE_LIMIT:
+            return late, None
+        return late, (
+            f"LATE reminder {title}: due {self.t(due_at)}, delivered {self.t(delivered)}: "
+            f"{late:.1f} s late while some process could deliver it (limit "
+            f"{REMINDER_LATE_LIMIT:.0f} s)"
+        )
+
     def name_of(self, number: int) -> str:
         return next((p.name for p in self.processes.values() if p.number == number), "?")
 
@@ -538,6 +681,7 @@ class Cluster:
     def judge(self) -> Findings:
         ledger = self.ledger()
         findings = Findings()
+        self._repeats = self.repeat_judge()
         for ask in self.pushed:
             self._judge_answered(ask, ledger, findings)
         self._judge_order(ledger, findings)
@@ -578,6 +722,8 @@ class Cluster:
                 findings.problems.append(f"LOGGED by process {process.name}: {entry}")
         for error in self.model.tool_errors:
             findings.problems.append(f"TOOL ERROR seen by the model: {error}")
+        findings.problems += self.left_over()
+        lateness = findings.stats.pop("lateness", [])
         findings.stats = {
             "messages": len(self.pushed),
             "chats": len({ask.user_id for ask in self.pushed}),
@@ -590,6 +736,9 @@ class Cluster:
             "model requests": self.model.requests_by,
             "sendMessage": sum(len(m) for m in self.telegram.sent.values()),
             "excused duplicates": len(findings.excused),
+            "worst reminder lateness s": round(max(lateness, default=0.0), 2),
+            "429s": len(self.telegram.rate_limited),
+            "commit slack s": round(self._repeats.book.slack, 3),
             "seconds": round(time.time() - self.started, 1),
         }
         return findings
@@ -707,6 +856,11 @@ class Cluster:
             )
             return
         self._judge_copies(f"reminder {title}", copies, ledger, findings)
+        late, problem = self.reminder_lateness(title, copies[0].sent.received_at)
+        if late is not None:
+            findings.stats.setdefault("lateness", []).append(late)
+        if problem:
+            findings.problems.append(problem)
 
     def _reminder_story(self, title: str) -> str:
         """What the database and the logs say of a reminder: its task, firings, their messages,
@@ -750,23 +904,10 @@ class Cluster:
         tag: str | None = None,
         part: int | None = None,
     ) -> None:
-        for earlier, later in itertools.pairwise(copies):
-            first = earlier.sent
-            sender = next((p for p in self.processes.values() if p.number == earlier.run), None)
-            runs = sender.runs if sender is not None else []
-            why = in_flight_excuse(first, runs, ledger, tag, part, self.t)
-            if later.run == earlier.run:
-                why = f"not stopped in between: process {self.name_of(later.run)} sent it twice"
-            story = (
-                f"DOUBLED {what}: the user got it at {self.t(first.received_at)} from process "
-                f"{self.name_of(earlier.run)} (Telegram answered {self.t(first.answered_at)}) "
-                f"and again at {self.t(later.sent.received_at)} from process "
-                f"{self.name_of(later.run)}"
-            )
-            if why is not None and not why.startswith("not"):
-                findings.excused.append(f"{story}: {why}")
-            else:
-                findings.problems.append(f"{story}: {why or 'no kill explains it'}")
+        problems, excused = self._repeats.judge(what, [copy.sent for copy in copies])
+        unrecorded = self._repeats.unrecorded(what, [copy.sent for copy in copies])
+        findings.problems += problems + ([unrecorded] if unrecorded else [])
+        findings.excused += excused
 
     # ---- the report ------------------------------------------------------------------------
 
@@ -809,7 +950,7 @@ async def cluster_of(
     stopped (SIGTERM, SIGKILL when it hangs)."""
     model = ClusterModel(plan)
     async with (
-        FakeTelegramServer(send_delay=SEND_DELAY) as telegram,
+        FakeTelegramServer(send_delay=SEND_DELAY, limits=SendLimits()) as telegram,
         FakeAnthropicServer(responder=model.respond) as llm,
     ):
         model.server = llm
@@ -836,9 +977,6 @@ def due_in_window(
 CHAOS_KILLS = 14  # SIGKILLs in the chaos phase (both processes at once count two)
 CHAOS_PHASE_SECONDS = 75.0  # the chaos phase ends after CHAOS_KILLS, or after this
 CHAOS_QUIET_SECONDS = 40.0  # then at most this long for everything to arrive and settle
-# After a SIGKILL the other process may wait this long before it can take over the dead one's
-# work: its sessions' leases run out, and the scheduler's leadership is tried again.
-TAKEOVER_SECONDS = LEASE_SECONDS + LEADER_RETRY_SECONDS
 RESTART_TIMEOUT = 20.0  # a process started again (over a database that stands) is ready by then
 
 
@@ -878,6 +1016,7 @@ class ClusterScenario(Scenario):
         self.notes = cluster.notes
         self.started = cluster.started
         self.kills: list[Kill] = []
+        self._repeats: RepeatJudge | None = None
 
     @property
     def title(self) -> str:
@@ -928,46 +1067,52 @@ class ClusterScenario(Scenario):
                 return process.stderr_lines(run)
         return []
 
-    def _excuse(
-        self, first: SentMessage, ledger: Ledger, tag: str | None, part: int | None
-    ) -> str | None:
-        process = self.cluster.processes.get(first.client or "")
-        runs = process.runs if process is not None else []
-        return in_flight_excuse(first, runs, ledger, tag, part, self.t)
+    def _judge_copies(
+        self,
+        what: str,
+        copies: Sequence[Any],
+        ledger: Ledger,
+        findings: Findings,
+        *,
+        tag: str | None = None,
+        part: int | None = None,
+    ) -> None:
+        """By cluster_sends.py's rule, not chaos_support's (it reads PostgreSQL's records)."""
+        repeats = self._repeats or self.cluster.repeat_judge()
+        self._repeats = repeats
+        problems, excused = repeats.judge(what, [copy.sent for copy in copies])
+        unrecorded = repeats.unrecorded(what, [copy.sent for copy in copies])
+        findings.problems += problems + ([unrecorded] if unrecorded else [])
+        findings.excused += excused
 
     def _uptime_between(self, start: float, end: float) -> float:
-        """Seconds of `start`..`end` when some process could take the work: one was up (ready,
-        not yet signalled), and none had been SIGKILLed within `TAKEOVER_SECONDS`."""
-        if end <= start:
-            return 0.0
-        now = time.time()
-        up = [
-            (run.ready_at, run.signalled_at or run.exited_at or now)
-            for run in self.runs
-            if run.ready_at is not None
-        ]
-        takeovers = [
-            (run.signalled_at, run.signalled_at + TAKEOVER_SECONDS)
-            for run in self.runs
-            if run.signal == "SIGKILL" and run.signalled_at is not None
-        ]
-        edges = {t for span in up + takeovers for t in span if start < t < end}
-        total = 0.0
-        for left, right in itertools.pairwise(sorted({start, end, *edges})):
-            middle = (left + right) / 2
-            if any(a <= middle < b for a, b in up) and not any(
-                a <= middle < b for a, b in takeovers
-            ):
-                total += right - left
-        return total
+        return takeover_uptime(self.runs, start, end)
 
     def judge(self) -> Findings:
         for process in self.cluster.processes.values():
             process.exited_by_itself()  # recorded for the judgement
+        self._repeats = None  # read PostgreSQL afresh for this judgement
         findings = super().judge()
         for process in self.cluster.processes.values():
             for entry in process.events("task_fired_without_service", "turn_crashed"):
                 findings.problems.append(f"LOGGED by process {process.name}: {entry}")
+        ledger = self.ledger()
+        for ask in self.expected_reminders:
+            copies = ledger.reminders.get(ask.reminder, [])
+            if copies:
+                _, problem = self.cluster.reminder_lateness(
+                    ask.reminder, copies[0].sent.received_at
+                )
+                findings.problems += [problem] if problem else []
+        findings.problems += self.cluster.left_over()
+        if len(self.kills) < CHAOS_KILLS:
+            findings.problems.append(
+                f"TOO FEW KILLS: the chaos phase made {len(self.kills)} of its {CHAOS_KILLS} "
+                "SIGKILLs (the notes say why), so the run proves less than it claims"
+            )
+        if self._repeats is not None:
+            findings.stats["commit slack s"] = round(self._repeats.book.slack, 3)
+        findings.stats["429s"] = len(self.telegram.rate_limited)
         return findings
 
     def _stats(self, ledger: Ledger, findings: Findings) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 `BRUCE_TEST_POSTGRES_URL` (any `postgresql://` URL of a role allowed to create databases) points
 the tests at an existing server. Otherwise a throwaway cluster is made with Debian's binaries
 (`/usr/lib/postgresql/<version>/bin`) in a temporary directory, listening on 127.0.0.1 on a free
-port, with durability switched off for speed, and removed at the end of the session. initdb refuses
+port, with durability switched off for speed and commit timestamps on (the cluster judges read
+when each delivery was committed), and removed at the end of the session. initdb refuses
 to run as root, so as root the cluster belongs to the `postgres` user that the package creates.
 """
 
@@ -83,7 +84,8 @@ class PostgresServer:
         )  # fmt: skip
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
+            "-c track_commit_timestamp=on"
         )
         server._start_args = ["-D", str(data), "-l", str(log), "-o", options, "-w", "start"]
         try:
