@@ -520,12 +520,21 @@ class SubagentsConfig(_Section):
     enabled: bool = True
 
 
+class RunCodeConfig(_Section):
+    # When a run waits for the user's Run / Deny (agent/asking.py): `risky` after outside
+    # content, for the network, in a briefing or a sub-agent, or unsandboxed; `always`; `never`.
+    approval: Literal["risky", "always", "never"] = "risky"
+    # No answer within this long is a denial.
+    approval_timeout_seconds: float = Field(default=300.0, gt=0, le=86_400)
+
+
 class ToolsConfig(_Section):
     web_search: WebSearchConfig = Field(default_factory=WebSearchConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
     proactive: ProactiveConfig = Field(default_factory=ProactiveConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+    run_code: RunCodeConfig = Field(default_factory=RunCodeConfig)
 
 
 class SchedulerConfig(_Section):

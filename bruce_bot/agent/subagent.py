@@ -124,6 +124,8 @@ class SpawnSubagentTool(Tool):
                     # child's actions are gated as the parent's would be (it cannot ask).
                     untrusted_input=context.untrusted_input,
                     untrusted_source=context.untrusted_source,
+                    # What it asks the user shows in the parent's turn (agent/asking.py).
+                    status=context.status,
                 ),
                 observer=AuditRecorder(stores.audit, child.id),
                 purpose=PURPOSE,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -73,6 +73,9 @@ class ToolContext:
     people: tuple[str, ...] = ()
     # A scheduled (agent-mode) task's run: tools not meant for unattended runs stay out.
     task_run: bool = False
+    # Shows a short line in place of the turn's live reply while a tool works ("⏳ waiting
+    # for your approval"); None when the turn shows none.
+    status: Callable[[str], Awaitable[None]] | None = None
 
 
 class Tool:
