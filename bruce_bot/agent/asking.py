@@ -28,12 +28,12 @@ import asyncio
 import contextlib
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
 
 from bruce_bot.agent.subagent import CHANNEL as SUBAGENT_CHANNEL
+from bruce_bot.approval_desk import Decided, PendingApproval
 from bruce_bot.domain import Choice, OutboundMessage, utcnow
 from bruce_bot.outbox import Outbox
 from bruce_bot.storage.approvals import ASKING, PendingAction
@@ -52,7 +52,6 @@ RECHECK_SECONDS = 10.0  # the row is read again this often while waiting (a lost
 MAX_ORIGIN_CHARS = 64
 WAITING_LINE = "⏳ waiting for your approval"
 APPROVED_LINE = "▶️ Approved: running it …"
-DASHBOARD = "dashboard"
 
 QUESTION = (
     "⏳ Waiting for your approval: may I run this ({tool})? I ask because {reason}.\n\n"
@@ -70,21 +69,6 @@ TOO_LONG = (
     "with the question, at most {most}), so it was not asked and did not run; do it in "
     "smaller steps"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PendingApproval:
-    """A question waiting for its answer, as the dashboard lists it."""
-
-    id: int
-    session_id: int
-    channel: str
-    chat_id: str
-    tool: str
-    shown: str
-    reason: str
-    asked_at: datetime
-    expires_at: datetime
 
 
 def spoken(seconds: float) -> str:
@@ -260,14 +244,23 @@ class ChatApprover:
                 return await self.answer(int(rest), run, by, session_id=session_id)
         return None
 
+    async def decide(self, question_id: int, run: bool, by: str) -> Decided:
+        """The dashboard's answer (`by`: "dashboard")."""
+        return await self._decide(question_id, run, by, None)
+
     async def answer(
         self, question_id: int, run: bool, by: str, *, session_id: int | None = None
     ) -> str:
         """Run (or Deny) the question `question_id`, answered by `by`; what to tell them.
         `session_id`: the chat it was answered in, which must be the one asked."""
+        return (await self._decide(question_id, run, by, session_id)).reply
+
+    async def _decide(
+        self, question_id: int, run: bool, by: str, session_id: int | None
+    ) -> Decided:
         question = await self._stores.approvals.get(question_id)
         if question is None or (session_id is not None and question.session_id != session_id):
-            return GONE
+            return Decided(False, GONE)
         now = self._clock()
         if question.status == ASKING and self._deadline(question) <= now:
             await self._stores.approvals.decide(question.id, "expired", "", now)
@@ -278,13 +271,13 @@ class ChatApprover:
                 self._wake(str(question.id))
                 await self._feed.publish(TOPIC, str(question.id))
                 log.info("approval_decided", question_id=question.id, decision=to, by=by)
-                return APPROVED if run else DENIED
+                return Decided(True, APPROVED if run else DENIED)
             question = await self._reread(question)
         if question.status == "expired":
-            return EXPIRED.format(timeout=spoken(self.timeout_seconds))
+            return Decided(False, EXPIRED.format(timeout=spoken(self.timeout_seconds)))
         if question.status in ("approved", "denied"):
-            return ANSWERED.format(status=f"{question.status} by {question.result}")
-        return GONE
+            return Decided(False, ANSWERED.format(status=f"{question.status} by {question.result}"))
+        return Decided(False, GONE)
 
     async def pending(self) -> list[PendingApproval]:
         """The questions waiting for an answer now, oldest first (the dashboard's list)."""
