@@ -75,7 +75,7 @@ def spoken(seconds: float) -> str:
     """300 -> "5 minutes", 90 -> "90 seconds"."""
     if seconds >= 120 and seconds % 60 == 0:
         return f"{seconds / 60:g} minutes"
-    return f"{seconds:g} seconds"
+    return "1 second" if seconds == 1 else f"{seconds:g} seconds"
 
 
 def question_text(request: ApprovalRequest, timeout_seconds: float) -> str:

@@ -235,7 +235,7 @@ async def test_no_answer_expires_as_a_denial_and_a_later_press_says_so(
         question = await question_after_a_page(
             telegram, anthropic_fake, page, "Nobody answered, so it did not run."
         )
-        assert "within 1 seconds" in question.plain
+        assert "within 1 second" in question.plain
         sent = await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
         assert sent[1].plain == "Nobody answered, so it did not run."
         assert questions(tmp_path)[0]["status"] == "expired"
