@@ -64,6 +64,7 @@ from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.tools.run_code import run_code_enabled
 from bruce_bot.tools.watches import watch_tools, web_reader
 from bruce_bot.usage.budget import BudgetWatch
 from bruce_bot.usage.prices import PriceTable
@@ -168,6 +169,7 @@ def build_media(
         vision=sees_images(config.llm),
         model=config.llm.model,
         max_duration_seconds=config.transcription.max_duration_seconds,
+        keep_documents=run_code_enabled(config.tools.run_code),
     )
     return MediaStep(settings, stores.messages, channels, transcriber)
 
