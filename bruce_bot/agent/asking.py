@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -88,7 +89,11 @@ def question_text(request: ApprovalRequest, timeout_seconds: float) -> str:
 
 
 def origin_key(origin: str) -> str:
-    """The stored key of a request's origin (the column holds 64 characters)."""
+    """The stored key of a request's origin (the column holds 64 characters). A request
+    without one (a run outside a turn, a sub-agent's) is asked on its own: an empty origin
+    must never find another run's answer."""
+    if not origin:
+        return "u:" + uuid.uuid4().hex
     if len(origin) <= MAX_ORIGIN_CHARS:
         return origin
     return "h:" + hashlib.sha256(origin.encode()).hexdigest()[:40]
