@@ -20,11 +20,12 @@ from bruce_bot.agent.asking import APPROVED, DENIED
 from bruce_bot.app import Bruce
 from bruce_bot.domain import SessionKey
 from bruce_bot.sandbox.probe import probe
-from tests.conftest import make_config, running_bruce
+from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
 from tests.fakes.web_server import FakeWebServer
 from tests.integration.support import block_text, db_rows, last_tool_results, tool_uses
+from tests.integration.test_restart import Daemon
 
 pytestmark = pytest.mark.skipif(
     not probe().works, reason="bubblewrap cannot run here (`make test` installs it)"
@@ -224,3 +225,64 @@ async def test_a_sub_agents_run_asks_in_the_chat_it_works_for(
         assert [m.plain for m in sent[1:]] == [APPROVED, "My helper computed 42."]
     (row,) = runs(tmp_path)
     assert json.loads(row["details"])["approval"]["by"] == f"telegram:{ALICE.id}"
+
+
+# ---- a crash while waiting ---------------------------------------------------------------------
+
+
+@pytest.fixture
+async def daemon(
+    tmp_path: Path,
+    anthropic_fake: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    page: FakeWebServer,
+) -> AsyncIterator[Daemon]:
+    channel = {
+        "enabled": True,
+        "token": telegram.token,
+        "base_url": telegram.base_url,
+        "allowed_user_ids": [ALICE.id],
+        "streaming": False,
+    }
+    tools = {
+        "web_fetch": {"enabled": True, "allow_private_addresses": True},
+        "run_code": {"enabled": True},
+    }
+    bruce = Daemon(tmp_path, anthropic_fake.base_url, channels={"telegram": channel}, tools=tools)
+    try:
+        yield bruce
+    finally:
+        await bruce.kill()
+
+
+async def test_after_a_crash_while_waiting_the_resumed_turn_waits_for_the_same_question(
+    daemon: Daemon,
+    anthropic_fake: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    page: FakeWebServer,
+) -> None:
+    await daemon.start()
+    anthropic_fake.script(tool_calls=[("web_fetch", {"url": f"{page.url}/article"})])
+    anthropic_fake.script(tool_calls=[("run_code", RUN)])
+    telegram.private_text(ALICE, "Read this article and compute the answer.")
+    (question,) = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+    asked = "SELECT m.status FROM pending_actions a JOIN messages m ON m.id = a.question_message_id"
+    # The question's delivery recorded (a kill before that would send it again at the start).
+    await wait_until(
+        lambda: [r["status"] for r in db_rows(daemon.data_dir, asked)] == ["sent"], WITHIN
+    )
+    await daemon.kill()  # while the run waits for Alice: nothing ran
+    assert runs(daemon.data_dir) == []
+
+    # The resumed turn: the model asks for the same run again; it finds the same question.
+    anthropic_fake.script(tool_calls=[("run_code", RUN)])
+    anthropic_fake.script("It is 42.")
+    await daemon.start()
+    await wait_until(lambda: len(anthropic_fake.requests) == 3, WITHIN)
+    await press(telegram, question, "Run")  # the button of the question asked before the crash
+    await wait_until(lambda: "It is 42." in telegram.texts_to(ALICE.id), WITHIN)
+    await daemon.kill()
+    assert telegram.texts_to(ALICE.id)[1:] == [APPROVED, "It is 42."]  # asked once, ran once
+    (row,) = db_rows(daemon.data_dir, "SELECT status FROM pending_actions")
+    assert row["status"] == "approved"
+    assert len(runs(daemon.data_dir)) == 1
