@@ -20,7 +20,7 @@ from bruce_bot.agent.asking import APPROVED, DENIED
 from bruce_bot.app import Bruce
 from bruce_bot.domain import SessionKey
 from bruce_bot.sandbox.probe import probe
-from tests.conftest import make_config, running_bruce, wait_until
+from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
 from tests.fakes.web_server import FakeWebServer
@@ -286,3 +286,43 @@ async def test_after_a_crash_while_waiting_the_resumed_turn_waits_for_the_same_q
     (row,) = db_rows(daemon.data_dir, "SELECT status FROM pending_actions")
     assert row["status"] == "approved"
     assert len(runs(daemon.data_dir)) == 1
+
+
+# ---- the web chat ------------------------------------------------------------------------------
+
+
+async def test_in_the_web_chat_the_question_has_run_and_deny_and_run_runs_it(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, page: FakeWebServer
+) -> None:
+    tools = {
+        "web_fetch": {"allow_private_addresses": True},
+        "web_search": {"enabled": False},
+        "run_code": {"enabled": True},
+    }
+    config = make_config(tmp_path, anthropic_fake.base_url, tools=tools)
+    anthropic_fake.script(tool_calls=[("web_fetch", {"url": f"{page.url}/article"})])
+    anthropic_fake.script(tool_calls=[("run_code", RUN)])
+    anthropic_fake.script("It is 42.")
+    async with running_bruce(config) as bruce, web_client(bruce) as http:
+        posted = await http.post("/api/chat/messages", json={"text": "Read it and compute."})
+        assert posted.status_code == 202
+
+        async def listed() -> list[dict[str, Any]]:
+            return list((await http.get("/api/chat/messages")).json()["messages"])
+
+        async def question() -> dict[str, Any] | None:
+            return next((m for m in await listed() if m["choices"]), None)
+
+        asked = await wait_until(question, WITHIN)
+        assert asked["kind"] == "notice" and CODE in asked["content"]
+        assert [c["label"] for c in asked["choices"]] == ["Run", "Deny"]
+        assert runs(tmp_path) == []
+        pressed = await http.post("/api/chat/choices", json={"data": asked["choices"][0]["data"]})
+        assert pressed.status_code == 200 and pressed.json()["reply"] == APPROVED
+
+        async def answered() -> bool:
+            return any(m["content"] == "It is 42." for m in await listed())
+
+        await wait_until(answered, WITHIN)
+    (row,) = runs(tmp_path)
+    assert json.loads(row["details"])["approval"]["by"] == "web"
