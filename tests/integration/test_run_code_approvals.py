@@ -18,10 +18,12 @@ import pytest
 
 from bruce_bot.agent.asking import APPROVED, DENIED
 from bruce_bot.app import Bruce
+from bruce_bot.channels.policy import PRESS_NOT_ALLOWED
 from bruce_bot.domain import SessionKey
 from bruce_bot.sandbox.probe import probe
 from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
+from tests.fakes.discord_server import FakeDiscordServer, user_payload
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
 from tests.fakes.web_server import FakeWebServer
 from tests.integration.support import block_text, db_rows, last_tool_results, tool_uses
@@ -326,3 +328,54 @@ async def test_in_the_web_chat_the_question_has_run_and_deny_and_run_runs_it(
         await wait_until(answered, WITHIN)
     (row,) = runs(tmp_path)
     assert json.loads(row["details"])["approval"]["by"] == "web"
+
+
+# ---- Discord -----------------------------------------------------------------------------------
+
+DISCORD_OWNER_ID = 111_000_000_000_000_001
+DISCORD_OWNER = user_payload(DISCORD_OWNER_ID, "ada", global_name="Ada Lovelace")
+DISCORD_STRANGER = user_payload(222_000_000_000_000_001, "mallory")
+
+
+async def test_on_discord_the_question_has_run_and_deny_buttons_and_run_runs_it(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, page: FakeWebServer
+) -> None:
+    tools = {
+        "web_fetch": {"allow_private_addresses": True},
+        "web_search": {"enabled": False},
+        "run_code": {"enabled": True},
+    }
+    async with FakeDiscordServer() as discord_fake:
+        channel = discord_fake.discord_config([DISCORD_OWNER_ID], streaming=False)
+        config = make_config(
+            tmp_path,
+            anthropic_fake.base_url,
+            web={"enabled": False},
+            channels={"discord": channel},
+            tools=tools,
+        )
+        async with running_bruce(config):
+            await discord_fake.wait_for_session(within=WITHIN)
+            dm = discord_fake.dm_channel_id(DISCORD_OWNER_ID)
+            anthropic_fake.script(tool_calls=[("web_fetch", {"url": f"{page.url}/article"})])
+            anthropic_fake.script(tool_calls=[("run_code", RUN)])
+            anthropic_fake.script("It is 42.")
+            await discord_fake.send_dm(DISCORD_OWNER, "Read this article and compute it.")
+            await discord_fake.wait_for_sent(dm, 1, WITHIN)
+            (question,) = [m for m in discord_fake.sent if int(m["channel_id"]) == dm]
+            assert CODE in question["content"] and "web_fetch" in question["content"]
+            buttons = discord_fake.buttons(question["id"])
+            assert [b["label"] for b in buttons] == ["Run", "Deny"]
+
+            refused = await discord_fake.press(question, DISCORD_STRANGER, "Run")
+            response = await discord_fake.wait_for_response(refused, WITHIN)
+            assert response["data"]["content"] == PRESS_NOT_ALLOWED
+            assert runs(tmp_path) == []
+
+            interaction = await discord_fake.press(question, DISCORD_OWNER, "Run")
+            response = await discord_fake.wait_for_response(interaction, WITHIN)
+            assert response["type"] == 7 and response["data"]["components"] == []
+            texts = await discord_fake.wait_for_sent(dm, 3, WITHIN)
+            assert texts[1:] == [APPROVED, "It is 42."]
+    (row,) = runs(tmp_path)
+    assert json.loads(row["details"])["approval"]["by"] == f"discord:{DISCORD_OWNER_ID}"
