@@ -263,6 +263,8 @@ async def test_escapes_fail_and_leak_nothing(
     async def run(language: str, code: str, **extra: Any) -> str:
         reply = await attempt(daemon, llm, language, code, **extra)
         replies.append(reply)
+        with (tmp_path / "replies.txt").open("a", encoding="utf-8") as log:
+            log.write(f"=== {code}\n{reply}\n")
         return reply
 
     database, config = daemon.data_dir / "bruce.db", daemon.config_path
@@ -305,14 +307,14 @@ async def test_escapes_fail_and_leak_nothing(
             reply = await run("python", connect, network=True)
             assert reply.count("\nrefused ") == 2 and "connected" not in reply, reply
         assert canary.connections == 0
-    reply = await run("shell", ":(){ :|:& };:")
-    assert "killed" in reply or "exit code" in reply
+    reply = await run("shell", "bomb() { bomb | bomb & }; bomb; sleep 1; echo survived")
+    assert "Cannot fork" in reply and "survived" in reply
     reply = await run("python", "x = bytearray(2 * 1024 ** 3); print('allocated')")
-    assert "MemoryError" in reply and "allocated" not in reply.split("stderr")[0][-20:]
+    assert "MemoryError" in reply and "\nallocated" not in reply
     reply = await run("python", "while True: pass")
     assert "killed: still running after 4 s" in reply
     reply = await run("python", "import sys; sys.stdout.write('x' * 100_000_000)")
-    assert "stdout cut: 99,998,000 bytes more not shown" in reply or "stdout cut:" in reply
+    assert "[stdout cut: 99,998,000 bytes more not shown; the limit is 2,000" in reply
     reply = await run(
         "python",
         "for i in range(10):\n"
@@ -320,7 +322,7 @@ async def test_escapes_fail_and_leak_nothing(
         "        f.write(b'0' * 15 * 1024 * 1024)\n"
         "print('filled')",
     )
-    assert "killed: the workspace went over 20 MB" in reply or "File too large" in reply
+    assert "killed: the workspace went over 20 MB" in reply and "filled" not in reply
     workspace = next((daemon.data_dir / "workspaces").iterdir())
     assert sum(p.stat().st_size for p in workspace.rglob("*") if p.is_file()) < 40 * 1024**2
     reply = await run("shell", f"sleep {no_stray_sleepers} & echo started-$!")
