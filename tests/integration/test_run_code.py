@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bruce_bot.sandbox import network
 from bruce_bot.sandbox.probe import probe
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
@@ -303,7 +304,7 @@ async def test_escapes_fail_and_leak_nothing(
         )
         reply = await run("python", connect)
         assert reply.count("\nrefused ") == 2 and "connected" not in reply, reply
-        if Path("/usr/bin/slirp4netns").exists():
+        if network.available():  # slirp4netns: the network, the host's loopback refused
             reply = await run("python", connect, network=True)
             assert reply.count("\nrefused ") == 2 and "connected" not in reply, reply
         assert canary.connections == 0
@@ -352,3 +353,28 @@ def test_sandbox_none_without_allow_unsandboxed_is_refused_naming_the_key(tmp_pa
     assert done.returncode != 0
     output = done.stdout + done.stderr
     assert "tools.run_code.allow_unsandboxed" in output and "Traceback" not in output
+
+
+def test_doctor_says_why_the_sandbox_cannot_run_and_how_to_fix_it(tmp_path: Path) -> None:
+    """No bwrap on the PATH: run_code is not offered, and doctor names the package."""
+    config = tmp_path / "config.yml"
+    config.write_text(
+        f"app:\n  data_dir: {tmp_path / 'data'}\nllm:\n  api_key: k\n  base_url: http://127.0.0.1:9\n"
+        "web:\n  enabled: false\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("BRUCE_CONFIG", "PATH")}
+    env["PATH"] = str(tmp_path / "empty")  # no bubblewrap there
+    done = subprocess.run(
+        [sys.executable, "-m", "bruce_bot", "doctor", "--json", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,
+        check=False,
+    )
+    report = json.loads(done.stdout)
+    [sandbox] = [check for check in report["checks"] if check["name"] == "sandbox"]
+    assert sandbox["status"] == "warn"
+    assert "run_code is not offered: bubblewrap (bwrap) is not installed" in sandbox["detail"]
+    assert "apt install bubblewrap" in sandbox["fix"]
