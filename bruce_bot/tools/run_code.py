@@ -15,13 +15,16 @@ read outside content, the code asks for the network, it runs in a scheduled task
 sub-agent, or without a sandbox (`sandbox: none`, which always asks); `always` asks every time,
 `never` never (but without a sandbox). A run that must ask and has nobody to ask is refused.
 Every run's details (exit code, duration, output size, files, and whether it asked, who
-answered and when) go into the audit log's `details` (`ToolOutput.details`).
+answered and when) go into the audit log's `details` (`ToolOutput.details`). Workspaces
+untouched for `workspace_retention_days` are deleted (checked at most hourly, from here); a
+deleted session's go with it (web/api/session_detail.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,7 @@ log = structlog.get_logger(__name__)
 RUN_CODE_TOOL = "run_code"
 MAX_OUT_FILES = 10
 MAX_LISTED = 30
+SWEEP_EVERY_SECONDS = 3600.0
 
 
 def run_code_enabled(config: RunCodeConfig) -> bool:
@@ -141,6 +145,7 @@ class RunCodeTool(Tool):
         self.files = files
         self.approver = approver  # wired by the composition root (agent/asking.py)
         self._locks: dict[int, asyncio.Lock] = {}
+        self._next_sweep = 0.0
 
     def use_approver(self, approver: Approver) -> None:
         """Who asks the user before a run that must ask (bruce_bot/parts.py wires it)."""
@@ -219,6 +224,7 @@ class RunCodeTool(Tool):
             max_output_chars=config.max_output_chars,
             workspace_mb=config.workspace_mb,
         )
+        await self._sweep_if_due()
         root = workspace.workspace_dir(self.data_dir, session_id)
         await self._copy_in(root, session_id)
         outcome = await runner.run(
@@ -250,6 +256,17 @@ class RunCodeTool(Tool):
         details["sent"] = [file.filename for file in sent]
         text = self._describe(outcome, limits, notes)
         return ToolOutput(text, untrusted=network, files=tuple(sent), details=json.dumps(details))
+
+    async def _sweep_if_due(self) -> None:
+        """Workspaces untouched for `workspace_retention_days` go (at most once an hour)."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_EVERY_SECONDS
+        days = self.config.workspace_retention_days
+        removed = await asyncio.to_thread(workspace.sweep, self.data_dir, days)
+        if removed:
+            log.info("workspaces_swept", removed=removed, retention_days=days)
 
     async def _copy_in(self, root: Path, session_id: int) -> None:
         if self.files.messages is None:
