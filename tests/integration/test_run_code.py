@@ -140,7 +140,7 @@ async def test_a_csv_the_user_sent_is_read_and_the_png_written_comes_back_as_a_d
     assert (session / "out" / "plot.png").read_bytes() == document.data
 
 
-async def test_a_run_that_must_ask_with_nobody_to_ask_is_refused_and_nothing_runs(
+async def test_a_run_that_asks_for_the_network_waits_and_a_denial_runs_nothing(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer
 ) -> None:
     marker = tmp_path / "workspaces"
@@ -151,8 +151,13 @@ async def test_a_run_that_must_ask_with_nobody_to_ask_is_refused_and_nothing_run
     async with FakeTelegramServer() as telegram:
         async with running_bruce(on_telegram(tmp_path, telegram, anthropic_fake)):
             telegram.private_text(ALICE, "fetch the page with python")
-            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            [question] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert code in question.plain and "asks for the network" in question.plain
+            query = telegram.press(question, ALICE, "Deny")
+            await telegram.wait_for(lambda: query in telegram.callback_answers, WITHIN)
+            *_, reply = await telegram.wait_for_messages(ALICE.id, 3, WITHIN)
     assert "did not run" in reply.plain and "asks for the network" in reply.plain
+    assert f"denied by telegram:{ALICE.id}" in reply.plain
     assert not list(marker.glob("*/ran"))
     [row] = db_rows(tmp_path, "SELECT error, details FROM tool_executions")
     assert row["error"] and json.loads(row["details"])["approval"]["asked"] is True
