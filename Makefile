@@ -1,7 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make run   — create .venv, install Bruce, apply migrations and start it (./config.yml or defaults)
-#   make test  — install the dev tools (and Chromium and PostgreSQL for their tests) and run the
-#                whole suite
+#   make test  — install the dev tools (and Chromium, PostgreSQL and bubblewrap for their tests)
+#                and run the whole suite
 #   make test-clock — the tests that deal in time on a wall clock moved by libfaketime (see below;
 #                CI runs it after make test)
 PYTHON ?= python3
@@ -9,7 +9,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CONFIG_ARG := $(if $(wildcard config.yml),--config config.yml,)
 
-.PHONY: run test test-clock chaos lint format bench bench-e2e bench-cache bench-brain soak clean chromium postgres faketime
+.PHONY: run test test-clock chaos lint format bench bench-e2e bench-cache bench-brain soak clean chromium postgres faketime sandbox
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,11 +46,21 @@ postgres:
 	      --no-install-recommends postgresql >/dev/null; \
 	  else echo "PostgreSQL not found: its tests will fail (install Debian's postgresql)"; fi; }
 
+# run_code's sandbox is bubblewrap (its network slirp4netns, `setpriv` of util-linux when Bruce
+# runs as root); install Debian's when missing, so its tests run with the real thing.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 && command -v slirp4netns >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap and slirp4netns for the run_code tests..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends bubblewrap slirp4netns >/dev/null; \
+	  else echo "bubblewrap not found: the run_code tests will be skipped (apt install bubblewrap)"; fi; }
+
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist), a test file per process at a time,
 # so a file's module fixtures are set up once; each worker has its own PostgreSQL cluster.
 PYTEST_WORKERS ?= 2
 
-test: $(VENV)/.installed-dev chromium postgres
+test: $(VENV)/.installed-dev chromium postgres sandbox
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile

@@ -296,6 +296,7 @@ class Bruce:
                 login_link=self._login_link,
                 secrets=tuple(config.secrets()),
                 storage_health=parts.inbox.health,
+                approver=parts.approver,
             )
         )
         return WebServer(app, web.host, web.port)

@@ -7,8 +7,10 @@ It loads and validates the configuration, then, at the same time and each under 
 it refuses), the clock (against the `Date` header of the LLM server's answer), Telegram `getMe`
 and Discord's REST login when those channels are on (through their SDKs, in the channel modules),
 the web port (free, or Bruce's own `/healthz` already answering there) and the transcription
-endpoint when one is configured. A check passes (ok), warns (Bruce runs, but something deserves a
-look) or fails (Bruce will not work as configured); only failures make the exit status 1.
+endpoint when one is configured, and whether run_code's sandbox (bubblewrap, and slirp4netns
+for its network) works here, with the fix when it does not. A check passes (ok), warns (Bruce
+runs, but something deserves a look) or fails (Bruce will not work as configured); only
+failures make the exit status 1.
 `bruce db check` (rows Bruce cannot use) is `doctor.py`, a different question.
 """
 
@@ -44,6 +46,8 @@ from bruce_bot.llm.base import (
 )
 from bruce_bot.llm.errors import ErrorReply
 from bruce_bot.llm.factory import create_llm
+from bruce_bot.sandbox.network import available as slirp_available
+from bruce_bot.sandbox.probe import probe as probe_sandbox
 from bruce_bot.storage.database import SCHEMA_HEAD
 from bruce_bot.storage.settings import LLM_FIELDS, SettingsStore, llm_setting, token_setting
 
@@ -160,8 +164,41 @@ async def _probes(config: Config, clock: Callable[[], float]) -> list[Check]:
         probes.append(("web", lambda: _web_port(config.web.host, config.web.port)))
     if config.transcription.is_configured:
         probes.append(("transcription", lambda: _transcription(config)))
+    if config.tools.run_code.enabled is not False:
+        probes.append(("sandbox", lambda: asyncio.to_thread(sandbox_checks, config)))
     results = await asyncio.gather(*(_bounded(name, probe) for name, probe in probes))
     return [check for checks in results for check in checks]
+
+
+def sandbox_checks(config: Config) -> list[Check]:
+    """Can run_code's sandbox start here (bubblewrap, user namespaces), and its network?"""
+    settings = config.tools.run_code
+    if settings.sandbox == "none":
+        return [
+            Check(
+                "sandbox",
+                "warn",
+                "tools.run_code.sandbox is 'none': code runs unsandboxed, with Bruce's rights "
+                "(every run asks first)",
+                "install bubblewrap and remove sandbox: none",
+            )
+        ]
+    found = probe_sandbox()
+    if not found.works:
+        # Not offered by default: a warning; asked for explicitly (enabled: true): a failure.
+        status: Status = "fail" if settings.enabled else "warn"
+        return [Check("sandbox", status, f"run_code is not offered: {found.detail}", found.fix)]
+    checks = [Check("sandbox", "ok", found.detail)]
+    if not slirp_available():
+        checks.append(
+            Check(
+                "sandbox",
+                "warn",
+                "slirp4netns is not installed: run_code calls asking for the network are refused",
+                "install slirp4netns (Debian/Ubuntu: sudo apt install slirp4netns)",
+            )
+        )
+    return checks
 
 
 async def _bounded(name: str, probe: Callable[[], Awaitable[list[Check]]]) -> list[Check]:

@@ -520,7 +520,48 @@ class SubagentsConfig(_Section):
     enabled: bool = True
 
 
+class RunCodeConfig(_Section):
+    """The `run_code` tool: Python or shell in a bubblewrap sandbox (bruce_bot/sandbox/)."""
+
+    # None: on where the sandbox works (bruce doctor says why not where it does not).
+    enabled: bool | None = None
+    sandbox: Literal["bubblewrap", "none"] = "bubblewrap"
+    allow_unsandboxed: bool = False  # needed for sandbox: none, and then every run asks
+    # When a run waits for the user's Run / Deny (agent/asking.py): `risky` after outside
+    # content, for the network, in a briefing or a sub-agent, or unsandboxed; `always`; `never`.
+    approval: Literal["risky", "always", "never"] = "risky"
+    # No answer within this long is a denial (the model is told).
+    approval_timeout_seconds: int = Field(default=300, ge=1, le=86_400)
+    timeout_seconds: int = Field(default=30, ge=1, le=600)  # the longest a model may ask for
+    memory_mb: int = Field(default=1024, ge=64, le=65_536)
+    max_processes: int = Field(default=128, ge=8, le=4096)
+    max_output_chars: int = Field(default=20_000, ge=200, le=200_000)
+    workspace_mb: int = Field(default=100, ge=1, le=100_000)
+    max_code_chars: int = Field(default=100_000, ge=100, le=1_000_000)
+    workspace_retention_days: int = Field(default=30, ge=0)  # 0: kept until the session goes
+    # A read-only virtualenv with extra packages (numpy, pandas), mounted into the sandbox.
+    python_env: Path | None = None
+
+    @model_validator(mode="after")
+    def _unsandboxed_needs_consent(self) -> RunCodeConfig:
+        if self.sandbox == "none" and not self.allow_unsandboxed:
+            raise ValueError(
+                "tools.run_code.sandbox is 'none' but tools.run_code.allow_unsandboxed is not "
+                "true: code would run on this machine with Bruce's own rights, reading its "
+                "config and database. Install bubblewrap and remove 'sandbox: none', or set "
+                "allow_unsandboxed: true (then every run waits for your approval)"
+            )
+        if self.python_env is not None and not (self.python_env / "bin" / "python").exists():
+            raise ValueError(
+                f"tools.run_code.python_env {str(self.python_env)!r} is not a virtualenv (no "
+                "bin/python in it); create one with python3 -m venv <path> and pip install "
+                "what the code needs, or remove the key"
+            )
+        return self
+
+
 class ToolsConfig(_Section):
+    run_code: RunCodeConfig = Field(default_factory=RunCodeConfig)
     web_search: WebSearchConfig = Field(default_factory=WebSearchConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)

@@ -179,6 +179,10 @@ class ToolResult:
     # The content came from the outside world (a web page, search results): it is wrapped for
     # the model as untrusted data, and what the turn does after reading it needs the user.
     untrusted: bool = False
+    # Files the call made that go with the reply (run_code's out/ files, saved as artifacts).
+    files: tuple[OutboundFile, ...] = ()
+    # What the audit log keeps besides input and output (JSON: run_code's exit code, approval).
+    details: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

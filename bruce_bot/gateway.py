@@ -25,8 +25,9 @@ from bruce_bot.storage.stores import Stores
 log = structlog.get_logger(__name__)
 
 RemindersDescriber = Callable[[int], Awaitable[str]]
-# (session id, the pressed button's data) -> the reply to show, None when the data is unknown.
-ChoiceAnswerer = Callable[[int, str], Awaitable[str | None]]
+# (session id, the pressed button's data, who pressed it: "telegram:42") -> the reply to show,
+# None when the data is unknown.
+ChoiceAnswerer = Callable[[int, str, str], Awaitable[str | None]]
 
 
 class Gateway:
@@ -79,10 +80,10 @@ class Gateway:
         session = await self._stores.sessions.get_or_create(SessionKey(channel, chat_id))
         return await self._reminders(session.id)
 
-    async def choose(self, channel: str, chat_id: str, data: str) -> str | None:
+    async def choose(self, channel: str, chat_id: str, data: str, by: str = "") -> str | None:
         session = await self._stores.sessions.find(SessionKey(channel, chat_id))
         if session is None or self._choices is None:
             return None
-        reply = await self._choices(session.id, data)
+        reply = await self._choices(session.id, data, by)
         log.info("choice_answered", session_id=session.id, data=data, known=reply is not None)
         return reply

@@ -106,6 +106,11 @@ class Outbox:
         self._files = files  # None: replies go without their files
         self._chat_turns: dict[tuple[str, str], _ChatTurn] = {}  # (channel, chat) being sent to
 
+    def max_message_chars(self, channel_name: str) -> int | None:
+        """How long one message of the channel may be (None: the channel is not enabled)."""
+        channel = self._channels.get(channel_name)
+        return channel.max_message_chars if channel is not None else None
+
     def live(
         self, channel_name: str, chat_id: str, metadata: Mapping[str, object]
     ) -> LiveReply | None:

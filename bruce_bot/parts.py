@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from bruce_bot.agent.approvals import ActionApprovals
+from bruce_bot.agent.asking import ChatApprover
 from bruce_bot.agent.brain.library import Library
 from bruce_bot.agent.brain.runner import AnalyticalBrain, BrainRunner
 from bruce_bot.agent.subagent import SpawnSubagentTool
@@ -33,7 +34,7 @@ from bruce_bot.channels.web import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.fix_hints import FailureHints
-from bruce_bot.gateway import Gateway
+from bruce_bot.gateway import ChoiceAnswerer, Gateway
 from bruce_bot.inbox import Inbox
 from bruce_bot.live_allowlists import LiveAllowlists
 from bruce_bot.live_channels import PLATFORMS, LiveToken, LiveTokens
@@ -57,11 +58,13 @@ from bruce_bot.storage.database import Database, sync_url
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
 from bruce_bot.storage.settings import TOPIC as SETTINGS_TOPIC
 from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.approval import Approver
 from bruce_bot.tools.artifacts import artifact_file
 from bruce_bot.tools.catalog import build_tools
 from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.tools.run_code import run_code_enabled
 from bruce_bot.tools.watches import watch_tools, web_reader
 from bruce_bot.usage.budget import BudgetPolicy, BudgetWatch
 from bruce_bot.usage.prices import PriceTable
@@ -115,6 +118,8 @@ class Parts:
     mcp: McpManager | None = None
     # Bruce's own web address, never fetched (tools/own_address.py).
     own_address: OwnAddress = field(default_factory=OwnAddress)
+    # Asks the user before a tool runs something (run_code); the dashboard answers it too.
+    approver: ChatApprover | None = None
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -164,6 +169,7 @@ def build_media(
         vision=sees_images(config.llm),
         model=config.llm.model,
         max_duration_seconds=config.transcription.max_duration_seconds,
+        keep_documents=run_code_enabled(config.tools.run_code),
     )
     return MediaStep(settings, stores.messages, channels, transcriber)
 
@@ -273,6 +279,30 @@ def _brain(
         llm, config.llm.effective_background_model, stores, library, config.brain, memories
     )
     return AnalyticalBrain(runner, max_concurrent=config.agent.max_concurrent_sessions)
+
+
+@runtime_checkable
+class AsksFirst(Protocol):
+    """A tool that asks the user before it runs something (run_code): given the approver."""
+
+    def use_approver(self, approver: Approver) -> None: ...
+
+
+def give_approver(tools: ToolRegistry, approver: Approver) -> None:
+    for name in tools.names():
+        tool = tools.get(name)
+        if isinstance(tool, AsksFirst):
+            tool.use_approver(approver)
+
+
+def _chooser(approver: ChatApprover, confirmations: TaskConfirmations) -> ChoiceAnswerer:
+    """A button press: an approval's Run / Deny, else a confirmation's."""
+
+    async def choose(session_id: int, data: str, by: str) -> str | None:
+        reply = await approver.choose(session_id, data, by)
+        return reply if reply is not None else await confirmations.choose(session_id, data)
+
+    return choose
 
 
 @runtime_checkable
@@ -502,7 +532,14 @@ def build_parts(
     approvals = ActionApprovals(stores.approvals, stores.audit, tools)
     turns.gate_actions(approvals)
     confirmations.use_actions(approvals)
-    gateway = Gateway(inbox, stores, reminders=tasks.describe_session, choices=confirmations.choose)
+    # A tool that asks before it runs (run_code) asks in the chat, with Run / Deny buttons.
+    approver = ChatApprover(
+        stores, outbox, feed, config.tools.run_code.approval_timeout_seconds, overrides.clock
+    )
+    give_approver(tools, approver)
+    gateway = Gateway(
+        inbox, stores, reminders=tasks.describe_session, choices=_chooser(approver, confirmations)
+    )
     _connect_feed(feed, inbox, web_channel, shared)
     # A setting saved in another process: a new LLM client, a channel reconnected with its token.
     if live_llm is not None:
@@ -538,4 +575,5 @@ def build_parts(
         hints=hints,
         mcp=mcp,
         own_address=own_address,
+        approver=approver,
     )

@@ -19,8 +19,10 @@ from typing import Literal
 from bruce_bot.domain import ToolExecution
 from bruce_bot.tools.memory import SAVE_TOOL
 from bruce_bot.tools.proactive import CREATE_TOOL
+from bruce_bot.tools.run_code import RUN_CODE_TOOL
 
-ARTIFACT_TOOLS = ("artifact_save",)
+# run_code makes files too (its out/ files are sent as documents).
+ARTIFACT_TOOLS = ("artifact_save", RUN_CODE_TOOL)
 
 _SENTENCE = re.compile(r"[^.!?\n]+")
 _ARTIFACT_LINK = re.compile(r"\S*/artifacts/[^\s)\]>\"']+")

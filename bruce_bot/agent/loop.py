@@ -258,6 +258,8 @@ async def run_agent_loop(
     `approvals`, nobody can be asked: it is refused); `AgentRun.untrusted` says so afterwards.
     """
     context = context or ToolContext()
+    if live is not None and context.status is None:
+        context = dataclasses.replace(context, status=live.status)
     earlier = sorted({r.name for m in history for r in m.tool_results if r.untrusted})
     if not context.untrusted_input and earlier:  # e.g. the guard's retry
         context = _tainted(context, ", ".join(earlier))

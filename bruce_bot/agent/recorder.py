@@ -58,4 +58,5 @@ class AuditRecorder:
             duration_ms=execution.duration_ms,
             call_id=call.id,
             answers_message_id=self.answers_message_id,
+            details=result.details,
         )

@@ -121,10 +121,13 @@ class SpawnSubagentTool(Tool):
                     channel=CHANNEL,
                     chat_id=child.chat_id,
                     task_run=context.task_run,
+                    subagent=True,
                     # A task written after outside content may carry its instructions: the
                     # child's actions are gated as the parent's would be (it cannot ask).
                     untrusted_input=context.untrusted_input,
                     untrusted_source=context.untrusted_source,
+                    # What it asks the user shows in the parent's turn (agent/asking.py).
+                    status=context.status,
                 ),
                 observer=AuditRecorder(stores.audit, child.id),
                 purpose=PURPOSE,

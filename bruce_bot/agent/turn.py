@@ -190,6 +190,8 @@ def saved_files(run: AgentRun) -> tuple[OutboundFile, ...]:
     where the channel takes files (`tools.artifacts.send_file_max_bytes`)."""
     files: dict[str, OutboundFile] = {}
     for execution in run.executions:
+        for made in execution.result.files:  # run_code's out/ files, saved as artifacts
+            files.setdefault(made.artifact, made)
         if execution.call.name != ARTIFACT_TOOL or execution.result.is_error:
             continue
         saved = saved_artifact(execution.result.content)

@@ -32,9 +32,10 @@ class InboxPort(Protocol):
         its conversation and scheduled tasks follow it."""
         ...
 
-    async def choose(self, channel: str, chat_id: str, data: str) -> str | None:
+    async def choose(self, channel: str, chat_id: str, data: str, by: str = "") -> str | None:
         """A button under one of Bruce's messages was pressed (`Choice.data`) by an allowed
-        user: returns the text to show in answer, None when the button is unknown or stale."""
+        user (`by`: "<channel>:<user id>"): returns the text to show in answer, None when the
+        button is unknown or stale."""
         ...
 
 

@@ -414,7 +414,8 @@ class Presses:
             return PressAnswer(texts.button_inactive)
         self._used.add(used)  # before asking: a second tap meanwhile finds it used
         try:
-            reply = await inbox.choose(channel, press.chat_id, press.data)
+            by = f"{channel}:{press.user_id}"
+            reply = await inbox.choose(channel, press.chat_id, press.data, by)
         except Exception:
             self._used.discard(used)  # may be tried again
             log.exception("press_failed", channel=channel, chat_id=press.chat_id, data=press.data)

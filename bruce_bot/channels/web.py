@@ -161,7 +161,8 @@ class WebChannel:
         """A button pressed in the chat page; the reply to show (None: unknown button)."""
         if self._inbox is None:
             return None
-        return await self._inbox.choose(WEB_CHANNEL, chat_id, data)
+        # The web chat is the dashboard's owner, signed in.
+        return await self._inbox.choose(WEB_CHANNEL, chat_id, data, WEB_CHANNEL)
 
     async def send(self, message: OutboundMessage) -> None:
         self._typing.discard(message.chat_id)

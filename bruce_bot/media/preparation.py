@@ -83,6 +83,8 @@ class MediaSettings:
     vision: bool  # the model sees images (vision.sees_images)
     model: str
     max_duration_seconds: int = 600
+    # Documents are kept as sent too (`original` in their record), for run_code's /workspace/in.
+    keep_documents: bool = False
 
 
 @dataclass(slots=True)
@@ -251,7 +253,10 @@ class MediaStep:
                     settings.documents.max_pdf_pages,
                     PdfLimits.from_config(settings.documents),
                 )
-                return {**attachment, "state": READY, "text": text}, None
+                kept = {**attachment, "state": READY, "text": text}
+                if settings.keep_documents:
+                    kept["original"] = await self._store_original(row, index, data)
+                return kept, None
             if kind == "audio":
                 return await self._transcribe(attachment, data, label)
         except (ImageProblem, DocumentProblem) as exc:
@@ -301,6 +306,12 @@ class MediaStep:
             "media_type": fitted.media_type,
             "problem": None,
         }
+
+    async def _store_original(self, row: StoredMessage, index: int, data: bytes) -> str:
+        """The document as sent, under the session's media folder (swept with the pictures)."""
+        relative = Path(MEDIA_DIR) / str(row.session_id) / f"{row.id}-{index}.original"
+        await asyncio.to_thread(_write, self._settings.data_dir / relative, data)
+        return relative.as_posix()
 
     async def _transcribe(
         self, attachment: dict[str, Any], data: bytes, label: str

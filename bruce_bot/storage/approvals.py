@@ -6,6 +6,11 @@ tasks too), so the question is the chat's newest message. A crash between the tw
 unasked action, which the next look at the chat asks about (`unasked`). Each later step is a
 conditional update, so a confirmation pressed twice, or in two processes at once, runs the call
 once: `claim` moves it from waiting to running for exactly one caller.
+
+The same table keeps the questions a tool asks before it runs (run_code's approvals,
+agent/asking.py), told apart by their status: `asking`, then `approved`, `denied` or `expired`
+(`decide`, a conditional update too). For them `arguments` is what the user is shown, `result`
+who answered ("telegram:42", "dashboard"; "" when nobody did) and `resolved_at` when.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ _actions = table_of(PendingActionRow)
 _tasks = table_of(ProactiveTaskRow)
 
 WAITING = "waiting"
+# A tool's question waiting for the user's Run or Deny (agent/asking.py), and its outcomes.
+ASKING = "asking"
+DECIDED = ("approved", "denied", "expired")
 # The data of the buttons under Bruce's question about an action.
 CONFIRM_PREFIX = "action-confirm:"
 CANCEL_PREFIX = "action-cancel:"
@@ -76,6 +84,8 @@ class ApprovalStore:
         origin: str,
         person: str,
         task_run: bool,
+        status: str = WAITING,
+        at: datetime | None = None,
     ) -> tuple[PendingAction, bool]:
         """The held call and whether it is new; a call held before under the same `origin` (a
         turn resumed after a crash) is returned as it is. Bruce asks about it after the turn's
@@ -88,8 +98,8 @@ class ApprovalStore:
             "origin": origin,
             "person": person,
             "task_run": task_run,
-            "status": WAITING,
-            "created_at": utcnow(),
+            "status": status,
+            "created_at": at or utcnow(),
         }
         by_origin = select(*_COLUMNS).where(
             _actions.c.session_id == session_id, _actions.c.origin == origin
@@ -197,3 +207,35 @@ class ApprovalStore:
                 .where(_actions.c.id == action_id)
                 .values(status="done" if ok else "failed", result=result, resolved_at=utcnow())
             )
+
+    # ---- a tool's questions (agent/asking.py) --------------------------------------------------
+
+    async def asking(self) -> list[PendingAction]:
+        """Every question still waiting for the user's answer, oldest first."""
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                select(*_COLUMNS).where(_actions.c.status == ASKING).order_by(_actions.c.id)
+            )
+            return [from_row(PendingAction, row) for row in result]
+
+    async def decide(self, action_id: int, to: str, by: str, at: datetime) -> bool:
+        """Asking → `to` (one of `DECIDED`), for one caller only."""
+        assert to in DECIDED
+        async with self._engine.begin() as connection:
+            result = await connection.execute(
+                update(_actions)
+                .where(_actions.c.id == action_id, _actions.c.status == ASKING)
+                .values(status=to, result=by, resolved_at=at)
+            )
+        return bool(result.rowcount)
+
+    async def renew(self, action_id: int, at: datetime) -> bool:
+        """Ask a question again from `at` (a turn resumed after its time ran out unanswered,
+        with Bruce down): asked anew, nothing asked yet."""
+        async with self._engine.begin() as connection:
+            result = await connection.execute(
+                update(_actions)
+                .where(_actions.c.id == action_id, _actions.c.status == ASKING)
+                .values(created_at=at, question_message_id=None)
+            )
+        return bool(result.rowcount)

@@ -37,6 +37,7 @@ class ToolExecutionRecord:
     created_at: datetime
     call_id: str | None = None
     answers_message_id: int | None = None
+    details: str | None = None  # JSON (run_code: exit code, files, approval)
 
 
 _EXECUTION_COLUMNS = columns_for(_executions, ToolExecutionRecord)
@@ -112,6 +113,7 @@ class AuditStore:
         duration_ms: float,
         call_id: str | None = None,
         answers_message_id: int | None = None,
+        details: str | None = None,
     ) -> None:
         row = {
             "session_id": session_id,
@@ -124,6 +126,7 @@ class AuditStore:
             "created_at": utcnow(),
             "call_id": call_id,
             "answers_message_id": answers_message_id,
+            "details": details,
         }
         async with self._engine.begin() as connection:
             await connection.execute(_executions.insert(), row)

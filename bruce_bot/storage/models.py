@@ -237,6 +237,8 @@ class ToolExecutionRow(Base):
     # cut by a crash resumes from these rows instead of running its tools again.
     call_id: Mapped[str | None] = mapped_column(BoundedString(128))
     answers_message_id: Mapped[int | None] = mapped_column(Integer)
+    # JSON text a tool adds to its row (run_code: exit code, output size, files, approval).
+    details: Mapped[str | None] = mapped_column(CleanText)
 
 
 class SessionSummaryRow(Base):

@@ -36,6 +36,18 @@ CONTENT_TYPES: dict[str, str] = {
     ".csv": "text/csv; charset=utf-8",
     ".json": "application/json; charset=utf-8",
     ".svg": "image/svg+xml; charset=utf-8",
+    # Files run_code's programs write (tools/code_files.py); served with the same policy.
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+    ".pdf": "application/pdf",
+    ".tsv": "text/tab-separated-values; charset=utf-8",
+    ".xml": "application/xml; charset=utf-8",
+    ".zip": "application/zip",
+    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    ".bin": "application/octet-stream",
 }
 DEFAULT_EXTENSION = ".html"
 DEFAULT_STEM = "artifact"
@@ -112,7 +124,7 @@ def saved_artifact(result: str) -> OutboundFile | None:
     return OutboundFile(match[1], match[2], content_type)
 
 
-def _write(path: Path, data: bytes) -> None:
+def write_new(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, mode=0o700)
     # O_EXCL: never overwrite; 0600: the data dir is the daemon user's only (private_files.py).
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -182,7 +194,7 @@ class ArtifactSaveTool(Tool):
         artifact_uuid = str(uuid.uuid4())
         path = artifact_file(self.root, artifact_uuid, filename)
         assert path is not None  # sanitised name and fresh uuid: always inside the root
-        await asyncio.to_thread(_write, path, data)
+        await asyncio.to_thread(write_new, path, data)
         try:
             await self.store.add(
                 uuid=artifact_uuid,

@@ -9,9 +9,11 @@ from __future__ import annotations
 from bruce_bot.config import Config
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.artifacts import ArtifactSaveTool
+from bruce_bot.tools.code_files import OutputSaver
 from bruce_bot.tools.memory import memory_tools
 from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.tools.run_code import CodeFiles, RunCodeTool, run_code_enabled
 from bruce_bot.tools.web_fetch import WebFetchTool
 from bruce_bot.tools.web_search import WebSearchTool, provider_for
 
@@ -38,6 +40,13 @@ def build_tools(
     if config.memory.enabled:
         for tool in memory_tools(stores.memories):
             registry.add(tool)
+    if run_code_enabled(tools.run_code):
+        saver = None
+        if tools.artifacts.enabled:
+            saver = OutputSaver(stores.artifacts, config.app.data_dir / "artifacts")
+        files = CodeFiles(stores.messages, saver, tools.artifacts.max_bytes)
+        registry.add(RunCodeTool(tools.run_code, config.app.data_dir, files))
     # The proactive-task and sub-agent tools need the scheduler and the agent: the composition
-    # root adds them (bruce_bot/parts.py, `assemble_tools`).
+    # root adds them (bruce_bot/parts.py, `assemble_tools`). run_code's approver (the agent's
+    # asking) is wired there too: until then, a run that must ask is refused.
     return registry

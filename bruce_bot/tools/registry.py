@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import structlog
 
-from bruce_bot.domain import ToolCall, ToolResult, ToolSpec
+from bruce_bot.domain import OutboundFile, ToolCall, ToolResult, ToolSpec
 from bruce_bot.untrusted import fence
 
 if TYPE_CHECKING:
@@ -73,6 +73,23 @@ class ToolContext:
     people: tuple[str, ...] = ()
     # A scheduled (agent-mode) task's run: tools not meant for unattended runs stay out.
     task_run: bool = False
+    # Shows a short line in place of the turn's live reply while a tool works ("⏳ waiting
+    # for your approval"); None when the turn shows none.
+    status: Callable[[str], Awaitable[None]] | None = None
+    # A sub-agent's run (agent/subagent.py): nobody watches it as it goes.
+    subagent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool returns when plain text is not enough: an error result it shapes itself,
+    files that go with the reply, details for the audit log (JSON text)."""
+
+    text: str
+    is_error: bool = False
+    untrusted: bool = False
+    files: tuple[OutboundFile, ...] = ()
+    details: str | None = None
 
 
 class Tool:
@@ -96,7 +113,7 @@ class Tool:
     # carries text from the conversation sends that text out (agent/outward.py).
     url_argument: ClassVar[str | None] = None
 
-    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
+    async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str | ToolOutput:
         raise NotImplementedError
 
     @property
@@ -257,6 +274,19 @@ class ToolRegistry:
             )
             message = f"Error: '{call.name}' failed: {type(exc).__name__}: {exc}"
             return ToolResult(call.id, call.name, message, is_error=True)
+        if isinstance(output, ToolOutput):
+            content = truncate(output.text, tool.max_output_chars)
+            if output.untrusted:
+                content = as_untrusted(content, call.name)
+            return ToolResult(
+                call.id,
+                call.name,
+                f"Error: {content}" if output.is_error else content,
+                is_error=output.is_error,
+                untrusted=output.untrusted,
+                files=output.files,
+                details=output.details,
+            )
         content = truncate(str(output), tool.max_output_chars)
         if tool.reads_outside_world:
             return ToolResult(call.id, call.name, as_untrusted(content, call.name), untrusted=True)

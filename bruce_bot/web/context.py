@@ -21,6 +21,7 @@ from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 
 if TYPE_CHECKING:
+    from bruce_bot.approval_desk import ApprovalDesk
     from bruce_bot.live_allowlists import LiveAllowlists
     from bruce_bot.live_channels import LiveTokens
     from bruce_bot.live_llm import LiveLLMSettings
@@ -82,3 +83,5 @@ class WebContext:
     # The configured secrets (Config.secrets()): scrubbed from what the API shows of outside
     # processes (an MCP server's stderr), as from the logs.
     secrets: tuple[str, ...] = ()
+    # The runs waiting for the user's approval (None: not offered).
+    approver: ApprovalDesk | None = None

@@ -34,6 +34,7 @@ PATH_VALUES = {
     "owner": "chat:alice",
     "channel": "telegram",
     "user_id": "1",
+    "approval_id": "1",
 }
 
 

@@ -69,7 +69,7 @@ class FakeInbox:
     async def migrate_chat(self, channel: str, old_chat_id: str, new_chat_id: str) -> None:
         raise AssertionError("the policy never migrates chats")
 
-    async def choose(self, channel: str, chat_id: str, data: str) -> str | None:
+    async def choose(self, channel: str, chat_id: str, data: str, by: str = "") -> str | None:
         self.calls.append(("choose", channel, chat_id, data))
         if self.hold is not None:
             await self.hold.wait()

@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute
 
 from bruce_bot.web.api import (
     allowlists,
+    approvals,
     artifacts,
     channel_tests,
     chat,
@@ -61,6 +62,7 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
         *people.ENDPOINTS,
         *usage.ENDPOINTS,
         *web_sessions.ENDPOINTS,
+        *approvals.ENDPOINTS,
     )
 )
 

@@ -5,15 +5,18 @@ The detail gathers what the session page shows besides the messages (which page 
 workflow the analytical brain switched on, the sub-agents' sessions, the scheduled tasks and the
 artifacts. Deleting takes the session and its sub-agents' sessions for good: their scheduled
 tasks are cancelled first (so no scheduler job is left to fire), the rows go in one transaction
-(storage/session_removal.py), then their files: the artifacts' and the stored pictures under
-`<app.data_dir>/media/<session id>/`. A session whose messages a turn is still answering is not
-deleted (409): the turn would write its reply into a session that is gone.
+(storage/session_removal.py), then their files: the artifacts', the stored pictures under
+`<app.data_dir>/media/<session id>/` and run_code's workspaces (`<app.data_dir>/workspaces/`).
+The detail lists the session's code runs too (run_code's audit rows). A session whose
+messages a turn is still answering is not deleted (409): the turn would write its reply into a
+session that is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 from urllib.parse import quote
@@ -22,10 +25,12 @@ import structlog
 from pydantic import BaseModel, Field
 
 from bruce_bot.media.preparation import MEDIA_DIR
+from bruce_bot.sandbox.workspace import remove_workspaces
 from bruce_bot.scheduler.timing import ScheduleError
 from bruce_bot.storage.session_removal import family_of, remove_session
 from bruce_bot.storage.tasks import TaskStatus
 from bruce_bot.tools.artifacts import artifact_file
+from bruce_bot.tools.run_code import RUN_CODE_TOOL
 from bruce_bot.web.api.artifacts import ArtifactAnswer
 from bruce_bot.web.api.endpoint import Call, Endpoint
 from bruce_bot.web.api.params import Id
@@ -53,6 +58,25 @@ class GoalAnswer(BaseModel):
     completed_at: Time | None
 
 
+class CodeRunAnswer(BaseModel):
+    """One run_code call, from the audit log (`tool_executions.details`)."""
+
+    id: int
+    created_at: Time
+    language: str
+    code: str = Field(description="the code, cut to 4,000 characters")
+    exit_code: int | None = Field(description="None: killed, refused or not started")
+    outcome: str = Field(description="ok, failed, killed (why), refused or not started")
+    duration_ms: float
+    output_bytes: int | None
+    network: bool
+    files: list[str] = Field(description="files the run created or changed in its workspace")
+    sent: list[str] = Field(description="the out/ files sent to the chat (artifacts)")
+    approval: dict[str, object] = Field(
+        description="asked (bool), reason, approved, by (who answered), at (when), why"
+    )
+
+
 class SessionDetail(BaseModel):
     session: SessionAnswer
     parent_id: int | None = Field(description="the session a sub-agent's session works for")
@@ -64,6 +88,7 @@ class SessionDetail(BaseModel):
     children: list[SessionAnswer] = Field(description="the sessions of its sub-agents")
     tasks: list[TaskAnswer]
     artifacts: list[ArtifactAnswer]
+    code_runs: list[CodeRunAnswer] = Field(description="the newest run_code calls, newest first")
     timezone: str = Field(description="app.timezone: the dashboard shows times in it")
 
 
@@ -123,8 +148,56 @@ async def session_detail(call: Call[SessionId, None]) -> SessionDetail:
             )
             for a in artifacts
         ],
+        code_runs=await _code_runs(context, session_id),
         timezone=await context.display_timezone(),
     )
+
+
+MAX_CODE_RUNS = 50
+MAX_CODE_SHOWN = 4000
+
+
+async def _code_runs(context: WebContext, session_id: int) -> list[CodeRunAnswer]:
+    rows = await context.stores.audit.tool_executions(
+        session_id=session_id, tool_name=RUN_CODE_TOOL, limit=MAX_CODE_RUNS
+    )
+    runs = []
+    for row in rows:
+        try:
+            arguments = json.loads(row.input)
+            details = json.loads(row.details or "{}")
+        except ValueError:
+            continue
+        if not isinstance(arguments, dict) or not isinstance(details, dict):
+            continue
+        approval = details.get("approval")
+        runs.append(
+            CodeRunAnswer(
+                id=row.id,
+                created_at=row.created_at,
+                language=str(arguments.get("language", "")),
+                code=str(arguments.get("code", ""))[:MAX_CODE_SHOWN],
+                exit_code=details.get("exit_code"),
+                outcome=_outcome(details, row.error is not None),
+                duration_ms=row.duration_ms,
+                output_bytes=details.get("output_bytes"),
+                network=bool(details.get("network")),
+                files=[str(f) for f in details.get("files", [])],
+                sent=[str(f) for f in details.get("sent", [])],
+                approval=approval if isinstance(approval, dict) else {},
+            )
+        )
+    return runs
+
+
+def _outcome(details: dict[str, object], is_error: bool) -> str:
+    if details.get("failure"):
+        return "not started"
+    if details.get("killed_for"):
+        return f"killed ({details['killed_for']})"
+    if is_error:
+        return "refused"
+    return "ok" if details.get("exit_code") == 0 else "failed"
 
 
 async def delete_session(call: Call[SessionId, None]) -> DeletedSession:
@@ -191,6 +264,7 @@ def _remove_files(data_dir: Path, session_ids: list[int], artifacts: list[tuple[
         if media.is_dir():
             removed += sum(1 for path in media.rglob("*") if path.is_file())
             shutil.rmtree(media, ignore_errors=True)
+    removed += remove_workspaces(data_dir, session_ids)  # run_code's workspaces
     return removed
 
 
