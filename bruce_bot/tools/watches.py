@@ -22,7 +22,7 @@ from bruce_bot.storage.watches import WATCH_MODE, WatchRecord
 from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.proactive import call_origin
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError, as_untrusted
-from bruce_bot.tools.web_fetch import DomainPolicy, PageFetcher, page_text, render
+from bruce_bot.tools.web_fetch import FetchPolicy, PageFetcher, page_text, render
 from bruce_bot.tools.web_search import SearchFailed, SearchProvider, format_results, provider_for
 
 CREATE_TOOL = "watch_create"
@@ -202,15 +202,7 @@ class WebReader:
 def web_reader(tools: ToolsConfig, own_address: OwnAddress | None = None) -> WebReader:
     """The reader for the configured web tools: the same policy as the model's web_fetch."""
     fetch, search = tools.web_fetch, tools.web_search
-    fetcher = (
-        PageFetcher(
-            allow_private=fetch.allow_private_addresses,
-            domains=DomainPolicy.from_config(fetch),
-            own=own_address,
-        )
-        if fetch.enabled
-        else None
-    )
+    fetcher = PageFetcher(FetchPolicy.from_config(fetch, own_address)) if fetch.enabled else None
     return WebReader(fetcher, provider_for(search) if search.enabled else None, fetch.max_chars)
 
 

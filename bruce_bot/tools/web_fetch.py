@@ -342,41 +342,69 @@ def _check_url(url: httpx.URL, original: str) -> str:
     return host
 
 
+def _parse_url(url: str) -> httpx.URL:
+    if len(url) > MAX_URL_CHARS:
+        raise ToolError(f"the URL is too long ({len(url)} characters; at most {MAX_URL_CHARS})")
+    try:
+        parsed = httpx.URL(url.strip())
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise ToolError(f"{url!r} is not a valid URL ({exc})") from None
+    _check_url(parsed, url)
+    return parsed
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPolicy:
+    """What may be fetched: the SSRF rule, the owner's domain lists, Bruce's own address."""
+
+    allow_private: bool = False
+    domains: DomainPolicy = field(default_factory=DomainPolicy)
+    own: OwnAddress = field(default_factory=OwnAddress)
+
+    @classmethod
+    def from_config(cls, config: WebFetchConfig, own: OwnAddress | None = None) -> FetchPolicy:
+        return cls(
+            config.allow_private_addresses, DomainPolicy.from_config(config), own or OwnAddress()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FetchLimits:
+    max_bytes: int = MAX_BODY_BYTES
+    max_redirects: int = MAX_REDIRECTS
+    timeout: float = FETCH_TIMEOUT_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class FetchNetwork:
+    """How a fetch connects: the resolver, the network backend below the pinning and the TLS
+    trust store; tests play DNS and route "public" addresses to local fakes with them."""
+
+    resolver: Resolver = system_resolver
+    backend: httpcore.AsyncNetworkBackend | None = None
+    ssl_context: ssl.SSLContext | None = None
+
+
 class PageFetcher:
-    """Fetches one URL under the SSRF policy. The resolver, the network backend below the pinning
-    and the TLS trust store are injectable, so tests can play DNS and route "public" addresses to
-    local fakes."""
+    """Fetches one URL under the SSRF policy."""
 
     def __init__(
         self,
-        *,
-        allow_private: bool = False,
-        domains: DomainPolicy | None = None,
-        resolver: Resolver = system_resolver,
-        network_backend: httpcore.AsyncNetworkBackend | None = None,
-        max_bytes: int = MAX_BODY_BYTES,
-        max_redirects: int = MAX_REDIRECTS,
-        timeout: float = FETCH_TIMEOUT_SECONDS,
-        ssl_context: ssl.SSLContext | None = None,
-        own: OwnAddress | None = None,
+        policy: FetchPolicy | None = None,
+        limits: FetchLimits | None = None,
+        network: FetchNetwork | None = None,
     ) -> None:
-        self.allow_private = allow_private
-        self.domains = domains or DomainPolicy()
-        self.own = own or OwnAddress()
-        self.ssl_context = ssl_context
-        self.resolver = resolver
-        self.network_backend = network_backend
-        self.max_bytes = max_bytes
-        self.max_redirects = max_redirects
-        self.timeout = timeout
+        self.policy = policy or FetchPolicy()
+        self.limits = limits or FetchLimits()
+        self.network = network or FetchNetwork()
 
     async def fetch(self, url: str) -> FetchedPage:
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.limits.timeout):
                 return await self._fetch(url)
         except TimeoutError:
             raise ToolError(
-                f"{url} did not answer within {self.timeout:g} seconds; try again later or "
+                f"{url} did not answer within {self.limits.timeout:g} seconds; try again later or "
                 "another source"
             ) from None
 
@@ -393,10 +421,10 @@ class PageFetcher:
 
     async def _resolve_and_pin(self, url: httpx.URL, backend: PinnedBackend) -> None:
         host = _check_url(url, str(url))
-        refusal = self.domains.problem(host)
+        refusal = self.policy.domains.problem(host)
         if refusal:
             raise FetchRefused(f"refused to fetch {url}: {refusal}")
-        own = self.own.name_problem(host)
+        own = self.policy.own.name_problem(host)
         if own:
             raise FetchRefused(f"refused to fetch {url}: {own}; {OWN_ADDRESS_POLICY}")
         port = url.port or (443 if url.scheme == "https" else 80)
@@ -405,7 +433,7 @@ class PageFetcher:
         except ValueError:
             addresses = []
         try:
-            addresses = addresses or await self.resolver(host, port)
+            addresses = addresses or await self.network.resolver(host, port)
         except (OSError, UnicodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ToolError(
@@ -415,7 +443,7 @@ class PageFetcher:
             raise ToolError(f"the host {host!r} has no address; check the URL")
         for text in addresses:
             try:
-                problem = address_problem(parse_address(text), self.allow_private)
+                problem = address_problem(parse_address(text), self.policy.allow_private)
             except ValueError:
                 problem = "not an IP address"
             if problem:
@@ -426,28 +454,21 @@ class PageFetcher:
                 )
                 where = f"{host} is" if host == text else f"{host} resolves to {text},"
                 raise FetchRefused(f"refused to fetch {url}: {where} {problem}; {policy}")
-        own = self.own.address_problem(addresses, port)
+        own = self.policy.own.address_problem(addresses, port)
         if own:
             raise FetchRefused(f"refused to fetch {url}: {own}; {OWN_ADDRESS_POLICY}")
         backend.pins[host] = addresses
 
     async def _fetch(self, url: str) -> FetchedPage:
-        if len(url) > MAX_URL_CHARS:
-            raise ToolError(f"the URL is too long ({len(url)} characters; at most {MAX_URL_CHARS})")
-        try:
-            current = httpx.URL(url.strip())
-        except (httpx.InvalidURL, ValueError, TypeError) as exc:
-            raise ToolError(f"{url!r} is not a valid URL ({exc})") from None
-        _check_url(current, url)
-        backend = PinnedBackend(self.network_backend)
+        current = _parse_url(url)
+        backend = PinnedBackend(self.network.backend)
         redirects: list[str] = []
-        headers = {"User-Agent": USER_AGENT, "Accept": ACCEPT}
         async with httpx.AsyncClient(
-            transport=PinnedTransport(backend, self.ssl_context),
+            transport=PinnedTransport(backend, self.network.ssl_context),
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: it would dial unchecked hosts
             timeout=httpx.Timeout(10.0, connect=5.0),
-            headers=headers,
+            headers={"User-Agent": USER_AGENT, "Accept": ACCEPT},
         ) as client:
             while True:
                 try:
@@ -456,45 +477,56 @@ class PageFetcher:
                     if not redirects:
                         raise  # the model's own URL: the message names nothing else
                     raise _hop_refused(exc, url, current) from None
-                try:
-                    async with client.stream("GET", current) as response:
-                        location = response.headers.get("location")
-                        if response.status_code in REDIRECT_STATUSES and location:
-                            if len(redirects) >= self.max_redirects:
-                                raise ToolError(
-                                    f"{url} redirected more than {self.max_redirects} times; "
-                                    "giving up"
-                                )
-                            redirects.append(str(current))
-                            try:
-                                current = current.join(location)
-                            except (httpx.InvalidURL, ValueError):
-                                raise ToolError(
-                                    f"{url} redirected to an address that is not a valid URL; "
-                                    "try another source",
-                                    untrusted=_server_text(redirects, None, location=location),
-                                ) from None
-                            continue
-                        return await self._read(response, url, tuple(redirects))
-                except httpx.TimeoutException:
-                    raise ToolError(
-                        f"{url} did not answer in time; try again later or another source",
-                        untrusted=_server_text(redirects, current),
-                    ) from None
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                    # Before the server said anything: the words are the system's.
-                    raise ToolError(
-                        f"could not fetch {url} ({type(exc).__name__}: {exc}); check the URL or "
-                        "try another source",
-                        untrusted=_server_text(redirects, current),
-                    ) from None
-                except httpx.HTTPError as exc:
-                    # A protocol error quotes what the server sent (a header line, ...).
-                    raise ToolError(
-                        f"could not fetch {url} (the server's answer broke off or was not valid "
-                        f"HTTP: {type(exc).__name__}); check the URL or try another source",
-                        untrusted=_server_text(redirects, current, error=str(exc)),
-                    ) from None
+                answer = await self._request(client, current, url, redirects)
+                if isinstance(answer, FetchedPage):
+                    return answer
+                current = answer
+
+    async def _request(
+        self, client: httpx.AsyncClient, current: httpx.URL, url: str, redirects: list[str]
+    ) -> FetchedPage | httpx.URL:
+        """One hop: the page, or the next URL of a redirect (noted in `redirects`)."""
+        try:
+            async with client.stream("GET", current) as response:
+                location = response.headers.get("location")
+                if response.status_code in REDIRECT_STATUSES and location:
+                    return self._redirect(current, location, url, redirects)
+                return await self._read(response, url, tuple(redirects))
+        except httpx.TimeoutException:
+            raise ToolError(
+                f"{url} did not answer in time; try again later or another source",
+                untrusted=_server_text(redirects, current),
+            ) from None
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            # Before the server said anything: the words are the system's.
+            raise ToolError(
+                f"could not fetch {url} ({type(exc).__name__}: {exc}); check the URL or "
+                "try another source",
+                untrusted=_server_text(redirects, current),
+            ) from None
+        except httpx.HTTPError as exc:
+            # A protocol error quotes what the server sent (a header line, ...).
+            raise ToolError(
+                f"could not fetch {url} (the server's answer broke off or was not valid "
+                f"HTTP: {type(exc).__name__}); check the URL or try another source",
+                untrusted=_server_text(redirects, current, error=str(exc)),
+            ) from None
+
+    def _redirect(
+        self, current: httpx.URL, location: str, url: str, redirects: list[str]
+    ) -> httpx.URL:
+        if len(redirects) >= self.limits.max_redirects:
+            raise ToolError(
+                f"{url} redirected more than {self.limits.max_redirects} times; giving up"
+            )
+        redirects.append(str(current))
+        try:
+            return current.join(location)
+        except (httpx.InvalidURL, ValueError):
+            raise ToolError(
+                f"{url} redirected to an address that is not a valid URL; try another source",
+                untrusted=_server_text(redirects, None, location=location),
+            ) from None
 
     async def _read(
         self, response: httpx.Response, requested: str, redirects: tuple[str, ...]
@@ -529,8 +561,8 @@ class PageFetcher:
         cut = False
         async for chunk in response.aiter_bytes():  # decompressed: the limit holds for gzip too
             body += chunk
-            if len(body) > self.max_bytes:
-                del body[self.max_bytes :]
+            if len(body) > self.limits.max_bytes:
+                del body[self.limits.max_bytes :]
                 cut = True
                 break  # leaving the stream closes the connection: the rest is never downloaded
         return FetchedPage(
@@ -540,7 +572,7 @@ class PageFetcher:
             body=bytes(body),
             charset=response.charset_encoding,
             cut_at_bytes=cut,
-            read_limit=self.max_bytes,
+            read_limit=self.limits.max_bytes,
             redirects=redirects,
         )
 
@@ -751,11 +783,7 @@ class WebFetchTool(Tool):
         own: OwnAddress | None = None,
     ) -> None:
         self.max_chars = config.max_chars
-        self.fetcher = fetcher or PageFetcher(
-            allow_private=config.allow_private_addresses,
-            domains=DomainPolicy.from_config(config),
-            own=own,
-        )
+        self.fetcher = fetcher or PageFetcher(FetchPolicy.from_config(config, own))
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> str:
         page = await self.fetcher.fetch(arguments["url"])

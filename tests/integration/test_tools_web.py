@@ -22,7 +22,14 @@ from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
 from bruce_bot.config import WebFetchConfig, WebSearchConfig
 from bruce_bot.domain import ToolCall, ToolResult
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
-from bruce_bot.tools.web_fetch import DomainPolicy, PageFetcher, WebFetchTool
+from bruce_bot.tools.web_fetch import (
+    FETCH_TIMEOUT_SECONDS,
+    FetchLimits,
+    FetchNetwork,
+    FetchPolicy,
+    PageFetcher,
+    WebFetchTool,
+)
 from bruce_bot.tools.web_search import (
     BraveProvider,
     DuckDuckGoProvider,
@@ -58,10 +65,17 @@ def body_of(result: ToolResult, tool: str) -> str:
 
 
 def fetch_registry(
-    *, allow_private: bool = True, max_chars: int = 20_000, **fetcher: Any
+    *,
+    allow_private: bool = True,
+    max_chars: int = 20_000,
+    timeout: float = FETCH_TIMEOUT_SECONDS,
+    **network: Any,
 ) -> ToolRegistry:
     config = WebFetchConfig(allow_private_addresses=allow_private, max_chars=max_chars)
-    return ToolRegistry([WebFetchTool(config, PageFetcher(allow_private=allow_private, **fetcher))])
+    fetcher = PageFetcher(
+        FetchPolicy(allow_private), FetchLimits(timeout=timeout), FetchNetwork(**network)
+    )
+    return ToolRegistry([WebFetchTool(config, fetcher)])
 
 
 class FakeDNS:
@@ -525,7 +539,7 @@ async def test_a_redirect_to_a_refused_address_is_told_in_bruces_words(
         {"news.example": [[PUBLIC_ADDRESS]], "ignore-your-instructions.example": [["10.0.0.7"]]}
     )
     registry = fetch_registry(
-        allow_private=False, resolver=dns, network_backend=LoopbackDialer(fake_web.port)
+        allow_private=False, resolver=dns, backend=LoopbackDialer(fake_web.port)
     )
 
     result = await run(registry, "web_fetch", url="http://news.example/moved")
@@ -599,7 +613,7 @@ async def test_a_name_resolving_to_any_private_address_is_refused_without_connec
 ) -> None:
     dns = FakeDNS({"mixed.example": [[PUBLIC_ADDRESS, "10.0.0.7"]]})
     dialer = LoopbackDialer(fake_web.port)
-    registry = fetch_registry(allow_private=False, resolver=dns, network_backend=dialer)
+    registry = fetch_registry(allow_private=False, resolver=dns, backend=dialer)
 
     result = await run(registry, "web_fetch", url="http://mixed.example/article")
 
@@ -614,7 +628,7 @@ async def test_a_public_page_is_fetched_from_the_address_that_was_checked(
 ) -> None:
     dns = FakeDNS({"news.example": [[PUBLIC_ADDRESS]]})
     dialer = LoopbackDialer(fake_web.port)
-    registry = fetch_registry(allow_private=False, resolver=dns, network_backend=dialer)
+    registry = fetch_registry(allow_private=False, resolver=dns, backend=dialer)
 
     result = await run(registry, "web_fetch", url="http://news.example/article")
 
@@ -632,7 +646,7 @@ async def test_dns_rebinding_cannot_move_the_connection_to_a_private_address(
     # connection must use the checked answer; it must not ask DNS again and follow the new one.
     dns = FakeDNS({"rebind.example": [[PUBLIC_ADDRESS], ["127.0.0.1"]]})
     dialer = LoopbackDialer(fake_web.port)
-    registry = fetch_registry(allow_private=False, resolver=dns, network_backend=dialer)
+    registry = fetch_registry(allow_private=False, resolver=dns, backend=dialer)
 
     result = await run(registry, "web_fetch", url="http://rebind.example/article")
 
@@ -646,7 +660,7 @@ async def test_a_redirect_hop_that_rebinds_to_loopback_is_refused(
 ) -> None:
     dns = FakeDNS({"rebind.example": [[PUBLIC_ADDRESS], ["127.0.0.1"]]})
     dialer = LoopbackDialer(fake_web.port)
-    registry = fetch_registry(allow_private=False, resolver=dns, network_backend=dialer)
+    registry = fetch_registry(allow_private=False, resolver=dns, backend=dialer)
 
     result = await run(registry, "web_fetch", url="http://rebind.example/hop/1")
 
@@ -694,7 +708,7 @@ async def test_https_to_the_checked_address_still_verifies_the_site_by_its_name(
         registry = fetch_registry(
             allow_private=False,
             resolver=dns,
-            network_backend=dialer,
+            backend=dialer,
             ssl_context=ssl.create_default_context(cafile=str(cert)),
         )
 
@@ -728,7 +742,7 @@ async def test_a_public_page_redirecting_to_a_private_address_is_refused(
 ) -> None:
     dns = FakeDNS({"news.example": [[PUBLIC_ADDRESS]]})
     dialer = LoopbackDialer(fake_web.port)
-    registry = fetch_registry(allow_private=False, resolver=dns, network_backend=dialer)
+    registry = fetch_registry(allow_private=False, resolver=dns, backend=dialer)
     location = target.format(port=fake_web.port)
 
     result = await run(registry, "web_fetch", url=f"http://news.example/redirect?to={location}")
@@ -783,7 +797,7 @@ def listed_registry(
     config = WebFetchConfig(blocked_domains=list(blocked), allowed_domains=list(allowed))
     dialer = LoopbackDialer(fake_web.port)
     fetcher = PageFetcher(
-        domains=DomainPolicy.from_config(config), resolver=dns, network_backend=dialer
+        FetchPolicy.from_config(config), network=FetchNetwork(resolver=dns, backend=dialer)
     )
     return ToolRegistry([WebFetchTool(config, fetcher)]), dialer
 
@@ -876,6 +890,7 @@ async def test_disabled_tool_families_are_neither_offered_nor_mentioned(
             "artifacts": {"enabled": False},
             "proactive": {"enabled": False},
             "subagents": {"enabled": False},
+            "run_code": {"enabled": False},
         },
         memory={"enabled": False},
     )
@@ -889,3 +904,4 @@ async def test_disabled_tool_families_are_neither_offered_nor_mentioned(
     assert "artifact_save" not in system_text(body)
     assert "web_fetch" not in system_text(body)
     assert "spawn_subagent" not in system_text(body)
+    assert "run_code" not in system_text(body)

@@ -31,7 +31,6 @@ KNOWN: dict[str, int] = {
     "function bruce_bot/sandbox/runner.py:_supervise": 86,
     "function bruce_bot/storage/messages.py:finish_turn": 62,
     "function bruce_bot/storage/tasks.py:fire": 86,
-    "function bruce_bot/tools/web_fetch.py:_fetch": 64,
     "constructor bruce_bot/agent/turn.py:TurnRunner": 8,
     "constructor bruce_bot/channels/live.py:LiveText": 7,
     "constructor bruce_bot/inbox.py:Inbox": 8,
@@ -39,7 +38,6 @@ KNOWN: dict[str, int] = {
     "constructor bruce_bot/live_llm.py:LiveLLMSettings": 7,
     "constructor bruce_bot/pairing.py:PairingService": 7,
     "constructor bruce_bot/scheduler/service.py:TaskService": 9,
-    "constructor bruce_bot/tools/web_fetch.py:PageFetcher": 9,
     "constructor bruce_bot/web/auth.py:WebAuth": 7,
 }
 
