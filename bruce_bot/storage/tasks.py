@@ -272,72 +272,34 @@ class TaskStore:
         without a message (left by a crash before messages were stored with their run) is taken
         over instead, its `attempts` counted up.
         """
-        claim = select(_runs.c.id, _runs.c.status, _runs.c.message_id, _runs.c.attempts).where(
-            _runs.c.task_id == task_id, _runs.c.scheduled_for == scheduled_for
-        )
-        claiming = False  # an IntegrityError while claiming: another claim came first
         try:
             async with self._engine.begin() as connection:
                 if task_values is not None:
-                    # Compared as datetimes: SQLite compares the stored text, and a row written
-                    # by another tool may spell the same time differently.
-                    waits_for = (
-                        await connection.execute(
-                            select(_tasks.c.next_run_at).where(_tasks.c.id == task_id)
-                        )
-                    ).scalar()
-                    if waits_for == scheduled_for:
-                        await connection.execute(
-                            update(_tasks).where(_tasks.c.id == task_id).values(**task_values)
-                        )
-                found = (await connection.execute(claim)).first()
-                if found is None:
-                    row = {
-                        "task_id": task_id,
-                        "scheduled_for": scheduled_for,
-                        "late_seconds": late_seconds,
-                        "created_at": utcnow(),
-                        "attempts": 1,
-                        **_outcome(status, error),
-                    }
-                    claiming = True
-                    result = await connection.execute(_runs.insert(), row)
-                    claiming = False
-                    run_id, attempts = inserted_id(result), 1
-                elif found.status == "running" and found.message_id is None:
-                    taken = await connection.execute(
-                        update(_runs)
-                        .where(
-                            _runs.c.id == found.id,
-                            _runs.c.status == "running",
-                            _runs.c.message_id.is_(None),
-                        )
-                        .values(
-                            late_seconds=late_seconds,
-                            attempts=_runs.c.attempts + 1,
-                            **_outcome(status, error),
-                        )
-                    )
-                    if not taken.rowcount:
-                        return None
-                    run_id, attempts = int(found.id), int(found.attempts) + 1
-                else:
+                    await _advance(connection, task_id, scheduled_for, task_values)
+                claimed = await _claim(
+                    connection, task_id, scheduled_for, late_seconds, _outcome(status, error)
+                )
+                if claimed is None:
                     return None  # the task's advance above is kept
+                run_id, attempts = claimed
                 message_id = None
                 if message is not None:
-                    stored = {**message, "extra": {**(message.get("extra") or {}), RUN_KEY: run_id}}
-                    if stored.get("role") == "assistant":
-                        stored.update(self._claimant.stamp())
-                    result = await connection.execute(_messages.insert(), stored)
-                    message_id = inserted_id(result)
-                    await connection.execute(
-                        update(_runs).where(_runs.c.id == run_id).values(message_id=message_id)
-                    )
-        except IntegrityError:
-            if claiming:  # claimed at the same moment by another transaction
-                return None
-            raise
+                    message_id = await self._store_message(connection, run_id, message)
+        except _ClaimLost:  # claimed at the same moment by another transaction
+            return None
         return Firing(run_id, message_id, attempts)
+
+    async def _store_message(
+        self, connection: AsyncConnection, run_id: int, message: dict[str, Any]
+    ) -> int:
+        stored = {**message, "extra": {**(message.get("extra") or {}), RUN_KEY: run_id}}
+        if stored.get("role") == "assistant":
+            stored.update(self._claimant.stamp())
+        message_id = inserted_id(await connection.execute(_messages.insert(), stored))
+        await connection.execute(
+            update(_runs).where(_runs.c.id == run_id).values(message_id=message_id)
+        )
+        return message_id
 
     async def open_runs(self, run_ids: Sequence[int] | None = None) -> list[OpenRun]:
         """Runs not closed (all, or those of `run_ids`), with whether their task exists and
@@ -520,3 +482,65 @@ async def _briefing_fate(
         if task_message_id in ((extra or {}).get(ANSWERS) or ()):
             return _FATES.get(reply_status)
     return None
+
+
+class _ClaimLost(Exception):
+    """Another transaction inserted the same firing first (its unique key)."""
+
+
+async def _advance(
+    connection: AsyncConnection,
+    task_id: int,
+    scheduled_for: datetime,
+    task_values: dict[str, Any],
+) -> None:
+    """Advance the task, only if it still waits for this firing."""
+    # Compared as datetimes: SQLite compares the stored text, and a row written by another tool
+    # may spell the same time differently.
+    waits_for = (
+        await connection.execute(select(_tasks.c.next_run_at).where(_tasks.c.id == task_id))
+    ).scalar()
+    if waits_for == scheduled_for:
+        await connection.execute(update(_tasks).where(_tasks.c.id == task_id).values(**task_values))
+
+
+async def _claim(
+    connection: AsyncConnection,
+    task_id: int,
+    scheduled_for: datetime,
+    late_seconds: float,
+    outcome: dict[str, Any],
+) -> tuple[int, int] | None:
+    """The firing's run id and attempts once claimed: a new run, or a `running` one left by a
+    crash before its message was stored; None when it is someone else's."""
+    found = (
+        await connection.execute(
+            select(_runs.c.id, _runs.c.status, _runs.c.message_id, _runs.c.attempts).where(
+                _runs.c.task_id == task_id, _runs.c.scheduled_for == scheduled_for
+            )
+        )
+    ).first()
+    if found is None:
+        row = {
+            "task_id": task_id,
+            "scheduled_for": scheduled_for,
+            "late_seconds": late_seconds,
+            "created_at": utcnow(),
+            "attempts": 1,
+            **outcome,
+        }
+        try:
+            result = await connection.execute(_runs.insert(), row)
+        except IntegrityError as exc:
+            raise _ClaimLost from exc
+        return inserted_id(result), 1
+    if found.status != "running" or found.message_id is not None:
+        return None
+    taken = await connection.execute(
+        update(_runs)
+        .where(_runs.c.id == found.id, _runs.c.status == "running", _runs.c.message_id.is_(None))
+        .values(late_seconds=late_seconds, attempts=_runs.c.attempts + 1, **outcome)
+    )
+    if not taken.rowcount:
+        return None
+    return int(found.id), int(found.attempts) + 1
