@@ -95,6 +95,13 @@ def test_guidelines_mention_only_enabled_tools() -> None:
     assert "never claim" in no_tools
 
 
+def test_run_code_gets_its_rule_and_is_never_claimed_unrun() -> None:
+    with_code = _prompt(None, ["run_code"]).text
+    assert "/workspace/in" in with_code and "/workspace/out" in with_code
+    assert "matching tool ('run_code')" in with_code
+    assert "/workspace" not in _prompt(None, ["web_search"]).text
+
+
 def _row(id_: int, role: str, content: str, **extra) -> StoredMessage:
     return StoredMessage(
         id_,
