@@ -344,34 +344,9 @@ def from_openai_completion(
     content = _content_text(getattr(message, "content", None))
     calls = _native_calls(getattr(message, "tool_calls", None), response_id)
     if calls or not text_calls:
-        # Next to native calls, markup in the text is the model quoting or echoing: never run.
-        text = visible_text(content)
-        if _MARKUP_HINT.search(text):
-            log.info(
-                "llm_tool_markup_not_run",
-                provider="openai",
-                response_id=response_id,
-                reason="native tool calls in the answer" if calls else "text tool calls off",
-            )
+        text = _text_without_calls(content, response_id, native=bool(calls))
     else:
-        parsed = parse_text(content, {tool.name: tool.parameters for tool in tools})
-        text = parsed.text
-        calls = [ToolCall("", c.name, c.arguments, c.raw_arguments) for c in parsed.calls]
-        if parsed.calls:
-            log.info(
-                "llm_tool_markup_in_text",
-                provider="openai",
-                response_id=response_id,
-                calls=[call.name for call in parsed.calls],
-            )
-        elif parsed.had_markup:
-            log.info(
-                "llm_tool_markup_not_run",
-                provider="openai",
-                response_id=response_id,
-                reason=parsed.refused,
-                not_offered=list(parsed.ignored),
-            )
+        text, calls = _text_and_its_calls(content, tools, response_id)
     calls = _with_unique_ids(calls, response_id)
 
     text, calls, stop_reason = _settled(
@@ -390,6 +365,43 @@ def from_openai_completion(
         model=str(getattr(completion, "model", "") or ""),
         response_id=response_id,
     )
+
+
+def _text_without_calls(content: str, response_id: str, *, native: bool) -> str:
+    # Next to native calls, markup in the text is the model quoting or echoing: never run.
+    text = visible_text(content)
+    if _MARKUP_HINT.search(text):
+        log.info(
+            "llm_tool_markup_not_run",
+            provider="openai",
+            response_id=response_id,
+            reason="native tool calls in the answer" if native else "text tool calls off",
+        )
+    return text
+
+
+def _text_and_its_calls(
+    content: str, tools: Sequence[ToolSpec], response_id: str
+) -> tuple[str, list[ToolCall]]:
+    """The calls a server without native tool calling wrote as markup in its text."""
+    parsed = parse_text(content, {tool.name: tool.parameters for tool in tools})
+    calls = [ToolCall("", c.name, c.arguments, c.raw_arguments) for c in parsed.calls]
+    if parsed.calls:
+        log.info(
+            "llm_tool_markup_in_text",
+            provider="openai",
+            response_id=response_id,
+            calls=[call.name for call in parsed.calls],
+        )
+    elif parsed.had_markup:
+        log.info(
+            "llm_tool_markup_not_run",
+            provider="openai",
+            response_id=response_id,
+            reason=parsed.refused,
+            not_offered=list(parsed.ignored),
+        )
+    return parsed.text, calls
 
 
 # Only for the log: text that holds what looks like tool-call markup.

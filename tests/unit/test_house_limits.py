@@ -23,7 +23,6 @@ KNOWN: dict[str, int] = {
     "function bruce_bot/agent/brain/runner.py:run": 66,
     "function bruce_bot/agent/loop.py:run_agent_loop": 127,
     "function bruce_bot/agent/subagent.py:execute": 71,
-    "function bruce_bot/llm/openai.py:from_openai_completion": 67,
     "function bruce_bot/outbox.py:deliver": 65,
     "function bruce_bot/outbox.py:_send_with_retry": 75,
     "function bruce_bot/parts.py:build_parts": 141,
