@@ -61,6 +61,35 @@ class ConfigError(Exception):
         return "\n".join(lines)
 
 
+class Secret:
+    """Marks a config field whose value is a secret (`Annotated[str, SECRET]`): the log scrubber
+    hides its value wherever it appears (`Config.secrets`); on a dict, every value is one."""
+
+    def __repr__(self) -> str:
+        return "SECRET"
+
+
+SECRET = Secret()
+SecretText = Annotated[str, SECRET]
+
+
+def secret_values(model: BaseModel) -> list[str]:
+    """The values of the fields marked `SECRET` in `model` and the sections inside it."""
+    found: list[str] = []
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        marked = any(isinstance(item, Secret) for item in field.metadata)
+        if marked and isinstance(value, str):
+            found.append(value)
+        elif marked and isinstance(value, dict):
+            found += [item for item in value.values() if isinstance(item, str)]
+        inner = value.values() if isinstance(value, dict) else [value]
+        for section in inner:
+            if isinstance(section, BaseModel):
+                found += secret_values(section)
+    return found
+
+
 class _Section(BaseModel):
     # Numbers are accepted for text keys so `auth_token: 123456` or a numeric `${TOKEN}` work.
     model_config = ConfigDict(extra="forbid", validate_default=True, coerce_numbers_to_str=True)
@@ -338,7 +367,7 @@ class LLMConfig(_Section):
     provider: Literal["anthropic", "openai"] = "anthropic"
     model: str = "claude-sonnet-4-6"
     background_model: str = ""  # empty: same as model
-    api_key: str = ""
+    api_key: SecretText = ""
     base_url: str | None = None
     max_tokens: int = Field(default=4096, ge=16)
     timeout_seconds: float = Field(default=120, gt=0)
@@ -414,14 +443,14 @@ class TelegramWebhookConfig(_Section):
     url: str | None = None
     listen: str = "127.0.0.1"
     port: int = Field(default=8443, ge=1, le=65535)
-    secret_token: str = ""
+    secret_token: SecretText = ""
 
     _check_url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
 
 
 class TelegramConfig(_Section):
     enabled: bool = False
-    token: str = ""
+    token: SecretText = ""
     base_url: str | None = None
     mode: Literal["polling", "webhook"] = "polling"
     webhook: TelegramWebhookConfig = Field(default_factory=TelegramWebhookConfig)
@@ -438,7 +467,7 @@ class TelegramConfig(_Section):
 
 class DiscordConfig(_Section):
     enabled: bool = False
-    token: str = ""
+    token: SecretText = ""
     api_base_url: str | None = None
     gateway_url: str | None = None
     allowed_user_ids: list[int] = Field(default_factory=list)
@@ -464,7 +493,7 @@ class WebConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     # Empty: on loopback Bruce makes one on first start (web/login_token.py); "none": no login.
-    auth_token: str = ""
+    auth_token: SecretText = ""
     # Host names the web app answers besides loopback and the host of app.public_url.
     allowed_hosts: list[str] = Field(default_factory=list)
     session_max_age_days: int = Field(default=30, ge=1, le=3650)
@@ -488,8 +517,8 @@ class WebSearchConfig(_Section):
     enabled: bool = True
     provider: Literal["duckduckgo", "searxng", "brave", "tavily"] = "duckduckgo"
     searxng_url: str | None = None
-    brave_api_key: str = ""
-    tavily_api_key: str = ""
+    brave_api_key: SecretText = ""
+    tavily_api_key: SecretText = ""
 
     _check_searxng = field_validator("searxng_url")(classmethod(lambda cls, v: _check_url(v)))
 
@@ -642,7 +671,7 @@ class TranscriptionConfig(_Section):
 
     base_url: str | None = None  # e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1
     model: str = "whisper-1"
-    api_key: str = ""
+    api_key: SecretText = ""
     language: str | None = None  # ISO-639-1 ("en"); None: the server detects it
     max_duration_seconds: int = Field(default=600, ge=1)
     timeout_seconds: float = Field(default=120, gt=0)
@@ -765,10 +794,10 @@ class McpServerConfig(_Section):
     enabled: bool = True
     command: str | None = None
     args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: Annotated[dict[str, str], SECRET] = Field(default_factory=dict)
     cwd: Path | None = None
     url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Annotated[dict[str, str], SECRET] = Field(default_factory=dict)
     transport: Literal["streamable_http", "sse"] = "streamable_http"
     tools: McpToolFilter = Field(default_factory=McpToolFilter)
     call_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
@@ -876,16 +905,9 @@ class Config(_Section):
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, so logs can scrub them wherever they appear."""
-        candidates = [
-            self.llm.api_key,
-            self.channels.telegram.token,
-            self.channels.telegram.webhook.secret_token,
-            self.channels.discord.token,
-            "" if self.web.login_disabled else self.web.auth_token,
-            self.tools.web_search.brave_api_key,
-            self.tools.web_search.tavily_api_key,
-            self.transcription.api_key,
-        ]
+        candidates = secret_values(self)
+        if self.web.login_disabled:  # `auth_token: none` is a word, not a secret
+            candidates.remove(self.web.auth_token)
         password = urlparse(self.database_url.replace("+asyncpg", "")).password
         if password:
             candidates.append(password)
@@ -893,7 +915,6 @@ class Config(_Section):
         # every value is scrubbed, and so is a bearer token on its own.
         for server in self.mcp.servers.values():
             for value in [*server.env.values(), *server.headers.values()]:
-                candidates.append(value)
                 scheme, _, credential = value.partition(" ")
                 if credential and scheme.lower() in {"bearer", "token", "basic"}:
                     candidates.append(credential)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,10 @@ from bruce_bot.config import (
     Config,
     ConfigError,
     LLMConfig,
+    Secret,
     WebFetchConfig,
     interpolate,
+    is_secret_key,
     load_config,
     token_weakness,
     validate,
@@ -540,6 +543,45 @@ def test_secrets_lists_keys_and_tokens_but_no_empty_values() -> None:
     )
     assert "" not in secrets
     assert Config().secrets() == []
+
+
+def _fields(model: type[BaseModel], path: str = "") -> list[tuple[str, Any]]:
+    """Every field of the schema, sections inside sections (and dicts of them) included."""
+    found = []
+    for name, field in model.model_fields.items():
+        found.append((f"{path}{name}", field))
+        for inner in (field.annotation, *typing.get_args(field.annotation)):
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                found += _fields(inner, f"{path}{name}.")
+    return found
+
+
+def test_every_field_named_like_a_secret_is_marked_secret_and_scrubbed() -> None:
+    fields = _fields(Config)
+    named = [path for path, _ in fields if is_secret_key(path.rsplit(".", 1)[-1])]
+    assert len(named) >= 8  # precondition: the walk reaches the nested sections
+    unmarked = [
+        path
+        for path, field in fields
+        if is_secret_key(path.rsplit(".", 1)[-1])
+        and not any(isinstance(item, Secret) for item in field.metadata)
+    ]
+    assert not unmarked, f"mark these SecretText in bruce_bot/config.py: {unmarked}"
+    # And what is marked is what the scrubber gets: a value under each marked text field.
+    texts = [
+        path
+        for path, field in fields
+        if any(isinstance(item, Secret) for item in field.metadata) and "mcp." not in path
+    ]
+    values: dict[str, Any] = {}
+    for index, path in enumerate(texts):
+        *sections, key = path.split(".")
+        node = values
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[key] = f"marked-value-{index:03d}"
+    secrets_found = set(Config.model_validate(values).secrets())
+    assert {f"marked-value-{index:03d}" for index in range(len(texts))} <= secrets_found
 
 
 def test_openai_compatible_server_without_key_counts_as_configured() -> None:
