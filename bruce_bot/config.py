@@ -332,30 +332,6 @@ class DatabaseConfig(_Section):
         return value
 
 
-# Context windows (tokens) of model families Bruce knows, matched as prefixes of `llm.model`.
-# Anything else gets the conservative default: local servers often run with small windows
-# (Ollama's default `num_ctx` is 4096-8192), and `llm.context_window` says the real size.
-KNOWN_CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
-    ("claude-", 200_000),
-    ("gpt-4.1", 1_000_000),
-    ("gpt-5", 400_000),
-    ("gpt-4o", 128_000),
-    ("gpt-4-turbo", 128_000),
-    ("o1", 200_000),
-    ("o3", 200_000),
-    ("o4", 200_000),
-)
-UNKNOWN_MODEL_CONTEXT_WINDOW = 8_192
-
-
-def default_context_window(model: str) -> int:
-    name = model.lower().rsplit("/", 1)[-1]  # "anthropic/claude-..." through gateways
-    for prefix, window in KNOWN_CONTEXT_WINDOWS:
-        if name.startswith(prefix):
-            return window
-    return UNKNOWN_MODEL_CONTEXT_WINDOW
-
-
 class ThinkingConfig(_Section):
     """Extended thinking for models that support it (Anthropic); off by default."""
 
@@ -415,11 +391,6 @@ class LLMConfig(_Section):
     @property
     def effective_background_model(self) -> str:
         return self.background_model or self.model
-
-    @property
-    def effective_context_window(self) -> int:
-        """Tokens the main model can take: `llm.context_window`, else known for the model."""
-        return self.context_window or default_context_window(self.model)
 
     @property
     def is_configured(self) -> bool:

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 import structlog
 
 from bruce_bot.agent.budget import ContextBudget
-from bruce_bot.config import AgentConfig, LLMConfig, default_context_window
+from bruce_bot.config import AgentConfig, LLMConfig
 from bruce_bot.domain import ChatMessage, LLMCallRecord, SystemPrompt
 from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.llm.context_windows import context_window
 from bruce_bot.storage.audit import AuditStore
 from bruce_bot.storage.messages import MessageStore, StoredMessage
 from bruce_bot.storage.summaries import SummaryStore
@@ -83,7 +84,7 @@ class Summarizer:
         self._model = llm_config.effective_background_model
         # What the background model can read at once: a long backlog is folded in several
         # steps rather than overflowing a small local model's window.
-        window = llm_config.context_window or default_context_window(self._model)
+        window = context_window(llm_config, self._model)
         self._max_transcript_chars = ContextBudget(window, SUMMARY_MAX_TOKENS).history_chars(
             SystemPrompt(stable=(SUMMARY_INSTRUCTIONS,)), ()
         )

@@ -53,6 +53,7 @@ from bruce_bot.domain import (
 )
 from bruce_bot.inbox import QueuedMessage
 from bruce_bot.llm.base import LLMContextOverflowError, LLMService
+from bruce_bot.llm.context_windows import context_window
 from bruce_bot.media.preparation import MediaStep, PreparedMedia
 from bruce_bot.outbox import Outbox
 from bruce_bot.storage.goals import Goal
@@ -131,7 +132,7 @@ class TurnSettings:
 
     @property
     def budget(self) -> ContextBudget:
-        return ContextBudget(self.llm.effective_context_window, self.llm.max_tokens)
+        return ContextBudget(context_window(self.llm), self.llm.max_tokens)
 
 
 @dataclass(frozen=True, slots=True)
