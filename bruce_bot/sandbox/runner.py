@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -252,6 +253,8 @@ def _sandbox_argv(
         tmp_bytes=request.limits.file_bytes,
         info_fd=None if net is None else net.child_info,
         privileged=os.geteuid() == 0,
+        # Found on the daemon's PATH, as the probe found it (the run's own PATH is the sandbox's).
+        bwrap=shutil.which(bwrap.BWRAP) or bwrap.BWRAP,
     )
 
 

@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from bruce_bot.config import RunCodeConfig
 from bruce_bot.domain import SessionKey
+from bruce_bot.sandbox.probe import probe
+from bruce_bot.tools.run_code import CodeFiles, RunCodeTool
 from tests.browser.conftest import needs_chromium
 from tests.browser.screenshots import DESKTOP, at_both_widths, screenshot_dir
 from tests.integration.dashboard_support import Dashboard, create_task, running_dashboard
@@ -137,3 +140,28 @@ async def test_a_session_page_folds_tool_calls_under_their_reply_and_deletes_on_
     await expect(page.locator("#sessions tr", has_text="alice")).to_have_count(0)
     assert db_rows(tmp_path, "SELECT id FROM sessions WHERE chat_id LIKE 'alice%'") == []
     await at_both_widths(page, screenshot_dir(tmp_path), "sessions-after-delete")
+
+
+@pytest.mark.skipif(not probe().works, reason=f"no sandbox: {probe().detail}")
+async def test_a_session_page_lists_its_code_runs_with_their_files(
+    page: Page, dashboard: Dashboard, tmp_path: Path
+) -> None:
+    bruce = dashboard.bruce
+    assert bruce.parts is not None and bruce.stores is not None
+    settings = RunCodeConfig(enabled=True, approval="never")
+    bruce.parts.tools.add(
+        RunCodeTool(settings, tmp_path, CodeFiles(bruce.stores.messages, None, 1_000_000))
+    )
+    code = "open('/workspace/out/table.csv', 'w').write('a,b\\n1,2\\n'); print('saved')"
+    await dashboard.use_tool("alice", "run_code", {"language": "python", "code": code})
+
+    await log_in(page, "/sessions")
+    await page.locator("#sessions tr", has_text="alice").first.get_by_role("link").click()
+    await page.wait_for_url("**/sessions?id=*")
+    run = page.locator("#facts ul.code-runs li")
+    await expect(run).to_have_count(1)
+    await expect(run.locator("pre.code")).to_have_text(code)
+    await expect(run).to_contain_text("python")
+    await expect(run).to_contain_text("exit 0")
+    await expect(run).to_contain_text("not asked")
+    await expect(run).to_contain_text("Files: out/table.csv")

@@ -17,10 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from bruce_bot.sandbox import network
 from bruce_bot.sandbox.probe import probe
-from tests.conftest import make_config, running_bruce, wait_until
+from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, load_fixture
 from tests.integration.support import db_rows
@@ -161,6 +162,73 @@ async def test_a_run_that_asks_for_the_network_waits_and_a_denial_runs_nothing(
     assert not list(marker.glob("*/ran"))
     [row] = db_rows(tmp_path, "SELECT error, details FROM tool_executions")
     assert row["error"] and json.loads(row["details"])["approval"]["asked"] is True
+
+
+async def test_a_sandbox_that_does_not_start_is_reported_with_bubblewraps_reason(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bwrap that fails as it does where user namespaces are off: the run is an error result
+    with bubblewrap's words, logged once, nothing ran, and the next message is answered."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    failing = bin_dir / "bwrap"
+    failing.write_text(
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
+    )
+    failing.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    code = "open('/workspace/ran', 'w').write('yes')"
+    anthropic_fake.script(tool_calls=[("run_code", {"language": "python", "code": code})])
+    anthropic_fake.responder = echo_tool_result
+    async with FakeTelegramServer() as telegram:
+        config = on_telegram(tmp_path, telegram, anthropic_fake, enabled=True)
+        with capture_logs() as logs:
+            async with running_bruce(config):
+                telegram.private_text(ALICE, "run it")
+                [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+                anthropic_fake.script("Still here.")
+                telegram.private_text(ALICE, "are you there?")
+                second = await telegram.wait_for_messages(ALICE.id, 2, WITHIN)
+    assert "the sandbox did not start" in reply.plain
+    assert "setting up uid map: Permission denied" in reply.plain and "bruce doctor" in reply.plain
+    assert second[1].plain == "Still here."
+    failures = [entry for entry in logs if entry["event"] == "sandbox_failed_to_start"]
+    assert len(failures) == 1 and "uid map" in failures[0]["error"]
+    assert not list((tmp_path / "workspaces").glob("*/ran"))
+    [row] = db_rows(tmp_path, "SELECT error, details FROM tool_executions")
+    assert row["error"] and "uid map" in json.loads(row["details"])["failure"]
+
+
+async def test_the_session_detail_lists_its_runs_and_deleting_it_removes_the_workspace(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    code = "open('/workspace/out/answer.txt', 'w').write('42'); print('written')"
+    anthropic_fake.script(tool_calls=[("run_code", {"language": "python", "code": code})])
+    anthropic_fake.script("Done: answer.txt.")
+    config = make_config(tmp_path, anthropic_fake.base_url, tools={"run_code": {"enabled": True}})
+    async with running_bruce(config) as bruce, web_client(bruce) as http:
+        posted = await http.post("/api/chat/messages", json={"text": "write the answer down"})
+        assert posted.status_code == 202
+
+        async def answered() -> bool:
+            listed = (await http.get("/api/chat/messages")).json()["messages"]
+            return any(m["content"] == "Done: answer.txt." for m in listed)
+
+        await wait_until(answered, WITHIN)
+        [session] = db_rows(tmp_path, "SELECT id FROM sessions WHERE channel = 'web'")
+        root = tmp_path / "workspaces" / str(session["id"])
+        assert (root / "out" / "answer.txt").read_text() == "42"
+        detail = (await http.get(f"/api/sessions/{session['id']}")).json()
+        [run] = detail["code_runs"]
+        assert run["language"] == "python" and run["code"] == code
+        assert run["outcome"] == "ok" and run["exit_code"] == 0
+        assert "out/answer.txt" in run["files"] and run["sent"] == ["answer.txt"]
+        assert run["approval"] == {"asked": False}
+        deleted = await http.delete(
+            f"/api/sessions/{session['id']}", headers={"Content-Type": "application/json"}
+        )
+        assert deleted.status_code == 200, deleted.text
+        assert not root.exists()
 
 
 # ---- the escape corpus, against `bruce run` -------------------------------------------------

@@ -154,3 +154,42 @@ def test_when_a_run_asks_the_user(
         assert reason is None
     else:
         assert reason is not None and asks in reason
+
+
+# ---- workspaces kept for the retention and deleted with their session -------------------------
+
+DAY = 86_400.0
+
+
+def a_workspace(data_dir: Path, session_id: int, touched: float) -> Path:
+    """A workspace with a file in out/, every entry last touched at `touched`."""
+    root = workspace.workspace_dir(data_dir, session_id)
+    (root / "out").mkdir(parents=True)
+    (root / "out" / "plot.png").write_bytes(b"png")
+    for path in (root / "out" / "plot.png", root / "out", root):
+        os.utime(path, (touched, touched))
+    return root
+
+
+def test_workspaces_untouched_for_the_retention_go_and_the_others_stay(tmp_path: Path) -> None:
+    now = 1_800_000_000.0
+    old = a_workspace(tmp_path, 1, now - 31 * DAY)
+    recent = a_workspace(tmp_path, 2, now - 29 * DAY)
+    touched_lately = a_workspace(tmp_path, 3, now - 90 * DAY)
+    os.utime(touched_lately / "out" / "plot.png", (now - DAY, now - DAY))  # one file is recent
+    assert workspace.sweep(tmp_path, 30, now=now) == 1
+    assert not old.exists() and recent.is_dir() and touched_lately.is_dir()
+    assert workspace.sweep(tmp_path, 0, now=now + 365 * DAY) == 0  # 0: kept for ever
+    assert recent.is_dir()
+
+
+def test_a_deleted_sessions_workspace_goes_without_following_a_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the workspace's")
+    root = a_workspace(tmp_path / "data", 7, 0.0)
+    (root / "link").symlink_to(outside)
+    other = a_workspace(tmp_path / "data", 8, 0.0)
+    assert workspace.remove_workspaces(tmp_path / "data", [7, 99]) == 2  # plot.png and the link
+    assert not root.exists() and other.is_dir()
+    assert (outside / "keep.txt").read_text() == "not the workspace's"

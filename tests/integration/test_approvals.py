@@ -1,14 +1,16 @@
-"""Approvals of a tool's run, end to end: after a fetched page (or in a briefing) the run waits
-for the user's Run / Deny under Bruce's question in the chat, or the dashboard's answer. Real
-python-telegram-bot inside a running Bruce against the fake Bot API (which delivers the presses
-as the recorded callback query), the real Anthropic provider against the fake Messages API, the
-real web_fetch tool against a local page, the dashboard's API over HTTP and the SQLite file.
-The tool is a small one of this test's (`AskingTool`) that asks through the same port run_code
-uses (tools/approval.py). Nothing sleeps for a fixed time: every wait is for a condition."""
+"""The approval port (tools/approval.py, agent/asking.py) end to end, with any tool that asks:
+the question's buttons and the waiting line, a message meanwhile answered after the waiting turn,
+a stranger's press refused, a second press running nothing twice, an expiry reaching the model
+as a denial and a later press saying so, and the dashboard listing and answering a waiting run.
+The tool is a small one of this test's (`AskingTool`) asking where run_code would; run_code's
+own approvals, with the real sandbox (denial, briefing, sub-agent, crash, web chat, Discord),
+are in test_run_code_approvals.py. Real python-telegram-bot inside a running Bruce against the
+fake Bot API, the real Anthropic provider against the fake Messages API, the real web_fetch
+against a local page, the dashboard's API over HTTP and the SQLite file. Nothing sleeps for a
+fixed time: every wait is for a condition."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,10 +19,9 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from bruce_bot.agent.asking import APPROVED, DENIED, EXPIRED, WAITING_LINE, spoken
+from bruce_bot.agent.asking import APPROVED, EXPIRED, WAITING_LINE, spoken
 from bruce_bot.app import Bruce
 from bruce_bot.channels.policy import PRESS_NOT_ALLOWED
-from bruce_bot.domain import SessionKey
 from bruce_bot.tools.approval import ApprovalRequest, Approver, Verdict
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError
 from tests.conftest import make_config, running_bruce, wait_until, web_client
@@ -201,27 +202,6 @@ async def test_after_a_page_the_run_waits_for_run_and_runs_once(
     assert block_text(compute_result(anthropic_fake)) == "42"
 
 
-async def test_a_denial_reaches_the_model_as_an_error_with_the_reason(
-    tmp_path: Path,
-    telegram: FakeTelegramServer,
-    anthropic_fake: FakeAnthropicServer,
-    page: FakeWebServer,
-) -> None:
-    async with bruce_on_telegram(tmp_path, telegram, anthropic_fake) as (_, tool):
-        question = await question_after_a_page(
-            telegram, anthropic_fake, page, "You denied it, so I did not run it."
-        )
-        query = telegram.press(question, ALICE, "Deny")
-        assert await answered(telegram, query) == ""
-        sent = await telegram.wait_for_messages(ALICE.id, 3, WITHIN)
-        assert [m.plain for m in sent[1:]] == [DENIED, "You denied it, so I did not run it."]
-    assert tool.runs == []
-    result = compute_result(anthropic_fake)
-    assert result.get("is_error") is True
-    assert block_text(result) == f"Error: not run: denied by telegram:{ALICE.id}"
-    assert questions(tmp_path)[0]["status"] == "denied"
-
-
 async def test_no_answer_expires_as_a_denial_and_a_later_press_says_so(
     tmp_path: Path,
     telegram: FakeTelegramServer,
@@ -247,40 +227,6 @@ async def test_no_answer_expires_as_a_denial_and_a_later_press_says_so(
     result = compute_result(anthropic_fake)
     assert result.get("is_error") is True
     assert block_text(result) == "Error: not run: no answer within 1 s"
-
-
-async def test_a_briefings_run_waits_for_the_user_in_its_chat(
-    tmp_path: Path, telegram: FakeTelegramServer, anthropic_fake: FakeAnthropicServer
-) -> None:
-    async with bruce_on_telegram(tmp_path, telegram, anthropic_fake) as (bruce, tool):
-        assert bruce.stores is not None and bruce.tasks is not None
-        anthropic_fake.script("Hello Alice.")  # the chat exists: Alice wrote to Bruce before
-        telegram.private_text(ALICE, "Hi!")
-        await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
-        session = await bruce.stores.sessions.get_or_create(SessionKey("telegram", str(ALICE.id)))
-        task = await bruce.tasks.create(
-            session_id=session.id,
-            channel="telegram",
-            chat_id=str(ALICE.id),
-            title="Daily number",
-            mode="agent",
-            content="Compute today's number",
-            run_at="+1h",
-            cron=None,
-            timezone=None,
-        )
-        anthropic_fake.script(tool_calls=[("compute", {"code": CODE})])
-        anthropic_fake.script("Today's number is 42.")
-        firing = asyncio.create_task(bruce.tasks.run_now(task.id))
-        question = (await telegram.wait_for_messages(ALICE.id, 2, WITHIN))[1]
-        assert "scheduled briefing" in question.plain and CODE in question.plain
-        assert tool.runs == []
-        query = telegram.press(question, ALICE, "Run")
-        assert await answered(telegram, query) == ""
-        sent = await telegram.wait_for_messages(ALICE.id, 4, WITHIN)
-        assert [m.plain for m in sent[2:]] == [APPROVED, "📋 Daily number\n\nToday's number is 42."]
-        await firing
-    assert tool.runs == [CODE]
 
 
 async def test_the_dashboard_lists_a_waiting_run_and_can_answer_it(
