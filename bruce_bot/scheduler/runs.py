@@ -1,8 +1,8 @@
 """Closing task runs, and setting aside the tasks that cannot fire.
 
 A run stays open until its message's fate closes it: `delivered` once the reminder (or the
-briefing's answer) is sent, `failed` when that failed for good; an `undelivered` one closes when
-the outbox's redelivery gets it out (checked every minute). A reminder the chat refused for good
+briefing's answer) is sent, `failed` when that failed for good; an open one closes when the
+outbox's redelivery gets its message out (checked every minute, and once more at a stop). A reminder the chat refused for good
 (deleted, or the bot blocked) pauses its task, and a task whose row Bruce cannot fire is paused
 with a log line naming it, so that it never stops the others.
 """
@@ -42,6 +42,10 @@ class TaskRuns:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._settling
             self._settling = None
+        try:  # what finished in the last minute closes now, not at the next start
+            await self.settle()
+        except Exception as exc:
+            log.warning("task_runs_settle_failed", error=repr(exc))
 
     async def settle(
         self,
@@ -64,11 +68,14 @@ class TaskRuns:
                 await self._pause(task, REFUSED)
 
     async def _settle_periodically(self) -> None:
-        """Runs left `undelivered` close when the outbox's redelivery gets their message out."""
+        """Runs left `undelivered` close when the outbox's redelivery gets their message out;
+        a briefing's run left `running` closes once its answer is out, wherever that happened
+        (a process killed between storing the answer and closing the run leaves that to the
+        redelivery of another, which knows nothing of the run)."""
         while True:
             await asyncio.sleep(SETTLE_INTERVAL_SECONDS)
             try:
-                await self.settle(statuses=("undelivered",))
+                await self.settle()
             except Exception as exc:  # tried again next round; never kills the service
                 log.warning("task_runs_settle_failed", error=repr(exc))
 

@@ -404,6 +404,30 @@ async def test_a_briefing_killed_while_telegram_had_its_answer_is_not_run_again(
     assert run["attempts"] == 1
 
 
+async def test_a_briefing_run_left_open_by_another_process_closes_when_its_answer_is_out(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    """In a cluster, a process killed after its briefing's answer was stored leaves the run
+    `running`; the answer goes out through another process's redelivery, which knows nothing
+    of the run and recovered its own crashes long ago. Its settling closes the run (every
+    minute, and at its stop) instead of leaving it open for ever."""
+    anthropic_fake.responder = lambda body: "Three headlines."
+    config = scheduler_config(tmp_path, anthropic_fake)
+    channel = ChatChannel()
+    async with running_bruce(config, channels=[channel]) as bruce:
+        assert bruce.tasks is not None
+        task = await create_direct(
+            bruce, mode="agent", title="Digest", content="News", run_at="+1h"
+        )
+        await bruce.tasks.run_now(task.id)
+        await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] == "delivered")
+        # The state the killed process left: the answer out, its run still open.
+        execute(tmp_path, "UPDATE task_runs SET status = 'running', delivered_at = NULL")
+    [run] = runs_of(tmp_path, task.id)
+    assert run["status"] == "delivered"
+    assert channel.texts() == ["📋 Digest\n\nThree headlines."]
+
+
 # ---- what an older Bruce's crash left on disk ---------------------------------------------------
 
 
