@@ -285,7 +285,7 @@ def test_charset_comes_from_the_header_else_the_meta_tag_else_utf8() -> None:
 # ---- Bruce's own web address ---------------------------------------------------------------------
 
 
-# A public address needs a strong dashboard token (config.py refuses one without).
+# A public address needs a strong dashboard token (config/loading.py refuses one without).
 STRONG_TOKEN = "own-address-test-token-5f1c9a7e3b2d8046ac"
 
 

@@ -1,42 +1,30 @@
-"""Load, interpolate and validate Bruce's YAML configuration into typed settings.
+"""The configuration's schema: one pydantic section per top-level key, forbidding unknown keys.
 
-The key names are a public contract (docs/design.md). Loading happens in three steps: read the YAML,
-replace `${VAR}` / `${VAR:-default}` from the environment, then validate with pydantic models that
-forbid unknown keys. Every problem is reported as a `ConfigError` whose lines name the key, the bad
-value and the fix ("did you mean ...?"), so a wrong config never ends in a traceback. A value that
-may be a secret is never shown: keys named like a token, key, secret or password are named without
-their value, a value (or a key name) shaped like a token is hidden under any key
-(`secret_shapes.py`: a key pasted into `web.port`), and the password of a URL
-(`postgresql://bruce:***@host/db`) is masked.
-"""
+The key names are a public contract (docs/design.md). Fields holding a secret are marked
+(`SecretText`, `Annotated[str, SECRET]`) and `Config.secrets` derives the log scrubber's list
+from the marks. Checks across sections that need the whole config live in loading.py."""
 
 from __future__ import annotations
 
-import difflib
-import math
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import idna
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 
-from bruce_bot.secret_shapes import HIDDEN_SHAPE, looks_secret
+from bruce_bot.config.token_strength import TOKEN_HOW_TO, token_weakness
 
 DEFAULT_CONFIG_FILE = "config.yml"
 DEFAULT_SYSTEM_PROMPT = (
@@ -45,20 +33,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "and honest: say plainly when you do not know something or could not do it."
 )
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-class ConfigError(Exception):
-    """An invalid configuration; `problems` holds one human-readable line per problem."""
-
-    def __init__(self, problems: list[str], source: str = "configuration") -> None:
-        self.problems = problems
-        self.source = source
-        super().__init__(self.render())
-
-    def render(self) -> str:
-        lines = [f"Invalid {self.source}:"]
-        lines += [f"  - {problem}" for problem in self.problems]
-        return "\n".join(lines)
 
 
 class Secret:
@@ -114,146 +88,6 @@ def _check_url(value: str | None, schemes: tuple[str, ...] = ("http", "https")) 
             f"(like {schemes[-1]}://host:port/path)"
         )
     return value.rstrip("/")
-
-
-# ---- web.auth_token strength ---------------------------------------------------------------
-# A rough, documented estimate (SECURITY.md): a token guarding a web app reachable from
-# the network must be at least MIN_TOKEN_CHARS long, use MIN_TOKEN_DISTINCT_CHARS different
-# characters, and keep MIN_TOKEN_BITS of estimated randomness once the guessable parts are set
-# aside: a repeated block counts once, and common words (WEAK_TOKEN_WORDS), a character equal to
-# the one before it and sequences of 4 or more (abcd, 4321, qwer) count for nothing. The rest
-# counts log2(alphabet) bits a character, the alphabet being the classes it uses (26 lower case,
-# 26 upper case, 10 digits, 33 others). `bruce token` prints one that passes (token_urlsafe(32)).
-
-MIN_TOKEN_CHARS = 32
-MIN_TOKEN_DISTINCT_CHARS = 10
-MIN_TOKEN_BITS = 128
-WEAK_TOKEN_WORDS = (
-    "password",
-    "passwd",
-    "passphrase",
-    "secret",
-    "token",
-    "admin",
-    "administrator",
-    "bruce",
-    "dashboard",
-    "letmein",
-    "changeme",
-    "welcome",
-    "default",
-    "example",
-    "login",
-    "master",
-    "qwerty",
-    "iloveyou",
-    "monkey",
-    "dragon",
-    "sunshine",
-    "princess",
-    "football",
-    "baseball",
-    "trustno1",
-    "hello",
-    "test",
-    "private",
-    "access",
-    "superuser",
-    "root",
-)
-_SEQUENCES = (
-    "abcdefghijklmnopqrstuvwxyz",
-    "0123456789",
-    "qwertyuiop",
-    "asdfghjkl",
-    "zxcvbnm",
-)
-_CLASS_SIZES = ((str.islower, 26), (str.isupper, 26), (str.isdigit, 10))
-_OTHER_CLASS_SIZE = 33
-
-
-def _shortest_period(text: str) -> str:
-    """The block `text` repeats ("abcabcab" -> "abc"), or `text` itself."""
-    for size in range(1, len(text) // 2 + 1):
-        if all(text[i] == text[i - size] for i in range(size, len(text))):
-            return text[:size]
-    return text
-
-
-def _sequence_step(a: str, b: str) -> int:
-    """+1 or -1 when `b` follows or precedes `a` in a sequence (alphabet, digits, keyboard row)."""
-    for sequence in _SEQUENCES:
-        i, j = sequence.find(a), sequence.find(b)
-        if i != -1 and j != -1 and abs(j - i) == 1:
-            return j - i
-    return 0
-
-
-def _guessable_mask(text: str) -> list[bool]:
-    """For each character of `text` (lower case), whether it is part of a guessable pattern."""
-    mask = [False] * len(text)
-    for word in WEAK_TOKEN_WORDS:
-        start = text.find(word)
-        while start != -1:
-            mask[start : start + len(word)] = [True] * len(word)
-            start = text.find(word, start + 1)
-    for i in range(1, len(text)):
-        if text[i] == text[i - 1]:  # "aaaa": only the first one counts
-            mask[i] = True
-    i = 0
-    while i < len(text) - 1:
-        step = _sequence_step(text[i], text[i + 1])
-        if not step:
-            i += 1
-            continue
-        j = i + 1
-        while j + 1 < len(text) and _sequence_step(text[j], text[j + 1]) == step:
-            j += 1
-        if j - i + 1 >= 4:  # "abcd", "9876", "qwer"
-            mask[i : j + 1] = [True] * (j - i + 1)
-        i = j
-    return mask
-
-
-def token_bits(token: str) -> int:
-    """Estimated bits of randomness of `token` (see the rules above)."""
-    block = _shortest_period(token)
-    lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in block)
-    rest = [
-        c for c, guessable in zip(block, _guessable_mask(lowered), strict=True) if not guessable
-    ]
-    if not rest:
-        return 0
-    alphabet = sum(size for test, size in _CLASS_SIZES if any(test(c) for c in rest))
-    if any(not (c.islower() or c.isupper() or c.isdigit()) for c in rest):
-        alphabet += _OTHER_CLASS_SIZE
-    return int(len(rest) * math.log2(max(alphabet, 2)))
-
-
-def token_weakness(token: str) -> str | None:
-    """Why `token` is too weak to guard a web app open to the network, or None when it is not."""
-    if len(token) < MIN_TOKEN_CHARS:
-        return f"it is {len(token)} characters long; at least {MIN_TOKEN_CHARS} are needed"
-    distinct = len(set(token))
-    if distinct < MIN_TOKEN_DISTINCT_CHARS:
-        return (
-            f"it uses only {distinct} different character{'s' if distinct > 1 else ''}; a "
-            f"random token uses at least {MIN_TOKEN_DISTINCT_CHARS}"
-        )
-    bits = token_bits(token)
-    if bits < MIN_TOKEN_BITS:
-        return (
-            f"it looks guessable: once common words, repeats and sequences (like 'password', "
-            f"'aaaa', '1234') are set aside, about {bits} bits of randomness are left; at least "
-            f"{MIN_TOKEN_BITS} are needed"
-        )
-    return None
-
-
-TOKEN_HOW_TO = (
-    "make one with `bruce token` and set it (e.g. `export BRUCE_WEB_TOKEN=$(bruce token)` with "
-    "web.auth_token: ${BRUCE_WEB_TOKEN})"
-)
 
 
 # ---- web_fetch domain lists ------------------------------------------------------------------
@@ -480,7 +314,7 @@ class WebConfig(_Section):
         return self.auth_token.strip().lower() == NO_LOGIN
 
 
-def _is_loopback_name(host: str) -> bool:
+def is_loopback_name(host: str) -> bool:
     return host.lower() in LOOPBACK_HOSTS or host.startswith("127.")
 
 
@@ -798,7 +632,7 @@ class McpConfig(_Section):
         return {name: server for name, server in self.servers.items() if server.enabled}
 
 
-def _mcp_problems(mcp: McpConfig) -> list[str]:
+def mcp_problems(mcp: McpConfig) -> list[str]:
     problems: list[str] = []
     for name, server in mcp.servers.items():
         key = f"mcp.servers.{name}"
@@ -937,319 +771,3 @@ class Config(_Section):
                     f"channels.{name}.pairing."
                 )
         return found
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-
-_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_PLAIN_INT = re.compile(r"-?[1-9][0-9]*|0")
-
-
-def interpolate(value: Any, env: dict[str, str], path: str, missing: list[str]) -> Any:
-    """Replace ${VAR} and ${VAR:-default} in every string of a parsed YAML tree."""
-    if isinstance(value, dict):
-        return {
-            k: interpolate(v, env, f"{path}.{k}" if path else str(k), missing)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [interpolate(v, env, f"{path}[{i}]", missing) for i, v in enumerate(value)]
-    if not isinstance(value, str):
-        return value
-
-    def replace(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        missing.append(
-            f"{path}: environment variable {name} is not set; export it, or write "
-            f"${{{name}:-default}} to give a default"
-        )
-        return ""
-
-    replaced = _ENV_PATTERN.sub(replace, value)
-    # A whole-value substitution like `port: ${PORT}` should still become a number or bool. Only
-    # plain forms are converted, so a secret like 0123 or 1_000 is never rewritten (YAML would read
-    # them as octal / 1000); pydantic still turns such strings into numbers where a number is due.
-    if replaced != value and _ENV_PATTERN.fullmatch(value):
-        if replaced in {"true", "false"}:
-            return replaced == "true"
-        if _PLAIN_INT.fullmatch(replaced):
-            return int(replaced)
-    return replaced
-
-
-def _model_for(location: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = Config
-    keyed = False  # the part before was a mapping of names to sections (mcp.servers)
-    for part in location[:-1]:
-        if keyed:
-            keyed = False
-            continue
-        if model is None or not isinstance(part, str):
-            return None
-        field = model.model_fields.get(part)
-        annotation = field.annotation if field else None
-        if get_origin(annotation) is dict:
-            annotation = get_args(annotation)[1]
-            keyed = True
-        model = (
-            annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
-            else None
-        )
-    return model
-
-
-# Key names whose values may be secrets: a part of the name (split at "_", "-", ".") among these.
-_SECRET_KEY_PARTS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "pw"})
-_URL_USERINFO = re.compile(r"(?P<scheme>(?:\b[A-Za-z][A-Za-z0-9+.-]*:)?//)(?P<userinfo>[^/\s@]*)@")
-HIDDEN = "(value hidden: it may be a secret)"
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether a key named `name` may hold a secret (auth_token, brave_api_key, password...)."""
-    return any(part in _SECRET_KEY_PARTS for part in re.split(r"[_\-.]", name.lower()))
-
-
-def mask_url_userinfo(text: str) -> str:
-    """`postgresql://bruce:pw@host/db` -> `postgresql://bruce:***@host/db` (a lone user: `***@`)."""
-
-    def mask(match: re.Match[str]) -> str:
-        user, colon, _password = match.group("userinfo").partition(":")
-        return f"{match.group('scheme')}{user + ':' if colon else ''}***@"
-
-    return _URL_USERINFO.sub(mask, text)
-
-
-def _redacted(value: Any) -> Any:
-    """`value` with URL passwords masked and values under secret-named keys hidden."""
-    if isinstance(value, str):
-        return mask_url_userinfo(value)
-    if isinstance(value, dict):
-        return {
-            k: "***" if is_secret_key(str(k)) and v not in (None, "") else _redacted(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [_redacted(item) for item in value]
-    return value
-
-
-def _key_of(location: tuple[Any, ...]) -> str:
-    key = ""
-    for part in location:
-        if isinstance(part, str) and looks_secret(part):
-            part = "(key name hidden: it looks like a secret)"  # a token pasted as a key
-        key += f"[{part}]" if isinstance(part, int) else f"{'.' if key else ''}{part}"
-    return key
-
-
-def _holds_secret_shape(value: Any) -> bool:
-    if isinstance(value, str):
-        return looks_secret(value)
-    if isinstance(value, dict):
-        return any(_holds_secret_shape(k) or _holds_secret_shape(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_holds_secret_shape(item) for item in value)
-    return False
-
-
-def _shown(location: tuple[Any, ...], value: Any) -> str:
-    """How a bad value appears in an error: its repr, unless it may be a secret (by the key's
-    name, or by its own shape whatever the key: a token pasted into `web.port`)."""
-    names = [part for part in location if isinstance(part, str)]
-    if names and is_secret_key(names[-1]):
-        return HIDDEN
-    redacted = _redacted(value)
-    if _holds_secret_shape(redacted):
-        return HIDDEN_SHAPE
-    return repr(redacted)
-
-
-def _describe(error: ErrorDetails) -> str:
-    location = tuple(error["loc"])
-    key = _key_of(location)
-    value = error.get("input")
-    shown = _shown(location, value)
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        model = _model_for(location)
-        known = sorted(
-            (field.alias or name) for name, field in (model.model_fields.items() if model else [])
-        )
-        guess = difflib.get_close_matches(str(location[-1]), known, n=1)
-        hint = f"did you mean '{guess[0]}'?" if guess else f"known keys here: {', '.join(known)}"
-        return f"{key}: unknown key; {hint}"
-    message = mask_url_userinfo(error["msg"].removeprefix("Value error, "))
-    if looks_secret(message):  # a validator's own words may quote the value
-        message = "is not valid here"
-    if kind == "literal_error":
-        expected = error.get("ctx", {}).get("expected", "")
-        return f"{key}: {shown} is not allowed; use one of {expected}"
-    if kind in {"model_type", "dict_type"}:
-        return (
-            f"{key}: {shown} has the wrong type; expected a section of indented `key: value` lines"
-        )
-    if kind in {"int_parsing", "float_parsing", "bool_parsing", "list_type", "string_type"}:
-        return f"{key}: {shown} has the wrong type; {message.lower()}"
-    if isinstance(value, dict):  # a check across a whole section: the message names the keys
-        return f"{key}: {message}"
-    return (
-        f"{key}: {shown} {message}" if kind == "value_error" else f"{key}: {message} (got {shown})"
-    )
-
-
-def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
-    """Validate an already-interpolated mapping; raises `ConfigError` listing every problem."""
-    try:
-        config = Config.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError([_describe(error) for error in exc.errors()], source) from None
-    problems: list[str] = []
-    web = config.web
-    if web.enabled and not web.is_loopback:
-        if not web.auth_token:
-            problems.append(
-                f"web.host: {web.host!r} is reachable beyond this machine but web.auth_token is "
-                f"empty; {TOKEN_HOW_TO}, or bind web.host to 127.0.0.1"
-            )
-        elif web.login_disabled:
-            problems.append(
-                f"web.auth_token: 'none' (no login) is allowed only while web.host is loopback, "
-                f"but web.host {web.host!r} is reachable beyond this machine; {TOKEN_HOW_TO}"
-            )
-        elif weakness := token_weakness(web.auth_token):
-            problems.append(
-                f"web.auth_token: too weak to guard web.host {web.host!r}, which is reachable "
-                f"beyond this machine: {weakness}; {TOKEN_HOW_TO}"
-            )
-    elif web.enabled:
-        problems += _exposed_without_login(config)
-    # An enabled platform without a token is allowed: its channel waits for the token the
-    # dashboard saves (Settings, live_channels.py), and start-up logs that it waits.
-    problems += _web_search_problems(config.tools.web_search)
-    problems += _mcp_problems(config.mcp)
-    if problems:
-        raise ConfigError(problems, source)
-    return config
-
-
-def _exposed_without_login(config: Config) -> list[str]:
-    """A loopback dashboard reached under another name (a reverse proxy or tunnel forwarding
-    app.public_url or a web.allowed_hosts name to it) is open to whoever reaches that name:
-    it needs a strong web.auth_token of its own (a generated one is for this machine only)."""
-    web = config.web
-    exposed: list[tuple[str, str]] = []
-    public_host = urlparse(config.app.public_url).hostname or ""
-    if public_host and not _is_loopback_name(public_host):
-        exposed.append(("app.public_url", public_host))
-    for index, entry in enumerate(web.allowed_hosts):
-        host = (urlparse(entry).hostname if "://" in entry else entry.rsplit(":", 1)[0]) or ""
-        if not _is_loopback_name(host.strip("[]")):
-            exposed.append((f"web.allowed_hosts[{index}]", host))
-    if not exposed or (
-        web.auth_token and not web.login_disabled and token_weakness(web.auth_token) is None
-    ):
-        return []
-    why = (
-        "is empty"
-        if not web.auth_token
-        else "is 'none' (no login)"
-        if web.login_disabled
-        else f"is too weak ({token_weakness(web.auth_token)})"
-    )
-    return [
-        f"{key}: the dashboard is meant to answer under {host!r} (through a reverse proxy or "
-        f"tunnel, anyone who reaches it) but web.auth_token {why}; {TOKEN_HOW_TO}"
-        for key, host in exposed
-    ]
-
-
-def _web_search_problems(search: WebSearchConfig) -> list[str]:
-    """The chosen search provider's URL or key must be set (only when web search is enabled)."""
-    if not search.enabled:
-        return []
-    prefix = "tools.web_search"
-    if search.provider == "searxng" and not search.searxng_url:
-        return [
-            f"{prefix}.searxng_url: empty but {prefix}.provider is searxng; set it to your SearXNG "
-            "instance (e.g. http://127.0.0.1:8888, with the JSON format enabled in its "
-            "settings.yml), or use provider: duckduckgo"
-        ]
-    if search.provider == "brave" and not search.brave_api_key:
-        return [
-            f"{prefix}.brave_api_key: empty but {prefix}.provider is brave; set it (e.g. "
-            "${BRAVE_API_KEY}) to a Brave Search API key, or use provider: duckduckgo"
-        ]
-    if search.provider == "tavily" and not search.tavily_api_key:
-        return [
-            f"{prefix}.tavily_api_key: empty but {prefix}.provider is tavily; set it (e.g. "
-            "${TAVILY_API_KEY}) to a Tavily API key, or use provider: duckduckgo"
-        ]
-    return []
-
-
-# A quoted fragment of a YAML problem: longer than a character or an escape ('\t'), it is the name
-# of an alias, anchor or tag, which may be the start of a secret written without quotes (`*...`).
-_YAML_QUOTED = re.compile(r"'(?!<)[^'\s]{3,}'")
-_YAML_ANY_QUOTED = re.compile(r"'[^'\s]+'")
-_YAML_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:")
-
-
-def _yaml_problem(problem: str, line: str) -> str:
-    """PyYAML's description of a syntax error on `line`, leaving out what could be a value: on
-    the line of a secret-named key, even a single character."""
-    secret_line = any(is_secret_key(name) for name in _YAML_KEY.findall(line))
-    pattern = _YAML_ANY_QUOTED if secret_line else _YAML_QUOTED
-    return mask_url_userinfo(pattern.sub("(hidden)", problem))
-
-
-def resolve_path(explicit: str | os.PathLike[str] | None) -> Path | None:
-    """`--config PATH`, else $BRUCE_CONFIG, else ./config.yml when present, else None (defaults)."""
-    if explicit:
-        return Path(explicit)
-    if os.environ.get("BRUCE_CONFIG"):
-        return Path(os.environ["BRUCE_CONFIG"])
-    default = Path(DEFAULT_CONFIG_FILE)
-    return default if default.exists() else None
-
-
-def load_config(
-    path: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
-) -> Config:
-    """Read, interpolate and validate the configuration; built-in defaults when there is no file."""
-    env = dict(os.environ) if env is None else env
-    resolved = resolve_path(path)
-    if resolved is None:
-        return validate({}, "built-in defaults")
-    source = str(resolved)
-    try:
-        text = resolved.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            [f"{resolved}: file not found; copy config.example.yml to start"], source
-        ) from None
-    except OSError as exc:
-        raise ConfigError([f"{resolved}: cannot be read ({exc.strerror})"], source) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        lines = text.splitlines()
-        line = lines[mark.line] if mark and mark.line < len(lines) else ""
-        problem = _yaml_problem(getattr(exc, "problem", None) or str(exc), line)
-        raise ConfigError([f"YAML syntax error at {where}: {problem}"], source) from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(["the top level must be a mapping of sections (app:, llm:, ...)"], source)
-    missing: list[str] = []
-    interpolated = interpolate(raw, env, "", missing)
-    if missing:
-        raise ConfigError(missing, source)
-    return validate(interpolated, source)
