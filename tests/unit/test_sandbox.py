@@ -1,5 +1,5 @@
-"""The sandbox's pieces on their own: the bubblewrap command line, the limits, the output cap,
-reading out/ without following links, and when run_code asks the user."""
+"""The sandbox's pieces on their own (bruce_bot/sandbox/): the bubblewrap command line, the
+limits, the output cap, reading out/ without following links, the workspaces' retention."""
 
 from __future__ import annotations
 
@@ -7,15 +7,9 @@ import os
 import resource
 from pathlib import Path
 
-import pytest
-
-from bruce_bot.config import RunCodeConfig
 from bruce_bot.sandbox import bwrap, workspace
 from bruce_bot.sandbox.limits import MB, Limits
 from bruce_bot.sandbox.runner import Captured
-from bruce_bot.tools.code_files import artifact_name
-from bruce_bot.tools.registry import ToolContext
-from bruce_bot.tools.run_code import approval_reason
 
 
 def pairs(argv: list[str], option: str) -> list[str]:
@@ -125,35 +119,6 @@ def test_files_copied_in_get_plain_names(tmp_path: Path) -> None:
     names = workspace.copy_in(root, [("../../etc/passwd", b"x"), (".hidden", b"y")], None)
     assert names == ["_.._etc_passwd", "hidden"]
     assert (root / "in" / "_.._etc_passwd").read_bytes() == b"x"
-
-
-def test_a_file_the_code_names_keeps_a_known_extension_or_becomes_bin() -> None:
-    assert artifact_name("plot.png") == "plot.png"
-    assert artifact_name("model.pkl") == "model.pkl.bin"
-    assert artifact_name("../../x.html") == "x.html"
-
-
-@pytest.mark.parametrize(
-    ("settings", "context", "network", "asks"),
-    [
-        ({}, {}, False, None),
-        ({}, {"untrusted_input": True, "untrusted_source": "web_fetch"}, False, "web_fetch"),
-        ({}, {}, True, "network"),
-        ({}, {"task_run": True}, False, "scheduled"),
-        ({}, {"subagent": True}, False, "sub-agent"),
-        ({"approval": "always"}, {}, False, "always"),
-        ({"approval": "never"}, {"untrusted_input": True}, True, None),
-        ({"sandbox": "none", "allow_unsandboxed": True, "approval": "never"}, {}, False, "none"),
-    ],
-)
-def test_when_a_run_asks_the_user(
-    settings: dict[str, object], context: dict[str, object], network: bool, asks: str | None
-) -> None:
-    reason = approval_reason(RunCodeConfig(**settings), ToolContext(**context), network)  # type: ignore[arg-type]
-    if asks is None:
-        assert reason is None
-    else:
-        assert reason is not None and asks in reason
 
 
 # ---- workspaces kept for the retention and deleted with their session -------------------------

@@ -1,10 +1,11 @@
-"""The brain as data (responsibilities per session kind) and what it adds to the agent's prompt."""
+"""The brain as data (agent/brain/responsibilities.py: responsibilities per session kind, the
+state each needs) and what it reads of a conversation (agent/brain/runner.py: who said what).
+Its layers in the agent's prompt are tested with the prompt (test_agent_context.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 from bruce_bot.agent.brain.library import Document, Library
 from bruce_bot.agent.brain.responsibilities import (
@@ -15,7 +16,6 @@ from bruce_bot.agent.brain.responsibilities import (
     system_prompt_for,
 )
 from bruce_bot.agent.brain.runner import briefing, speaker_labels, speaking
-from bruce_bot.agent.context import build_system_prompt
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.memories import Memory
 from bruce_bot.storage.messages import StoredMessage
@@ -30,18 +30,6 @@ def goal(goal_id: int, text: str, status: str = "active", parent: int | None = N
 
 def document(kind: str, name: str, content: str) -> Document:
     return Document(kind, name, f"About {name}.", content, Path(f"{name}.md"))  # type: ignore[arg-type]
-
-
-def prompt(**layers: object) -> str:
-    return build_system_prompt(
-        base_prompt="You are Bruce.",
-        summary="Earlier: tea.",
-        tool_names=[],
-        now=NOW,
-        zone=ZoneInfo("UTC"),
-        last_message_at=None,
-        **layers,  # type: ignore[arg-type]
-    ).text
 
 
 def test_each_session_kind_gets_its_own_responsibilities() -> None:
@@ -70,37 +58,6 @@ def test_the_brain_sees_the_state_its_responsibilities_need() -> None:
     assert "Active workflow: none" in text
     assert "- #1 [active] Plan trip\n  - #2 [completed] Pick dates\n- #3 [active] Other" in text
     assert "Nickname" not in text
-
-
-def test_brain_layers_come_after_the_stable_layers_and_before_the_temporal_one() -> None:
-    text = prompt(
-        skills=[document("skill", "research", "Cite sources.")],
-        workflow=document("workflow", "trip-planning", "1. Frame the trip."),
-        goals=[
-            goal(1, "Plan trip"),
-            goal(2, "Pick dates", "completed", 1),
-            goal(4, "Book", parent=1),
-        ],
-    )
-    order = [
-        "You are Bruce.",
-        "<tool_execution_guidelines>",
-        "<conversation_context>",
-        "<active_skills>",
-        '<skill name="research">\nCite sources.\n</skill>',
-        '<active_workflow name="trip-planning">',
-        "<goals>",
-        "- [ ] Plan trip\n  - [x] Pick dates\n  - [ ] Book",
-        "<temporal_context>",
-    ]
-    positions = [text.index(marker) for marker in order]
-    assert positions == sorted(positions)
-
-
-def test_without_brain_state_the_prompt_has_no_brain_layers() -> None:
-    text = prompt(goals=[goal(1, "Done already", "completed")])
-    for tag in ("<active_skills>", "<active_workflow", "<goals>"):
-        assert tag not in text
 
 
 def test_with_memory_on_a_main_conversation_curates_the_memories_of_each_speaker() -> None:

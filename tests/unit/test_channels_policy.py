@@ -146,7 +146,8 @@ async def test_an_empty_allowlist_admits_nobody_and_says_so_at_start() -> None:
 
 
 class FakePairing:
-    """The PairingPort a policy asks (the real one, over the database: test_pairing.py)."""
+    """The PairingPort a policy asks (the real one, over the database:
+    test_bruce_bot_pairing.py)."""
 
     def __init__(self) -> None:
         self.approved: set[int] = set()
@@ -212,7 +213,8 @@ async def test_with_pairing_a_full_channel_says_later_and_a_broken_store_admits_
 
 
 class FakeAllowlist:
-    """The AllowlistPort a policy asks (the real one, over `settings`: test_live_allowlists.py)."""
+    """The AllowlistPort a policy asks (the real one, over `settings`:
+    integration/test_live_allowlists.py)."""
 
     def __init__(self, ids: set[int]) -> None:
         self.ids = ids

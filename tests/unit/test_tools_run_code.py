@@ -1,6 +1,7 @@
 """tools/run_code.py on its own: code over `max_code_chars` is refused naming the key before
-anything runs, a call without a conversation is refused, and the tool is not offered where the
-sandbox cannot run (unless the owner chose `sandbox: none` or set `enabled`)."""
+anything runs, a call without a conversation is refused, the tool is not offered where the
+sandbox cannot run (unless the owner chose `sandbox: none` or set `enabled`), and when a run
+asks the user first."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from bruce_bot.config import RunCodeConfig
 from bruce_bot.sandbox.probe import ProbeResult
 from bruce_bot.tools import run_code
 from bruce_bot.tools.registry import ToolContext, ToolError
-from bruce_bot.tools.run_code import CodeFiles, RunCodeTool, run_code_enabled
+from bruce_bot.tools.run_code import CodeFiles, RunCodeTool, approval_reason, run_code_enabled
 
 
 def tool(tmp_path: Path, **settings: object) -> RunCodeTool:
@@ -55,3 +56,26 @@ def test_offered_where_the_sandbox_works(
     result = ProbeResult(works, "bubblewrap (bwrap) is not installed" if not works else "ok")
     monkeypatch.setattr(run_code, "probe", lambda: result)
     assert run_code_enabled(RunCodeConfig(**settings)) is offered  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("settings", "context", "network", "asks"),
+    [
+        ({}, {}, False, None),
+        ({}, {"untrusted_input": True, "untrusted_source": "web_fetch"}, False, "web_fetch"),
+        ({}, {}, True, "network"),
+        ({}, {"task_run": True}, False, "scheduled"),
+        ({}, {"subagent": True}, False, "sub-agent"),
+        ({"approval": "always"}, {}, False, "always"),
+        ({"approval": "never"}, {"untrusted_input": True}, True, None),
+        ({"sandbox": "none", "allow_unsandboxed": True, "approval": "never"}, {}, False, "none"),
+    ],
+)
+def test_when_a_run_asks_the_user(
+    settings: dict[str, object], context: dict[str, object], network: bool, asks: str | None
+) -> None:
+    reason = approval_reason(RunCodeConfig(**settings), ToolContext(**context), network)  # type: ignore[arg-type]
+    if asks is None:
+        assert reason is None
+    else:
+        assert reason is not None and asks in reason

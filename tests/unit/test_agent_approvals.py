@@ -1,5 +1,5 @@
-"""The gate's small rules: which URL reads carry the conversation out, how typed answers are
-read, what the user is shown, and which tools wait after outside content."""
+"""The gate's small rules (agent/approvals.py, with agent/outward.py): which URL reads carry the
+conversation out, what the user is shown, and which tools wait after outside content."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from bruce_bot.agent.approvals import needs_user, shown_call
 from bruce_bot.agent.outward import Conversation
 from bruce_bot.domain import ChatMessage, SystemPrompt, ToolCall, ToolResult
 from bruce_bot.mcp_client.tools import mcp_tool
-from bruce_bot.scheduler.confirmations import Answer, answer_of
 from bruce_bot.tools.memory import MemorySearch
 from bruce_bot.tools.proactive import ProactiveCreate
 from bruce_bot.tools.registry import Tool, ToolContext
@@ -57,23 +56,6 @@ def test_a_url_carries_the_conversation_out_only_with_its_words_or_an_encoding(
     url: str, carries: bool
 ) -> None:
     assert (Conversation(PROMPT, HISTORY).carried_text(url) is not None) is carries
-
-
-@pytest.mark.parametrize(
-    ("text", "answer"),
-    [
-        ("yes", Answer(True, "yes")),
-        ("No.", Answer(False, "no")),
-        ("yes t12", Answer(True, "yes", "t12")),
-        ("ok #a3", Answer(True, "ok", "a3")),
-        ("no 7", Answer(False, "no", "t7")),
-        ("yes please do it", None),
-        ("maybe a3", None),
-        ("", None),
-    ],
-)
-def test_typed_answers_are_read_strictly(text: str, answer: Answer | None) -> None:
-    assert answer_of(text) == answer
 
 
 def test_the_question_shows_every_argument_whole() -> None:

@@ -1,6 +1,6 @@
-"""`SwitchableLLM`: a call running when the provider is switched finishes on the old one, which
-is closed only then; the next call goes to the new one; a call naming the start-time background
-model goes to the background model now configured."""
+"""`SwitchableLLM` (llm/switchable.py): a call running when the provider is switched finishes on
+the old one, which is closed only then; the next call goes to the new one; a call naming the
+start-time background model goes to the background model now configured."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
-from bruce_bot.live_llm import mask
 from bruce_bot.llm.base import TextSink
 from bruce_bot.llm.switchable import SwitchableLLM
 
@@ -65,9 +64,3 @@ async def test_a_running_call_finishes_on_the_old_provider_and_the_next_goes_to_
     old.gate.set()
     assert (await running).text == "old"
     assert old.closed
-
-
-def test_a_key_is_shown_by_its_ends_only() -> None:
-    assert mask("sk-ant-api03-0123456789abcd") == "sk-…abcd"
-    assert mask("short-key") == "…ey"
-    assert mask("") == ""

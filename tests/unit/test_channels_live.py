@@ -1,14 +1,12 @@
-"""What a live reply shows and when (channels/live.py); tool status lines (agent/progress.py)."""
+"""What a live reply shows and when (channels/live.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from bruce_bot.agent.progress import status_line, status_lines
 from bruce_bot.channels.base import DeliveryError
 from bruce_bot.channels.live import LiveText
-from bruce_bot.domain import ToolCall
 from tests.conftest import wait_until
 
 
@@ -81,21 +79,6 @@ async def test_long_text_is_cut_to_the_limit_and_a_restart_replaces_it() -> None
     await wait_until(lambda: screen.shown[-1][1] == "Corrected.")
     await live.close()
     assert screen.shown[0][1] == "x" * 18 + " …"
-
-
-def test_status_lines_name_what_the_tool_is_doing() -> None:
-    search = ToolCall("1", "web_search", {"query": "rain in   Lisbon\nthis week"})
-    fetch = ToolCall("2", "web_fetch", {"url": "https://www.example.com/weather?id=3"})
-    save = ToolCall("3", "artifact_save", {"filename": "report.html", "content": "<html>"})
-    other = ToolCall("4", "get_user_country", {})
-    assert status_line(search) == "🔎 Searching the web for “rain in Lisbon this week” …"
-    assert status_line(fetch) == "📄 Reading example.com …"
-    assert status_line(save) == "💾 Saving report.html …"
-    assert status_line(other) == "⚙️ Using get user country …"
-    assert status_lines([search, search, save]).splitlines() == [
-        status_line(search),
-        status_line(save),
-    ]
 
 
 async def test_the_limit_is_counted_the_platforms_way() -> None:

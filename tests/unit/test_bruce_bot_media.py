@@ -1,6 +1,6 @@
-"""The media step's pure parts: which models see images, pictures fitted to a provider's
-limits, documents read as text, what the model is shown of a message with files, the album book
-with pictures, and the retention sweep. Real Pillow and pypdf on real bytes; no mocks."""
+"""The media step's pure parts (bruce_bot/media/): which models see images, pictures fitted to a
+provider's limits, documents read as text, what the model is shown of a message with files, and
+the retention sweep. Real Pillow and pypdf on real bytes; no mocks."""
 
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from bruce_bot.channels.telegram_albums import AlbumBook, AlbumPart
 from bruce_bot.config import LLMConfig
-from bruce_bot.domain import Attachment
 from bruce_bot.media.documents import DocumentProblem, document_type, read_document
 from bruce_bot.media.images import ImageProblem, fit_image
 from bruce_bot.media.pdf_sandbox import PdfLimits
@@ -213,41 +211,6 @@ def test_what_the_model_reads_of_documents_audio_and_pictures(tmp_path: Path) ->
     assert "could not be read: unsupported" in shown
     later = model_text(message, tmp_path, images_shown=False)
     assert 'A picture "p.jpg" the user sent earlier' in later
-
-
-def picture(n: int) -> Attachment:
-    return Attachment("image", f"file-{n}")
-
-
-def test_an_album_without_words_is_submitted_whole_by_its_first_part() -> None:
-    book = AlbumBook()
-    parts = [AlbumPart("1", "g", n, "photo", None, picture(n)) for n in (10, 11, 12)]
-    for part in parts:
-        book.expect(part)
-    first = book.take(parts[0])
-    assert first.action == "submit" and first.text == "[album of 3 photos]"
-    assert first.attachments == (picture(10), picture(11), picture(12))
-    assert [book.take(part).action for part in parts[1:]] == ["skip", "skip"]
-    late = book.take(AlbumPart("1", "g", 13, "photo", None, picture(13)))
-    assert (late.text, late.attachments) == ("[another part of the same album]", (picture(13),))
-
-
-def test_album_parts_wait_for_their_caption_and_videos_alone_get_one_notice() -> None:
-    book = AlbumBook()
-    parts = [
-        AlbumPart("1", "g", 10, "photo", None, picture(10)),
-        AlbumPart("1", "g", 11, "photo", "which one?", picture(11)),
-    ]
-    for part in parts:
-        book.expect(part)
-    assert book.take(parts[0]).action == "skip"  # the caption comes later and carries it
-    turn = book.take(parts[1])
-    assert turn.text == "which one?\n\n[album of 2 photos]"
-    assert turn.attachments == (picture(10), picture(11))
-    videos = [AlbumPart("1", "v", n, "video") for n in (20, 21)]
-    for part in videos:
-        book.expect(part)
-    assert [book.take(part).action for part in videos] == ["notice", "skip"]
 
 
 def test_the_sweep_deletes_only_files_older_than_the_retention(tmp_path: Path) -> None:
