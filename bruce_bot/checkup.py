@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import shutil
 import socket
 import sqlite3
@@ -46,6 +47,7 @@ from bruce_bot.llm.base import (
 )
 from bruce_bot.llm.errors import ErrorReply
 from bruce_bot.llm.factory import create_llm
+from bruce_bot.platforms import PlatformSection, PlatformSpec, names
 from bruce_bot.sandbox.network import available as slirp_available
 from bruce_bot.sandbox.probe import probe as probe_sandbox
 from bruce_bot.storage.database import SCHEMA_HEAD
@@ -125,7 +127,7 @@ async def with_saved_settings(config: Config) -> tuple[Config, list[str]]:
         return config, []  # never create the file: nothing is saved in it yet
     engine = create_async_engine(config.database_url, poolclass=pool.NullPool)
     store = SettingsStore(engine)
-    platforms = ("telegram", "discord")
+    platforms = names()
     try:
         llm = {name: await store.get(llm_setting(name)) for name in LLM_FIELDS}
         tokens = {name: await store.get(token_setting(name)) for name in platforms}
@@ -140,13 +142,10 @@ async def with_saved_settings(config: Config) -> tuple[Config, list[str]]:
         merged_llm = config.llm.with_values({k: v for k, v in llm.items() if v is not None})
     except ValueError:
         merged_llm = config.llm  # the daemon ignores such values too (llm_settings_ignored)
-    channels = config.channels.model_copy(
-        update={
-            name: getattr(config.channels, name).model_copy(update={"token": str(token)})
-            for name, token in tokens.items()
-            if token
-        }
-    )
+    channels = config.channels
+    for name, token in tokens.items():
+        if token:
+            channels = channels.with_token(name, str(token))
     return config.model_copy(update={"llm": merged_llm, "channels": channels}), saved
 
 
@@ -156,10 +155,8 @@ async def _probes(config: Config, clock: Callable[[], float]) -> list[Check]:
         ("disk", lambda: disk_check(config.app.data_dir)),
         ("llm", lambda: _llm(config, clock)),
     ]
-    if config.channels.telegram.enabled:
-        probes.append(("telegram", lambda: _telegram(config)))
-    if config.channels.discord.enabled:
-        probes.append(("discord", lambda: _discord(config)))
+    for spec, section in config.channels.enabled():
+        probes.append((spec.name, functools.partial(_platform, spec, section)))
     if config.web.enabled:
         probes.append(("web", lambda: _web_port(config.web.host, config.web.port)))
     if config.transcription.is_configured:
@@ -477,28 +474,15 @@ def _no_token(channel: str) -> list[Check]:
     ]
 
 
-async def _telegram(config: Config) -> list[Check]:
-    from bruce_bot.channels.telegram_probe import telegram_bot_name
-
-    if not config.channels.telegram.token:
-        return _no_token("telegram")
+async def _platform(spec: PlatformSpec, section: PlatformSection) -> list[Check]:
+    """Who the platform's token logs in as (Telegram `getMe`, Discord's REST login, ...)."""
+    if not section.token:
+        return _no_token(spec.name)
     try:
-        name = await telegram_bot_name(config.channels.telegram, CHECK_TIMEOUT_SECONDS / 2)
+        bot = await spec.identity(section, CHECK_TIMEOUT_SECONDS / 2)
     except ProbeError as exc:
-        return [Check("telegram", "fail", exc.detail, exc.fix)]
-    return [Check("telegram", "ok", f"logged in as {name}")]
-
-
-async def _discord(config: Config) -> list[Check]:
-    from bruce_bot.channels.discord_probe import discord_bot_name
-
-    if not config.channels.discord.token:
-        return _no_token("discord")
-    try:
-        name = await discord_bot_name(config.channels.discord)
-    except ProbeError as exc:
-        return [Check("discord", "fail", exc.detail, exc.fix)]
-    return [Check("discord", "ok", f"logged in as {name}")]
+        return [Check(spec.name, "fail", exc.detail, exc.fix)]
+    return [Check(spec.name, "ok", f"logged in as {bot.name}")]
 
 
 async def _web_port(host: str, port: int) -> list[Check]:

@@ -181,7 +181,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         print(f"  warning: {warning}")
     print(f"  llm: {config.llm.provider} / {config.llm.model}")
     print(f"  database: {config.database_url.split('@')[-1]}")
-    channels = [name for name in ("telegram", "discord") if getattr(config.channels, name).enabled]
+    channels = [spec.name for spec, _ in config.channels.enabled()]
     if config.web.enabled:
         channels.append(f"web on {config.web.host}:{config.web.port}")
     print(f"  channels: {', '.join(channels) or 'none'}")

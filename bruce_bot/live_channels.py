@@ -1,6 +1,7 @@
-"""A chat platform's bot token changed while Bruce runs (Telegram or Discord): tried first
-(Telegram `getMe`, Discord's REST login), stored under `channels.<name>.token` in `settings` (it
-wins over config.yml), and the channel reconnected with it, without a restart.
+"""A chat platform's bot token changed while Bruce runs: tried first with the platform's probe
+(bruce_bot/platforms.py: Telegram `getMe`, Discord's REST login), stored under
+`channels.<name>.token` in `settings` (it wins over config.yml), and the channel reconnected with
+it, without a restart.
 
 One `LiveToken` per platform channel enabled in config.yml. The running adapter stops taking
 messages and is closed; a new one, built from config.yml's section with the new token and given
@@ -20,21 +21,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import structlog
 
+from bruce_bot import platforms
 from bruce_bot.channels.base import ChannelAdapter, InboxPort
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.config import ChannelsConfig, DiscordConfig, TelegramConfig
+from bruce_bot.config import ChannelsConfig
 from bruce_bot.live_llm import mask
+from bruce_bot.platforms import BotIdentity, PlatformSection
 from bruce_bot.storage.changes import EVERYTHING, Refresh
 from bruce_bot.storage.settings import SettingsStore, token_setting
 
 log = structlog.get_logger(__name__)
 
-Platform = Literal["telegram", "discord"]
-PLATFORMS: tuple[Platform, ...] = ("telegram", "discord")
 PROBE_TIMEOUT_SECONDS = 10.0
 
 
@@ -44,53 +44,20 @@ class TokenView:
     source: str  # config | dashboard
 
 
-@dataclass(frozen=True, slots=True)
-class BotIdentity:
-    """Who a token logs in as: the bot's name and the link to it (t.me/<bot>, or Discord's
-    invite URL; None when Discord gave no id)."""
-
-    name: str
-    link: str | None
-
-
-async def try_token(channel: Platform, configured: ChannelsConfig, token: str) -> BotIdentity:
+async def try_token(channel: str, configured: ChannelsConfig, token: str) -> BotIdentity:
     """Log in with `token` (config.yml's section otherwise); ProbeError with the platform's
     words when it refuses, or when it does not answer within `PROBE_TIMEOUT_SECONDS`."""
-    if channel == "telegram":
-        from bruce_bot.channels.telegram_probe import telegram_bot_name
-
-        if not token:
-            raise ProbeError("no token", "paste the token @BotFather gave you")
-        telegram = configured.telegram.model_copy(update={"token": token})
-        name = await telegram_bot_name(telegram, PROBE_TIMEOUT_SECONDS)
-        return BotIdentity(name, f"https://t.me/{name.removeprefix('@')}")
-    from bruce_bot.channels.discord_probe import discord_bot_identity, invite_url
-
+    spec = platforms.get(channel)
     if not token:
-        raise ProbeError("no token", "paste the bot token of your application (Developer Portal)")
-    discord = configured.discord.model_copy(update={"token": token})
-    try:
-        async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
-            name, user_id = await discord_bot_identity(discord)
-    except TimeoutError:
-        raise ProbeError(
-            f"Discord did not answer within {PROBE_TIMEOUT_SECONDS:g} s",
-            "check the network (or channels.discord.api_base_url)",
-        ) from None
-    return BotIdentity(name, invite_url(user_id) if user_id else None)
+        raise ProbeError("no token", spec.token_help)
+    section = configured.with_token(channel, token).section(channel)
+    return await spec.identity(section, PROBE_TIMEOUT_SECONDS)
 
 
-def build_adapter(channel: Platform, section: TelegramConfig | DiscordConfig) -> ChannelAdapter:
-    """A new adapter of `channel` for `section` (each SDK imported only here, when needed)."""
-    if channel == "telegram":
-        from bruce_bot.channels.telegram import TelegramChannel
-
-        assert isinstance(section, TelegramConfig)
-        return TelegramChannel(section)
-    from bruce_bot.channels.discord import DiscordChannel
-
-    assert isinstance(section, DiscordConfig)
-    return DiscordChannel(section)
+def build_adapter(channel: str, section: PlatformSection) -> ChannelAdapter:
+    """A new adapter of `channel` for `section` (its SDK imported only here, when needed)."""
+    adapter: ChannelAdapter = platforms.get(channel).build_adapter(section)
+    return adapter
 
 
 class LiveToken:
@@ -98,7 +65,7 @@ class LiveToken:
 
     def __init__(
         self,
-        channel: Platform,
+        channel: str,
         configured: ChannelsConfig,
         store: SettingsStore,
         channels: dict[str, ChannelAdapter],
@@ -111,7 +78,7 @@ class LiveToken:
     ) -> None:
         self.channel = channel
         self._configured = configured
-        self._section: TelegramConfig | DiscordConfig = getattr(configured, channel)
+        self._section = configured.section(channel)
         self._key = token_setting(channel)
         self._store = store
         self._channels = channels
@@ -120,7 +87,9 @@ class LiveToken:
         self._secret_seen = secret_seen
         self._probe = probe or (lambda token: try_token(channel, configured, token))
         self._build_for = build or (
-            lambda token: build_adapter(channel, self._section.model_copy(update={"token": token}))
+            lambda token: build_adapter(
+                channel, configured.with_token(channel, token).section(channel)
+            )
         )
         self._inbox: InboxPort | None = None
         self._running = False  # the adapter in the map was started
@@ -170,7 +139,7 @@ class LiveToken:
         the old channel kept) when the platform says no."""
         if not self.available:
             raise ProbeError(
-                f"{self.channel.capitalize()} is not enabled",
+                f"{platforms.get(self.channel).title} is not enabled",
                 f"set channels.{self.channel}.enabled: true in config.yml and restart once",
             )
         bot = await self._probe(token)

@@ -1,12 +1,12 @@
 """Structured logging for the whole process, with secrets scrubbed everywhere.
 
 structlog renders events (a snake_case name plus fields) readably on a console or as JSON lines
-(`logging.json: true`). Standard-library loggers of the libraries (httpx, telegram, discord,
-uvicorn) go through the same processors, so a bot token inside a request URL or an API key in an
-error message is replaced by `***` before anything is written. Besides the configured secrets,
-the password of any URL (`postgresql://bruce:***@db/bruce`) and the value of a query parameter
-named like a secret (`?api_key=***`) are masked. The CLI sends its own error output, tracebacks
-included, through the same scrubber (`scrubbed_stderr`).
+(`logging.json: true`). Standard-library loggers of the libraries (httpx, uvicorn, each
+platform's SDK: bruce_bot/platforms.py) go through the same processors, so a bot token inside a
+request URL or an API key in an error message is replaced by `***` before anything is written.
+Besides the configured secrets, the password of any URL (`postgresql://bruce:***@db/bruce`) and
+the value of a query parameter named like a secret (`?api_key=***`) are masked. The CLI sends
+its own error output, tracebacks included, through the same scrubber (`scrubbed_stderr`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, TextIO
 
 import structlog
+
+from bruce_bot import platforms
 
 SENSITIVE_KEY = re.compile(r"(token|api_key|apikey|secret|password|authorization)", re.IGNORECASE)
 REDACTED = "***"
@@ -44,8 +46,6 @@ QUIET_LOGGERS = (
     "httpcore",
     "httpx2",  # the anthropic SDK's own fork of httpx: one INFO line per LLM call
     "httpcore2",
-    "telegram",
-    "discord",
     "apscheduler",
     "aiosqlite",
     "asyncio",
@@ -147,7 +147,8 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric_level)
-    for name in QUIET_LOGGERS:
+    sdk_loggers = [name for spec in platforms.platforms() for name in spec.loggers]
+    for name in [*QUIET_LOGGERS, *sdk_loggers]:
         logging.getLogger(name).setLevel(max(numeric_level, logging.WARNING))
 
 

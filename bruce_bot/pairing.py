@@ -33,6 +33,7 @@ from typing import Literal, cast
 
 import structlog
 
+from bruce_bot import platforms
 from bruce_bot.channels.policy import AllowlistPort, PairingOffer
 from bruce_bot.domain import OutboundMessage, SessionKey, utcnow
 from bruce_bot.outbox import Outbox
@@ -48,7 +49,6 @@ CODE_VALID_FOR = timedelta(minutes=30)
 MAX_PENDING = 10
 NAME_SHOWN_CHARS = 64
 WELCOME = "You're in — my owner approved you. Say hi!"
-CHANNELS = ("telegram", "discord")
 Source = Literal["config", "dashboard", "cli"]
 
 
@@ -141,19 +141,20 @@ class PairingService:
         outbox: Outbox | None = None,
         sending: Collection[str] = (),
         clock: Callable[[], datetime] = utcnow,
-        enabled: Sequence[str] = CHANNELS,
+        enabled: Sequence[str] | None = None,
         allowlist: AllowlistPort | None = None,
     ) -> None:
         """`allowlists`: config.yml's `allowed_user_ids` per channel; `outbox`: how this process
         sends through `sending`, its channels (None in the CLI, or a channel another process
         runs: the welcome is stored, and a redelivery sends it); `enabled`: the channels with
-        pairing on; `allowlist`: the allowlists in use (the dashboard's over `allowlists`)."""
+        pairing on (default: every platform); `allowlist`: the allowlists in use (the
+        dashboard's over `allowlists`)."""
         self._stores = stores
         self._allowlists = {name: frozenset(ids) for name, ids in allowlists.items()}
         self._outbox = outbox
         self._sending = frozenset(sending)
         self._clock = clock
-        self.enabled = tuple(enabled)
+        self.enabled = tuple(platforms.names() if enabled is None else enabled)
         self._allowlist = allowlist
 
     async def _allowed(self, channel: str) -> frozenset[int]:

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from bruce_bot import platforms
 from bruce_bot.config import Config
 
 if TYPE_CHECKING:  # imported when a pairing command runs: `bruce --help` stays light
@@ -45,7 +46,7 @@ def add_commands(
     deny.add_argument("code")
     deny.set_defaults(handler=handler)
     revoke = with_config(sub.add_parser("revoke", help="shut an approved person out again"))
-    revoke.add_argument("channel", choices=("telegram", "discord"))
+    revoke.add_argument("channel", choices=platforms.names())
     revoke.add_argument("user_id", type=int, help="their user id (`bruce pairing list`)")
     revoke.set_defaults(handler=handler)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from bruce_bot import platforms
 from bruce_bot.agent.approvals import ActionApprovals
 from bruce_bot.agent.asking import ChatApprover
 from bruce_bot.agent.brain.library import Library
@@ -37,7 +38,7 @@ from bruce_bot.fix_hints import FailureHints
 from bruce_bot.gateway import ChoiceAnswerer, Gateway
 from bruce_bot.inbox import Inbox
 from bruce_bot.live_allowlists import LiveAllowlists
-from bruce_bot.live_channels import PLATFORMS, LiveToken, LiveTokens
+from bruce_bot.live_channels import LiveToken, LiveTokens
 from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
@@ -123,17 +124,9 @@ class Parts:
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
-    """The enabled platform channels; each SDK is imported only when its channel is enabled."""
-    channels: list[ChannelAdapter] = []
-    if config.channels.telegram.enabled:
-        from bruce_bot.channels.telegram import TelegramChannel
-
-        channels.append(TelegramChannel(config.channels.telegram))
-    if config.channels.discord.enabled:
-        from bruce_bot.channels.discord import DiscordChannel
-
-        channels.append(DiscordChannel(config.channels.discord))
-    return channels
+    """The enabled platform channels (bruce_bot/platforms.py); each SDK is imported only when
+    its channel is enabled."""
+    return [spec.build_adapter(section) for spec, section in config.channels.enabled()]
 
 
 def build_mcp(config: Config, tools: ToolRegistry) -> McpManager | None:
@@ -325,20 +318,16 @@ class AllowlistChannel(Protocol):
 
 def pairing_allowlists(config: Config) -> dict[str, list[int]]:
     """config.yml's `allowed_user_ids` of each platform channel, enabled or not."""
-    channels = config.channels
     return {
-        "telegram": list(channels.telegram.allowed_user_ids),
-        "discord": list(channels.discord.allowed_user_ids),
+        spec.name: list(config.channels.section(spec.name).allowed_user_ids)
+        for spec in platforms.platforms()
     }
 
 
 def pairing_enabled(config: Config) -> list[str]:
-    """The enabled platform channels with `pairing: true`."""
-    channels = config.channels
+    """The enabled platform channels that pair strangers (`pairing: true`)."""
     return [
-        name
-        for name, section in (("telegram", channels.telegram), ("discord", channels.discord))
-        if section.enabled and section.pairing
+        spec.name for spec, section in config.channels.enabled() if spec.pairing and section.pairing
     ]
 
 
@@ -389,7 +378,7 @@ def _live_tokens(
     """The token of each platform channel, changed from the dashboard (a new adapter gets the
     ports the first one got)."""
     tokens: dict[str, LiveToken] = {}
-    for name in PLATFORMS:
+    for name in platforms.names():
         pairs = name in pairing.enabled
 
         def prepare(adapter: ChannelAdapter, pairs: bool = pairs) -> None:

@@ -1,7 +1,7 @@
 """The fence around outside text, in the core: what channel adapters can use without loading
 tools (channels see only the core; see docs/architecture.md).
 
-It writes exactly what `tools.registry.as_untrusted` writes (tests/unit/test_forwards.py checks
+It writes exactly what `tools.registry.as_untrusted` writes (tests/unit/test_untrusted.py checks
 that they agree): `<untrusted_content source="…">`, the text with any tag of the same name
 inside it defused, `</untrusted_content>`. The model's guidelines say what is inside is data.
 """

@@ -12,18 +12,25 @@ import discord
 from bruce_bot.channels.discord_gateway import point_library_at
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config import DiscordConfig
+from bruce_bot.platforms import BotIdentity
 
 # The invite's permissions: view channels, send messages, attach files, read message history.
 INVITE_PERMISSIONS = 1024 | 2048 | 32768 | 65536
 
 
-async def discord_bot_name(config: DiscordConfig) -> str:
-    """The bot's user name; ProbeError when Discord refuses the token or cannot be reached.
-
-    discord.py retries a connection error a few times on its own; the caller bounds the whole
-    probe with a timeout."""
-    name, _ = await discord_bot_identity(config)
-    return name
+async def identify(config: DiscordConfig, timeout_seconds: float) -> BotIdentity:
+    """The bot the token belongs to, with its invite link (the platform registry's probe);
+    ProbeError when Discord refuses the token or does not answer within `timeout_seconds`
+    (discord.py retries a connection error a few times on its own)."""
+    try:
+        async with asyncio.timeout(timeout_seconds):
+            name, user_id = await discord_bot_identity(config)
+    except TimeoutError:
+        raise ProbeError(
+            f"Discord did not answer within {timeout_seconds:g} s",
+            "check the network (or channels.discord.api_base_url)",
+        ) from None
+    return BotIdentity(name, invite_url(user_id) if user_id else None)
 
 
 def invite_url(application_id: str) -> str:
@@ -35,7 +42,7 @@ def invite_url(application_id: str) -> str:
 
 
 async def discord_bot_identity(config: DiscordConfig) -> tuple[str, str]:
-    """(user name, id) of the bot the token belongs to; ProbeError as `discord_bot_name`."""
+    """(user name, id) of the bot the token belongs to; ProbeError as `identify`."""
     point_library_at(config)
     http = discord.http.HTTPClient(asyncio.get_running_loop())
     try:

@@ -9,8 +9,15 @@ from telegram.request import HTTPXRequest
 
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config import TelegramConfig
+from bruce_bot.platforms import BotIdentity
 
 DEFAULT_BASE_URL = "https://api.telegram.org/bot"
+
+
+async def identify(config: TelegramConfig, timeout_seconds: float) -> BotIdentity:
+    """The bot the token belongs to, with its t.me link (the platform registry's probe)."""
+    name = await telegram_bot_name(config, timeout_seconds)
+    return BotIdentity(name, f"https://t.me/{name.removeprefix('@')}")
 
 
 async def telegram_bot_name(config: TelegramConfig, timeout_seconds: float) -> str:

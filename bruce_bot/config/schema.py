@@ -6,10 +6,11 @@ from the marks. Checks across sections that need the whole config live in loadin
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -19,12 +20,15 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from bruce_bot import platforms
 from bruce_bot.config.token_strength import TOKEN_HOW_TO, token_weakness
+from bruce_bot.platforms import PlatformSection, PlatformSpec
 
 DEFAULT_CONFIG_FILE = "config.yml"
 DEFAULT_SYSTEM_PROMPT = (
@@ -50,6 +54,9 @@ SecretText = Annotated[str, SECRET]
 def secret_values(model: BaseModel) -> list[str]:
     """The values of the fields marked `SECRET` in `model` and the sections inside it."""
     found: list[str] = []
+    for extra in (model.__pydantic_extra__ or {}).values():  # a plug-in platform's section
+        if isinstance(extra, BaseModel):
+            found += secret_values(extra)
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
         marked = any(isinstance(item, Secret) for item in field.metadata)
@@ -286,8 +293,65 @@ class DiscordConfig(_Section):
 
 
 class ChannelsConfig(_Section):
+    """`channels:`, a section per platform of the registry (bruce_bot/platforms.py). The
+    built-in platforms' sections are fields here, for typed access; any other registered
+    platform's section is validated with the model its spec names, and an unknown name is an
+    error listing the platforms."""
+
+    model_config = ConfigDict(extra="allow", validate_default=True, coerce_numbers_to_str=True)
+
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
+
+    @model_validator(mode="after")
+    def _registered_platforms(self) -> ChannelsConfig:
+        extra = self.__pydantic_extra__ if self.__pydantic_extra__ is not None else {}
+        for name, raw in list(extra.items()):
+            spec = platforms.find(name)
+            if spec is None:
+                known = platforms.names()
+                guess = difflib.get_close_matches(name, known, n=1)
+                hint = f"did you mean '{guess[0]}'? " if guess else ""
+                raise ValueError(
+                    f"unknown platform channels.{name}; {hint}the platforms: {', '.join(known)}"
+                )
+            try:
+                extra[name] = spec.section_model().model_validate(raw or {})
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"channels.{name}.{'.'.join(str(part) for part in error['loc'])}: "
+                    f"{error['msg']}"
+                    for error in exc.errors()
+                )
+                raise ValueError(problems) from None
+        for spec in platforms.platforms():  # registered, not in config.yml: its defaults
+            if spec.name not in type(self).model_fields and spec.name not in extra:
+                extra[spec.name] = spec.section_model()()
+        return self
+
+    def section(self, name: str) -> PlatformSection:
+        """The section of platform `name` (its defaults when config.yml has none)."""
+        if name in type(self).model_fields:
+            found: PlatformSection = getattr(self, name)
+            return found
+        extra = self.__pydantic_extra__ or {}
+        if name not in extra:
+            return cast(PlatformSection, platforms.get(name).section_model()())
+        return cast(PlatformSection, extra[name])
+
+    def enabled(self) -> list[tuple[PlatformSpec, PlatformSection]]:
+        """The platforms enabled in config.yml, with their sections."""
+        found = [(spec, self.section(spec.name)) for spec in platforms.platforms()]
+        return [(spec, section) for spec, section in found if section.enabled]
+
+    def with_token(self, name: str, token: str) -> ChannelsConfig:
+        """A copy whose platform `name` uses `token` (a token saved in the dashboard)."""
+        section = cast(BaseModel, self.section(name)).model_copy(update={"token": token})
+        if name in type(self).model_fields:
+            return self.model_copy(update={name: section})
+        copy = self.model_copy()
+        copy.__pydantic_extra__ = {**(self.__pydantic_extra__ or {}), name: section}
+        return copy
 
 
 NO_LOGIN = "none"  # web.auth_token's explicit opt-out of the login (loopback only)
@@ -537,8 +601,15 @@ class UsageNotifyConfig(_Section):
     """Where the monthly budget's warnings go (`usage.notify`); empty: the first allowed user of
     Telegram when it is enabled (a private chat's id is the user's id), else nowhere."""
 
-    channel: Literal["", "telegram", "discord"] = ""
+    channel: str = ""  # a platform's name (bruce_bot/platforms.py)
     chat_id: str = ""
+
+    @field_validator("channel")
+    @classmethod
+    def _a_platform(cls, value: str) -> str:
+        if value and platforms.find(value) is None:
+            raise ValueError(f"is not a platform; use one of {', '.join(platforms.names())}")
+        return value
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> UsageNotifyConfig:
@@ -703,9 +774,9 @@ class Config(_Section):
         notify = self.usage.notify
         if notify.channel:
             return notify.channel, notify.chat_id.strip()
-        telegram = self.channels.telegram
-        if telegram.enabled and telegram.allowed_user_ids:
-            return "telegram", str(telegram.allowed_user_ids[0])
+        for spec, section in self.channels.enabled():
+            if spec.user_id_is_chat_id and section.allowed_user_ids:
+                return spec.name, str(section.allowed_user_ids[0])
         return None
 
     def secrets(self) -> list[str]:
@@ -756,18 +827,17 @@ class Config(_Section):
                     "usage.notify.channel and usage.notify.chat_id (or enable Telegram with "
                     "allowed_user_ids). The dashboard shows them either way."
                 )
-            elif not getattr(self.channels, chat[0]).enabled:
+            elif not self.channels.section(chat[0]).enabled:
                 found.append(
                     f"usage.notify.channel is {chat[0]!r} but that channel is not enabled: the "
                     "budget warnings cannot be sent; enable it or name another."
                 )
-        for name in ("telegram", "discord"):
-            channel = getattr(self.channels, name)
+        for spec, channel in self.channels.enabled():
             # With pairing on, strangers get a code the owner approves: nobody listed is fine.
-            if channel.enabled and not channel.allowed_user_ids and not channel.pairing:
+            if not channel.allowed_user_ids and not (spec.pairing and channel.pairing):
                 found.append(
-                    f"channels.{name}.allowed_user_ids is empty: nobody can talk to Bruce on "
-                    f"{name.title()}. Add your user id to the list, or turn on "
-                    f"channels.{name}.pairing."
+                    f"channels.{spec.name}.allowed_user_ids is empty: nobody can talk to Bruce "
+                    f"on {spec.title}. Add your user id to the list, or turn on "
+                    f"channels.{spec.name}.pairing."
                 )
         return found

@@ -2,9 +2,10 @@
 
 A run stays open until its message's fate closes it: `delivered` once the reminder (or the
 briefing's answer) is sent, `failed` when that failed for good; an open one closes when the
-outbox's redelivery gets its message out (checked every minute, and once more at a stop). A reminder the chat refused for good
-(deleted, or the bot blocked) pauses its task, and a task whose row Bruce cannot fire is paused
-with a log line naming it, so that it never stops the others.
+outbox's redelivery gets its message out (checked every minute, and once more at a stop). A
+reminder the chat refused for good (deleted, or the bot blocked) pauses its task, and a task
+whose row Bruce cannot fire is paused with a log line naming it, so that it never stops the
+others.
 """
 
 from __future__ import annotations

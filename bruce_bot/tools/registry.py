@@ -9,7 +9,7 @@ sources whose tools come and go while Bruce runs (the MCP servers' tools, `mcp_c
 are read at each look-up, so a turn sees the tools there when it asks. A tool's JSON Schema is
 checked, and its validator built, the first time the model calls it: jsonschema and the schema
 checks cost start-up about 50 ms for tools most processes call seldom
-(tests/unit/test_tool_registry.py checks every shipped schema instead).
+(tests/unit/test_tools_registry.py checks every shipped schema instead).
 """
 
 from __future__ import annotations

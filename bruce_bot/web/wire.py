@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, PlainSerializer, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, PlainSerializer, WithJsonSchema
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+
+from bruce_bot import platforms
 
 MAX_BODY_BYTES = 1_000_000
 
@@ -53,6 +55,20 @@ Time = Annotated[
     datetime,
     PlainSerializer(iso, return_type=str),
     WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+def _a_platform(name: str) -> str:
+    platforms.get(name)  # ValueError naming the platforms
+    return name
+
+
+# A platform's name in a request: one of the registry's (bruce_bot/platforms.py), read when the
+# request comes, so a platform registered later is accepted too.
+PlatformName = Annotated[
+    str,
+    AfterValidator(_a_platform),
+    WithJsonSchema({"type": "string", "description": "a platform: telegram, discord, ..."}),
 ]
 
 

@@ -157,8 +157,8 @@ def test_every_config_row_is_a_key_the_code_has() -> None:
     documented, _ = documented_config()
     stale = sorted(documented - set(config_keys(Config)))
     assert not stale, (
-        "docs/design.md '## 2. Configuration' has rows for keys bruce_bot/config/schema.py does not "
-        f"have (renamed or removed? then CHANGELOG.md says so): {', '.join(stale)}"
+        "docs/design.md '## 2. Configuration' has rows for keys bruce_bot/config/schema.py does "
+        f"not have (renamed or removed? then CHANGELOG.md says so): {', '.join(stale)}"
     )
 
 

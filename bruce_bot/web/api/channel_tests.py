@@ -8,21 +8,21 @@ reset to config.yml's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.live_channels import try_token
 from bruce_bot.web.api.endpoint import Call, Endpoint
-from bruce_bot.web.wire import ApiError
+from bruce_bot.web.wire import ApiError, PlatformName
 
 if TYPE_CHECKING:
     from bruce_bot.live_channels import LiveToken
 
 
 class ChannelName(BaseModel):
-    channel: Annotated[Literal["telegram", "discord"], Field(description="telegram or discord")]
+    channel: PlatformName
 
 
 class TokenToTry(BaseModel):

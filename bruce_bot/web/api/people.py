@@ -17,12 +17,9 @@ from bruce_bot.pairing import PairingError, PairingService, Source, shown, who
 from bruce_bot.storage.pairing import ApprovedUser, PendingCode
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 from bruce_bot.web.context import WebContext
-from bruce_bot.web.wire import ApiError, Time
+from bruce_bot.web.wire import ApiError, PlatformName, Time
 
 log = structlog.get_logger(__name__)
-
-Channel = Literal["telegram", "discord"]
-
 
 WHO = (
     "how to show them: the user id and @username first, the name they chose last and marked "
@@ -82,7 +79,7 @@ class PersonRevoked(BaseModel):
 
 
 class PersonKey(BaseModel):
-    channel: Channel = Field(description="the platform: telegram or discord")
+    channel: PlatformName = Field(description="the platform: telegram, discord, ...")
     user_id: int = Field(ge=1, le=2**63 - 1, description="their user id on it (GET /api/people)")
 
 

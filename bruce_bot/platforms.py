@@ -1,0 +1,159 @@
+"""The chat platforms Bruce speaks, as data: one `PlatformSpec` per platform, in one registry.
+
+Everything that differs by platform is read from here: the config section under `channels:` and
+its model, how its adapter is built, how a token is tried (`bruce doctor`, the dashboard's token
+test and live token), the words that say where a token comes from, whether strangers can pair,
+what the platform can show (buttons, drafts, edits, files), and the SDK's standard-library
+loggers. Adding a platform is a package under `channels/`, one entry in `BUILT_IN` (or a
+`register` call), and its tests (docs/architecture.md).
+
+The module imports nothing of Bruce's: a spec names its section model, adapter and probe as
+`"module:attribute"` references, loaded only when needed, so the core never imports a platform
+SDK and config validation can read the registry without an import cycle. A test may pass the
+objects themselves instead of references.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+Capability = Literal["buttons", "drafts", "edits", "files"]
+
+
+class PlatformSection(Protocol):
+    """What Bruce reads of any platform's config section (`channels.<name>`)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def allowed_user_ids(self) -> Sequence[int]: ...
+
+    @property
+    def pairing(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BotIdentity:
+    """Who a token logs in as: the bot's name and the link to it (t.me/<bot>, Discord's invite
+    URL; None when the platform gave none)."""
+
+    name: str
+    link: str | None = None
+
+
+# (the section with the token to try, a timeout in seconds) -> who it is; raises
+# channels.probe.ProbeError in the platform's words when it refuses or cannot be reached.
+Identify = Callable[[Any, float], Awaitable[BotIdentity]]
+
+
+def load(reference: Any) -> Any:
+    """`"package.module:attribute"` imported; anything else is already the object."""
+    if not isinstance(reference, str):
+        return reference
+    module, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformSpec:
+    name: str  # the section under `channels:`, and the channel's name in sessions and logs
+    title: str  # as a person writes it: "Telegram"
+    section: Any  # its config model (a pydantic section), or a reference to it
+    adapter: Any  # section -> its ChannelAdapter, or a reference to that callable
+    identify: Any  # an `Identify`, or a reference to one
+    token_help: str  # where a token comes from, said when none is given
+    pairing: bool = True  # strangers may ask for a code the owner approves
+    capabilities: frozenset[Capability] = frozenset()
+    loggers: tuple[str, ...] = ()  # the SDK's chatty standard-library loggers
+    # A private chat's id is the user's id (Telegram): the first allowed user can be told
+    # things (the budget's warnings) without having written first.
+    user_id_is_chat_id: bool = False
+
+    def section_model(self) -> type[Any]:
+        model: type[Any] = load(self.section)
+        return model
+
+    def build_adapter(self, section: Any) -> Any:
+        """A new adapter on `section` (its SDK is imported only now)."""
+        return load(self.adapter)(section)
+
+    async def identity(self, section: Any, timeout_seconds: float) -> BotIdentity:
+        identify: Identify = load(self.identify)
+        return await identify(section, timeout_seconds)
+
+
+BUILT_IN: tuple[PlatformSpec, ...] = (
+    PlatformSpec(
+        name="telegram",
+        title="Telegram",
+        section="bruce_bot.config:TelegramConfig",
+        adapter="bruce_bot.channels.telegram:TelegramChannel",
+        identify="bruce_bot.channels.telegram_probe:identify",
+        token_help="paste the token @BotFather gave you",
+        capabilities=frozenset({"buttons", "drafts", "edits", "files"}),
+        loggers=("telegram",),
+        user_id_is_chat_id=True,
+    ),
+    PlatformSpec(
+        name="discord",
+        title="Discord",
+        section="bruce_bot.config:DiscordConfig",
+        adapter="bruce_bot.channels.discord:DiscordChannel",
+        identify="bruce_bot.channels.discord_probe:identify",
+        token_help="paste the bot token of your application (Developer Portal)",
+        capabilities=frozenset({"buttons", "edits", "files"}),
+        loggers=("discord",),
+    ),
+)
+
+_registry: dict[str, PlatformSpec] = {spec.name: spec for spec in BUILT_IN}
+
+
+def platforms() -> tuple[PlatformSpec, ...]:
+    """Every platform, in the order they were registered."""
+    return tuple(_registry.values())
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_registry)
+
+
+def find(name: str) -> PlatformSpec | None:
+    return _registry.get(name)
+
+
+def get(name: str) -> PlatformSpec:
+    """The platform called `name`; ValueError naming the known ones otherwise."""
+    spec = _registry.get(name)
+    if spec is None:
+        raise ValueError(f"no platform {name!r}; the platforms are {', '.join(_registry)}")
+    return spec
+
+
+def register(spec: PlatformSpec) -> None:
+    """Add a platform (a plug-in, or a test's); its name must be new."""
+    if spec.name in _registry:
+        raise ValueError(f"a platform {spec.name!r} is registered already")
+    _registry[spec.name] = spec
+
+
+def unregister(name: str) -> None:
+    _registry.pop(name, None)
+
+
+@contextmanager
+def registered(spec: PlatformSpec) -> Iterator[PlatformSpec]:
+    """`spec` registered for the duration of a `with` block (tests)."""
+    register(spec)
+    try:
+        yield spec
+    finally:
+        unregister(spec.name)
