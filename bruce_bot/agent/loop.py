@@ -257,47 +257,82 @@ async def run_agent_loop(
     a plain read goes to `approvals` to wait for the user instead of running (without
     `approvals`, nobody can be asked: it is refused); `AgentRun.untrusted` says so afterwards.
     """
+    context = _starting_context(context, live, history)
+    observer = observer or NullObserver()
+    messages = list(history)
+    run = AgentRun(text="", turns=0, transcript=messages, untrusted=context.untrusted_input)
+    loop = _Loop(
+        _Caller(llm, system_prompt, tools, observer, run, purpose, context.session_id, live),
+        _Gate(system_prompt, messages, approvals),
+        context,
+        messages,
+        finish_tools,
+        max_tokens,
+    )
+    while run.turns < max_turns:
+        if (ended := await loop.round()) is not None:
+            return ended
+    return await loop.forced_final(max_turns)
+
+
+def _starting_context(
+    context: ToolContext | None, live: LiveReply | None, history: Sequence[ChatMessage]
+) -> ToolContext:
+    """The context the run starts in: its status line on the `live` reply, and tainted when
+    the `history` already holds outside content (e.g. the guard's retry)."""
     context = context or ToolContext()
     if live is not None and context.status is None:
         context = dataclasses.replace(context, status=live.status)
     earlier = sorted({r.name for m in history for r in m.tool_results if r.untrusted})
-    if not context.untrusted_input and earlier:  # e.g. the guard's retry
+    if not context.untrusted_input and earlier:
         context = _tainted(context, ", ".join(earlier))
-    observer = observer or NullObserver()
-    messages = list(history)
-    gate = _Gate(system_prompt, messages, approvals)
-    run = AgentRun(text="", turns=0, transcript=messages, untrusted=context.untrusted_input)
-    call = _Caller(llm, system_prompt, tools, observer, run, purpose, context.session_id, live)
-    output_limit = max_tokens
-    parts: list[str] = []  # pieces of the answer being written (paused or cut, then continued)
-    pauses = 0
-    continued = False
-    while run.turns < max_turns:
+    return context
+
+
+@dataclass(slots=True)
+class _Loop:
+    """One run of the loop between its rounds: what each kind of response does to the
+    conversation and the run, and the forced final answer when the rounds run out."""
+
+    call: _Caller
+    gate: _Gate
+    context: ToolContext  # tainted once the run reads outside content
+    messages: list[ChatMessage]  # the run's transcript, as the model reads it
+    finish_tools: Collection[str]
+    max_tokens: int | None  # the configured output limit (None: the provider's default)
+    output_limit: int | None = field(init=False)  # raised once after cut tool calls
+    parts: list[str] = field(default_factory=list)  # the answer being written (paused or cut)
+    pauses: int = 0
+    continued: bool = False  # a cut answer was sent back to be continued
+
+    def __post_init__(self) -> None:
+        self.output_limit = self.max_tokens
+
+    @property
+    def run(self) -> AgentRun:
+        return self.call.run
+
+    async def round(self) -> AgentRun | None:
+        """One call of the model and what its response asks for; the run when that ends the
+        loop, else None."""
+        run = self.run
         run.turns += 1
-        response = await call(messages, force_text=False, max_tokens=output_limit)
+        response = await self.call(self.messages, force_text=False, max_tokens=self.output_limit)
         if response.stop_reason == "refusal":
-            return _refused(run, response, context)
-        if response.stop_reason == "pause_turn" and pauses < MAX_PAUSE_CONTINUATIONS:
+            return _refused(run, response, self.context)
+        if response.stop_reason == "pause_turn" and self.pauses < MAX_PAUSE_CONTINUATIONS:
             # Sent back as it is, the paused turn goes on where it stopped: not a tool round.
-            pauses += 1
+            self.pauses += 1
             run.turns -= 1
-            parts.append(response.text)
-            messages.append(
+            self.parts.append(response.text)
+            self.messages.append(
                 ChatMessage("assistant", response.text, replay_blocks=response.replay_blocks)
             )
-            continue
+            return None
         if not response.tool_calls:
-            parts.append(response.text)
-            if response.truncated and not continued:
-                continued = True
-                run.turns -= 1
-                messages.append(ChatMessage("assistant", response.text))
-                messages.append(ChatMessage("user", CONTINUE_NOTE))
-                log.info("answer_cut_continued", session_id=context.session_id)
-                continue
-            return _finished(run, parts, cut=response.truncated)
-        parts.clear()
-        messages.append(
+            return self._answered(response)
+        self.parts.clear()
+        self.messages.append(
             ChatMessage(
                 "assistant",
                 response.text,
@@ -306,54 +341,84 @@ async def run_agent_loop(
             )
         )
         if response.truncated:
-            # The last call's input was still being written when the limit hit: running any of
-            # them would act on a guess (a half-written file saved as if it were complete).
-            log.warning(
-                "tool_calls_truncated",
-                session_id=context.session_id,
-                response_id=response.response_id,
-                tools=[c.name for c in response.tool_calls],
-            )
-            room = ""
-            if output_limit == max_tokens:
-                output_limit, room = _raised(max_tokens), MORE_ROOM
-            note = TRUNCATED_CALL_RESULT.format(room=room)
-            results = tuple(ToolResult(c.id, c.name, note, True) for c in response.tool_calls)
-            messages.append(ChatMessage("user", tool_results=results))
-            continue
-        if live is not None:
-            await live.status(status_lines(response.tool_calls))
+            self._calls_cut(response)
+            return None
+        return await self._tool_round(response)
+
+    def _answered(self, response: LLMResponse) -> AgentRun | None:
+        """A text answer ends the run, unless the token limit cut it the first time: then it
+        is sent back to be continued (not a tool round)."""
+        self.parts.append(response.text)
+        if response.truncated and not self.continued:
+            self.continued = True
+            self.run.turns -= 1
+            self.messages.append(ChatMessage("assistant", response.text))
+            self.messages.append(ChatMessage("user", CONTINUE_NOTE))
+            log.info("answer_cut_continued", session_id=self.context.session_id)
+            return None
+        return _finished(self.run, self.parts, cut=response.truncated)
+
+    def _calls_cut(self, response: LLMResponse) -> None:
+        """Tool calls cut by the token limit: none is run, the model is told (and gets twice
+        the room, once)."""
+        # The last call's input was still being written when the limit hit: running any of
+        # them would act on a guess (a half-written file saved as if it were complete).
+        log.warning(
+            "tool_calls_truncated",
+            session_id=self.context.session_id,
+            response_id=response.response_id,
+            tools=[c.name for c in response.tool_calls],
+        )
+        room = ""
+        if self.output_limit == self.max_tokens:
+            self.output_limit, room = _raised(self.max_tokens), MORE_ROOM
+        note = TRUNCATED_CALL_RESULT.format(room=room)
+        results = tuple(ToolResult(c.id, c.name, note, True) for c in response.tool_calls)
+        self.messages.append(ChatMessage("user", tool_results=results))
+
+    async def _tool_round(self, response: LLMResponse) -> AgentRun | None:
+        """Run the calls (at once), feed their results back; the run when one of the
+        `finish_tools` succeeded, else None."""
+        call, run = self.call, self.run
+        if call.live is not None:
+            await call.live.status(status_lines(response.tool_calls))
         executions = await asyncio.gather(
-            *(_execute(c, run.turns, tools, context, observer, gate) for c in response.tool_calls)
+            *(
+                _execute(c, run.turns, call.tools, self.context, call.observer, self.gate)
+                for c in response.tool_calls
+            )
         )
         run.executions.extend(executions)
         read = sorted({e.call.name for e in executions if e.result.untrusted})
-        if not context.untrusted_input and read:
-            context = _tainted(context, ", ".join(read))
-        run.untrusted = context.untrusted_input
-        messages.append(ChatMessage("user", tool_results=tuple(e.result for e in executions)))
-        if any(e.call.name in finish_tools and not e.result.is_error for e in executions):
+        if not self.context.untrusted_input and read:
+            self.context = _tainted(self.context, ", ".join(read))
+        run.untrusted = self.context.untrusted_input
+        self.messages.append(ChatMessage("user", tool_results=tuple(e.result for e in executions)))
+        if any(e.call.name in self.finish_tools and not e.result.is_error for e in executions):
             run.text = response.text
             return run
+        return None
 
-    # Out of rounds: one last call with tool use switched off forces a final answer.
-    log.info("agent_max_turns_reached", max_turns=max_turns, session_id=context.session_id)
-    last = messages.pop()
-    messages.append(ChatMessage("user", FORCE_FINAL_NOTE, tool_results=last.tool_results))
-    response = await call(messages, force_text=True, max_tokens=output_limit)
-    run.forced_final = True
-    if response.stop_reason == "refusal":
-        return _refused(run, response, context)
-    if response.tool_calls:
-        # Some servers ignore `tool_choice: none`; what the model still wanted to call is not run.
-        log.warning(
-            "forced_final_tool_calls_ignored",
-            session_id=context.session_id,
-            tools=[c.name for c in response.tool_calls],
-        )
-    if not response.text.strip():
-        return _finished(run, [NO_FINAL_TEXT], cut=False)
-    return _finished(run, [response.text], cut=response.truncated)
+    async def forced_final(self, max_turns: int) -> AgentRun:
+        """Out of rounds: one last call with tool use switched off forces a final answer."""
+        context, messages = self.context, self.messages
+        log.info("agent_max_turns_reached", max_turns=max_turns, session_id=context.session_id)
+        last = messages.pop()
+        messages.append(ChatMessage("user", FORCE_FINAL_NOTE, tool_results=last.tool_results))
+        response = await self.call(messages, force_text=True, max_tokens=self.output_limit)
+        self.run.forced_final = True
+        if response.stop_reason == "refusal":
+            return _refused(self.run, response, context)
+        if response.tool_calls:
+            # Some servers ignore `tool_choice: none`; what the model still wanted is not run.
+            log.warning(
+                "forced_final_tool_calls_ignored",
+                session_id=context.session_id,
+                tools=[c.name for c in response.tool_calls],
+            )
+        if not response.text.strip():
+            return _finished(self.run, [NO_FINAL_TEXT], cut=False)
+        return _finished(self.run, [response.text], cut=response.truncated)
 
 
 def _tainted(context: ToolContext, source: str) -> ToolContext:

@@ -24,8 +24,9 @@ from bruce_bot.agent.context import build_system_prompt
 from bruce_bot.agent.loop import run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.config import Config
-from bruce_bot.domain import ChatMessage, SessionKey, utcnow
+from bruce_bot.domain import ChatMessage, SessionKey, SystemPrompt, utcnow
 from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.memory import MEMORY_TOOLS
 from bruce_bot.tools.proactive import SCHEDULING_TOOLS
@@ -98,16 +99,7 @@ class SpawnSubagentTool(Tool):
         tools = self._tools.without(
             {NAME, *SCHEDULING_TOOLS, *MEMORY_TOOLS}, task_run=context.task_run
         )
-        agent = self._config.agent
-        base_prompt = await stores.settings.system_prompt(agent.system_prompt)
-        system_prompt = build_system_prompt(
-            base_prompt=f"{base_prompt.strip()}\n\n{SUBAGENT_NOTE}",
-            summary=None,
-            tool_names=tools.names(),
-            now=self._clock(),
-            zone=await stores.settings.zone(self._config.app.zone),
-            last_message_at=None,
-        )
+        system_prompt = await self._system_prompt(tools)
         log.info("subagent_started", session_id=child.id, parent_id=context.session_id)
         try:
             run = await run_agent_loop(
@@ -115,20 +107,8 @@ class SpawnSubagentTool(Tool):
                 tools,
                 system_prompt,
                 [ChatMessage("user", task)],
-                await stores.settings.max_turns(agent.max_turns),
-                context=ToolContext(
-                    session_id=child.id,
-                    channel=CHANNEL,
-                    chat_id=child.chat_id,
-                    task_run=context.task_run,
-                    subagent=True,
-                    # A task written after outside content may carry its instructions: the
-                    # child's actions are gated as the parent's would be (it cannot ask).
-                    untrusted_input=context.untrusted_input,
-                    untrusted_source=context.untrusted_source,
-                    # What it asks the user shows in the parent's turn (agent/asking.py).
-                    status=context.status,
-                ),
+                await stores.settings.max_turns(self._config.agent.max_turns),
+                context=_child_context(child, context),
                 observer=AuditRecorder(stores.audit, child.id),
                 purpose=PURPOSE,
             )
@@ -154,3 +134,33 @@ class SpawnSubagentTool(Tool):
         if self._finished is not None:
             self._finished(child.id)
         return answer
+
+    async def _system_prompt(self, tools: ToolRegistry) -> SystemPrompt:
+        """The parent's prompt layers with the sub-agent note, for the child's `tools`."""
+        stores = self._stores
+        base_prompt = await stores.settings.system_prompt(self._config.agent.system_prompt)
+        return build_system_prompt(
+            base_prompt=f"{base_prompt.strip()}\n\n{SUBAGENT_NOTE}",
+            summary=None,
+            tool_names=tools.names(),
+            now=self._clock(),
+            zone=await stores.settings.zone(self._config.app.zone),
+            last_message_at=None,
+        )
+
+
+def _child_context(child: SessionRecord, parent: ToolContext) -> ToolContext:
+    """What the child's tools act in: its own session, the parent's task run and trust."""
+    return ToolContext(
+        session_id=child.id,
+        channel=CHANNEL,
+        chat_id=child.chat_id,
+        task_run=parent.task_run,
+        subagent=True,
+        # A task written after outside content may carry its instructions: the child's actions
+        # are gated as the parent's would be (it cannot ask).
+        untrusted_input=parent.untrusted_input,
+        untrusted_source=parent.untrusted_source,
+        # What it asks the user shows in the parent's turn (agent/asking.py).
+        status=parent.status,
+    )

@@ -35,6 +35,8 @@ log = structlog.get_logger(__name__)
 
 CHUNK = 65_536
 WATCH_EVERY_SECONDS = 0.25
+# The two readers of a run's output (stdout, stderr), gathered.
+Readers = asyncio.Future[tuple[None, None]]
 # $0: the marker; $1: "wait": stdin is a pipe to wait on for the network (bubblewrap's own
 # --block-fd waits before it sets the sandbox's loopback up, which slirp4netns would race).
 LAUNCHER = (
@@ -272,45 +274,17 @@ async def _supervise(
     marker: str,
     networking: tuple[network.Pipes | None, list[network.Slirp]],
 ) -> RunOutcome:
+    """Watch the started sandbox to its end and say what the run did."""
     limits = request.limits
     # The marker line is part of stderr: room for it besides the cap.
     out, err = Captured(limits.max_output_chars), Captured(limits.max_output_chars + 256)
     readers = asyncio.gather(_read(process.stdout, out), _read(process.stderr, err))
     net, slirps = networking
     if net is not None:
-        try:
-            slirps.append(await network.start(net, err.first_line))
-        except network.NetworkUnavailable as exc:
-            _kill(process)
-            await process.wait()
-            readers.cancel()
-            log.error("sandbox_network_failed", error=str(exc))
-            return _not_started(str(exc))
-    over = asyncio.Event()
-    watcher = asyncio.create_task(_watch_size(request.root, limits.file_bytes, over))
-    over_wait = asyncio.create_task(over.wait())
-    exited = asyncio.create_task(process.wait())
-    killed_for = ""
-    try:
-        done, _ = await asyncio.wait(
-            {exited, over_wait}, timeout=limits.timeout_seconds, return_when="FIRST_COMPLETED"
-        )
-        if exited not in done:
-            killed_for = "workspace" if over.is_set() else "timeout"
-            _kill(process)
-        await process.wait()
-        # The pipes close when the last process holding them is gone (the namespace ended).
-        try:
-            await asyncio.wait_for(readers, 5.0)
-        except TimeoutError:
-            log.warning("sandbox_output_left_open", pid=process.pid)
-    finally:
-        watcher.cancel()
-        over_wait.cancel()
-        if not readers.done():
-            readers.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await readers
+        failure = await _start_network(net, slirps, process, readers, err)
+        if failure is not None:
+            return failure
+    killed_for = await _wait_within_limits(request, process, readers)
     duration = time.monotonic() - started
     if await asyncio.to_thread(workspace.disk_bytes, request.root) > limits.file_bytes:
         killed_for = killed_for or "workspace"
@@ -338,15 +312,74 @@ async def _supervise(
         removed=removed,
         output_bytes=out.total + max(0, err.total - len(first) - 1),
     )
+    _log_ran(request, outcome)
+    return outcome
+
+
+async def _start_network(
+    net: network.Pipes,
+    slirps: list[network.Slirp],
+    process: asyncio.subprocess.Process,
+    readers: Readers,
+    err: Captured,
+) -> RunOutcome | None:
+    """Give the sandbox its network once it is up (its first stderr line); when that fails,
+    the sandbox is killed and the outcome says why."""
+    try:
+        slirps.append(await network.start(net, err.first_line))
+    except network.NetworkUnavailable as exc:
+        _kill(process)
+        await process.wait()
+        readers.cancel()
+        log.error("sandbox_network_failed", error=str(exc))
+        return _not_started(str(exc))
+    return None
+
+
+async def _wait_within_limits(
+    request: RunRequest, process: asyncio.subprocess.Process, readers: Readers
+) -> str:
+    """Wait for the code to end, killing it when it runs out of time or the workspace grows
+    over its size, and for its output; why it was killed ("": it was not)."""
+    limits = request.limits
+    over = asyncio.Event()
+    watcher = asyncio.create_task(_watch_size(request.root, limits.file_bytes, over))
+    over_wait = asyncio.create_task(over.wait())
+    exited = asyncio.create_task(process.wait())
+    killed_for = ""
+    try:
+        done, _ = await asyncio.wait(
+            {exited, over_wait}, timeout=limits.timeout_seconds, return_when="FIRST_COMPLETED"
+        )
+        if exited not in done:
+            killed_for = "workspace" if over.is_set() else "timeout"
+            _kill(process)
+        await process.wait()
+        # The pipes close when the last process holding them is gone (the namespace ended).
+        try:
+            await asyncio.wait_for(readers, 5.0)
+        except TimeoutError:
+            log.warning("sandbox_output_left_open", pid=process.pid)
+    finally:
+        watcher.cancel()
+        over_wait.cancel()
+        if not readers.done():
+            readers.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await readers
+    return killed_for
+
+
+def _log_ran(request: RunRequest, outcome: RunOutcome) -> None:
+    """One line per run of code: how it ended, how long it took, what it wrote."""
     log.info(
         "code_ran",
         language=request.language,
-        exit_code=exit_code,
-        killed_for=killed_for or None,
-        seconds=round(duration, 3),
+        exit_code=outcome.exit_code,
+        killed_for=outcome.killed_for or None,
+        seconds=round(outcome.duration, 3),
         output_bytes=outcome.output_bytes,
-        files=len(created),
+        files=len(outcome.created),
         network=request.network,
         sandboxed=request.sandboxed,
     )
-    return outcome

@@ -61,6 +61,21 @@ def file_ref(file: OutboundFile) -> dict[str, str]:
     return {"artifact": file.artifact, "filename": file.filename, "type": file.content_type}
 
 
+def _reply_extra(
+    inbound_ids: Sequence[int], files: Sequence[OutboundFile], untrusted: bool
+) -> dict[str, Any] | None:
+    """A reply's `extra`: the messages it answers, the files sent with it, whether its turn
+    read outside content (None: nothing of these)."""
+    extra: dict[str, Any] = {}
+    if inbound_ids:
+        extra[ANSWERS] = list(inbound_ids)
+    if files:
+        extra[FILES] = [file_ref(file) for file in files]
+    if untrusted:
+        extra[UNTRUSTED] = True
+    return extra or None
+
+
 def files_of(message: StoredMessage) -> tuple[OutboundFile, ...]:
     """The files a stored reply goes with (see `finish_turn`); malformed entries are skipped."""
     refs = (message.extra or {}).get(FILES)
@@ -453,20 +468,13 @@ class MessageStore:
         chat was already told about) only the rest is stored.
         """
         now = utcnow()
-        extra: dict[str, Any] = {}
-        if inbound_ids:
-            extra[ANSWERS] = list(inbound_ids)
-        if files:
-            extra[FILES] = [file_ref(file) for file in files]
-        if untrusted:
-            extra[UNTRUSTED] = True
         reply_row = {
             "session_id": session_id,
             "role": "assistant",
             "kind": reply_kind,
             "content": reply,
             "status": "pending",
-            "extra": extra or None,
+            "extra": _reply_extra(inbound_ids, files, untrusted),
             "created_at": now,
             **self._claimant.stamp(),
         }

@@ -39,7 +39,7 @@ from bruce_bot.agent.brain.responsibilities import (
 from bruce_bot.agent.brain.tools import BrainDeps
 from bruce_bot.agent.brain.triggers import BrainTriggers, TriggerRules
 from bruce_bot.agent.context import in_conversation_order
-from bruce_bot.agent.loop import run_agent_loop
+from bruce_bot.agent.loop import AgentRun, run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.config import BrainConfig
 from bruce_bot.domain import (
@@ -184,6 +184,19 @@ def briefing(
     return "\n\n".join([*parts, INSTRUCTION])
 
 
+def _log_finished(session_id: int, run: AgentRun, started: float) -> None:
+    """What a run did: its rounds, the tools that acted, the errors, whether it finished."""
+    log.info(
+        "brain_finished",
+        session_id=session_id,
+        rounds=run.turns,
+        actions=[e.call.name for e in run.executions if not e.result.is_error],
+        errors=sum(1 for e in run.executions if e.result.is_error),
+        finished=run.succeeded(FINISH_TOOL),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
 class BrainRunner:
     """One brain run for one session."""
 
@@ -253,37 +266,43 @@ class BrainRunner:
             earlier=len(earlier),
         )
         try:
-            run = await run_agent_loop(
-                self._llm,
-                self._registries[kind, curates],
-                self._prompts[kind, curates],
-                [ChatMessage("user", briefing(state, earlier, new, labels))],
-                config.max_rounds,
-                context=ToolContext(
-                    session_id=session.id,
-                    channel=session.channel,
-                    chat_id=session.chat_id,
-                    people=tuple(person.owner for person in people),
-                ),
-                observer=AuditRecorder(self._stores.audit, session_id, log_actions_only=True),
-                purpose=PURPOSE,
-                finish_tools=(FINISH_TOOL,),
+            run = await self._loop(
+                session, kind, curates, people, briefing(state, earlier, new, labels)
             )
         except LLMError as exc:
             log.warning(
                 "brain_failed", session_id=session_id, reason=exc.reason, detail=exc.detail[:300]
             )
             return None
-        log.info(
-            "brain_finished",
-            session_id=session_id,
-            rounds=run.turns,
-            actions=[e.call.name for e in run.executions if not e.result.is_error],
-            errors=sum(1 for e in run.executions if e.result.is_error),
-            finished=run.succeeded(FINISH_TOOL),
-            seconds=round(time.perf_counter() - started, 3),
-        )
+        _log_finished(session_id, run, started)
         return max(m.id for m in stored)
+
+    async def _loop(
+        self,
+        session: SessionRecord,
+        kind: SessionKind,
+        curates: bool,
+        people: Sequence[Speaker],
+        message: str,
+    ) -> AgentRun:
+        """The agent loop of one run: the background model with the tools and prompt of the
+        session's kind, reading the one `message`; the tools act for the `people` speaking."""
+        return await run_agent_loop(
+            self._llm,
+            self._registries[kind, curates],
+            self._prompts[kind, curates],
+            [ChatMessage("user", message)],
+            self.config.max_rounds,
+            context=ToolContext(
+                session_id=session.id,
+                channel=session.channel,
+                chat_id=session.chat_id,
+                people=tuple(person.owner for person in people),
+            ),
+            observer=AuditRecorder(self._stores.audit, session.id, log_actions_only=True),
+            purpose=PURPOSE,
+            finish_tools=(FINISH_TOOL,),
+        )
 
     async def _people(self, session: SessionRecord, new: Sequence[StoredMessage]) -> list[Speaker]:
         """The people speaking in the new messages, with their memories (none: memory off)."""
