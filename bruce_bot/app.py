@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from bruce_bot.agent.brain.library import Library, load_library
 from bruce_bot.agent.brain.runner import AnalyticalBrain
 from bruce_bot.channels.base import ChannelAdapter
-from bruce_bot.channels.web import WebChannel
+from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.inbox import Inbox

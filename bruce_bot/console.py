@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
 
 EXIT_WORDS = frozenset({"/quit", "/exit", "quit", "exit"})

@@ -31,7 +31,7 @@ from bruce_bot.agent.turn import (
 )
 from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.policy import AllowlistPort, PairingPort
-from bruce_bot.channels.web import WebChannel
+from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.fix_hints import FailureHints

@@ -1,4 +1,4 @@
-"""`/chat/stream`: the chat page's live replies as server-sent events (channels/web.py).
+"""`/chat/stream`: the chat page's live replies as server-sent events (channels/web/channel.py).
 
 The page opens it with an `EventSource` next to its long poll: while Bruce writes an answer, each
 `live` event carries the text so far (or a tool's status line), and `done` ends it; the stored
@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from bruce_bot.channels.web import WebChannel
+from bruce_bot.channels.web.channel import WebChannel
 
 STREAM_PATH = "/chat/stream"
 DEFAULT_CHAT_ID = "dashboard"

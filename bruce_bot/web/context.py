@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from bruce_bot.channels.web import WebChannel
+from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import ChannelsConfig
 from bruce_bot.domain import utcnow
 from bruce_bot.faults import StorageHealth

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.scheduler.confirmations import CONFIRMED
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bruce_bot.agent.loop import FORCE_FINAL_NOTE
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer

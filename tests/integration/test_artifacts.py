@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import SessionKey, ToolCall, ToolResult
 from bruce_bot.tools.catalog import build_tools

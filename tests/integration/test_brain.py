@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.domain import InboundMessage, SessionKey
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce, wait_until, web_client

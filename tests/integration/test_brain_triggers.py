@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import SessionKey
 from bruce_bot.tools.registry import ToolRegistry

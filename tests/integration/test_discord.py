@@ -22,8 +22,8 @@ from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError
-from bruce_bot.channels.discord import DiscordChannel
-from bruce_bot.channels.discord_texts import (
+from bruce_bot.channels.discord.channel import DiscordChannel
+from bruce_bot.channels.discord.texts import (
     EMPTY_MENTION_REPLY,
     HELP_TEXT,
     ONLY_TEXT_REPLY,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.discord import DiscordChannel
+from bruce_bot.channels.discord.channel import DiscordChannel
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer

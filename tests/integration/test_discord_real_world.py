@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 from structlog.testing import capture_logs
 
-from bruce_bot.channels.discord_texts import (
+from bruce_bot.channels.discord.texts import (
     EMPTY_MENTION_REPLY,
     HELP_TEXT,
     ONLY_TEXT_REPLY,

@@ -12,7 +12,7 @@ from telegram import Bot
 from telegram.error import Conflict, RetryAfter
 from telegram.request import HTTPXRequest
 
-from bruce_bot.channels.telegram_sending import retry_after_seconds
+from bruce_bot.channels.telegram.sending import retry_after_seconds
 from tests.fakes.telegram_server import FakeTelegramServer, SendLimits
 
 ALICE = FakeTelegramServer.user(1001, "Alice")

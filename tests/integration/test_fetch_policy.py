@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.domain import SessionKey
 from bruce_bot.tools.web_fetch import PinnedTransport
 from tests.conftest import make_config, running_bruce

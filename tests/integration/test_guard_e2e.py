@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.console import CONSOLE_CHANNEL, ConsoleChannel
+from bruce_bot.channels.console.channel import CONSOLE_CHANNEL, ConsoleChannel
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce, wait_until

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bruce_bot.channels.discord import DiscordChannel
+from bruce_bot.channels.discord.channel import DiscordChannel
 from tests.conftest import web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer

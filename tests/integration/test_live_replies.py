@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from bruce_bot.channels.base import DeliveryError
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.domain import OutboundMessage
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer

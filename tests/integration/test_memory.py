@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
 from bruce_bot.tools.memory import memory_tools
 from bruce_bot.tools.registry import Tool, ToolContext, ToolRegistry

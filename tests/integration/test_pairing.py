@@ -23,7 +23,7 @@ import yaml
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.policy import PAIRING_FULL
-from bruce_bot.channels.telegram import TelegramChannel
+from bruce_bot.channels.telegram.channel import TelegramChannel
 from bruce_bot.domain import utcnow
 from bruce_bot.pairing import CODE_VALID_FOR, MAX_PENDING, WELCOME
 from bruce_bot.tools.registry import ToolRegistry

@@ -27,7 +27,7 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import make_url
 
 from bruce_bot.app import Bruce, StartupError
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import InboundMessage, SessionKey
 from bruce_bot.scheduler.service import create_scheduler, start_paused

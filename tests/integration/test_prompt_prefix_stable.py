@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.tools.memory import SEARCH_TOOL
 from tests.conftest import running_bruce
 from tests.fakes.anthropic_server import (

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bruce_bot.agent.subagent import SUBAGENT_NOTE
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer, ScriptedToolCall

@@ -20,8 +20,8 @@ from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce, StartupError
 from bruce_bot.channels.base import DeliveryError, Submission
-from bruce_bot.channels.telegram import COMMANDS, ONLY_TEXT, TelegramChannel
-from bruce_bot.channels.telegram_intake import DurableUpdateQueue
+from bruce_bot.channels.telegram.channel import COMMANDS, ONLY_TEXT, TelegramChannel
+from bruce_bot.channels.telegram.intake import DurableUpdateQueue
 from bruce_bot.config import TelegramConfig
 from bruce_bot.domain import InboundMessage, OutboundMessage
 from tests.conftest import make_config, running_bruce, wait_until

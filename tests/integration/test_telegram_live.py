@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.telegram import TelegramChannel
+from bruce_bot.channels.telegram.channel import TelegramChannel
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage

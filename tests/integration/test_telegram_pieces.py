@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bruce_bot.channels.telegram_markup import render_pieces
+from bruce_bot.channels.telegram.markup import render_pieces
 from bruce_bot.outbox import MAX_ATTEMPTS
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer

@@ -16,9 +16,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.telegram import ONLY_TEXT, TelegramChannel
-from bruce_bot.channels.telegram_intake import DurableUpdateQueue
-from bruce_bot.channels.telegram_texts import ANONYMOUS_REPLY, UNREADABLE
+from bruce_bot.channels.telegram.channel import ONLY_TEXT, TelegramChannel
+from bruce_bot.channels.telegram.intake import DurableUpdateQueue
+from bruce_bot.channels.telegram.texts import ANONYMOUS_REPLY, UNREADABLE
 from bruce_bot.config import TelegramConfig
 from bruce_bot.domain import InboundMessage, SessionKey, Submission
 from tests.conftest import wait_until

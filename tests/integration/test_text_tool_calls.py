@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolResult, ToolSpec
 from bruce_bot.llm.anthropic import AnthropicLLM

@@ -12,7 +12,7 @@ from typing import Any
 from bruce_bot.agent.budget import CUT_NOTE
 from bruce_bot.agent.failures import AUTHENTICATION, CONTEXT_OVERFLOW, MODEL_NOT_FOUND, NO_CREDIT
 from bruce_bot.agent.loop import CONTINUE_NOTE, CUT_MARK, NO_FINAL_TEXT, REFUSAL_REPLY
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer, last_user_text

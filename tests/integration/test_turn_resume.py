@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.domain import SessionKey, ToolCall
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolContext, ToolRegistry

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bruce_bot.channels.console import ConsoleChannel
+from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.scheduler.confirmations import CONFIRMED, NOTHING_WAITING, REFUSED
 from tests.conftest import running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer

@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
-from bruce_bot.channels.web import WebChannel
+from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import ConfigError, validate
 from bruce_bot.domain import OutboundMessage
 from bruce_bot.web.app import MAX_BODY_BYTES

@@ -88,7 +88,7 @@ def test_no_two_parts_import_each_other_even_through_others() -> None:
 def test_a_channel_formatter_loads_no_database_library() -> None:
     # An adapter never sees a database: importing the Telegram markup must not pull SQLAlchemy.
     probe = (
-        "import sys, bruce_bot.channels.telegram_markup; "
+        "import sys, bruce_bot.channels.telegram.markup; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic')))"
     )
     out = subprocess.run(
@@ -105,8 +105,8 @@ def graph_with_externals() -> grimp.ImportGraph:
 @pytest.mark.parametrize(
     ("sdk", "owners"),
     [
-        ("telegram", ("bruce_bot.channels.telegram",)),
-        ("discord", ("bruce_bot.channels.discord",)),
+        ("telegram", ("bruce_bot.channels.telegram.",)),
+        ("discord", ("bruce_bot.channels.discord.",)),
         ("anthropic", ("bruce_bot.llm.anthropic",)),
         ("openai", ("bruce_bot.llm.openai",)),
         ("mcp", ("bruce_bot.mcp_client.connection",)),

@@ -1,5 +1,5 @@
 """Someone else's words in a message, the pure parts (channels/forwards.py,
-channels/telegram_forwards.py): names fit for the fence, and how a real python-telegram-bot
+channels/telegram/forwards.py): names fit for the fence, and how a real python-telegram-bot
 `Message` parsed from recorded payloads (tests/fixtures/telegram/) is read: who a forward or a
 quote is from, a forwarded command, a forwarded voice note. No mocks."""
 
@@ -11,8 +11,8 @@ from typing import Any
 from telegram import Message, Update
 
 from bruce_bot.channels.forwards import Quoted, clean_name, metadata_of
-from bruce_bot.channels.telegram_forwards import forward_of, quote_of
-from bruce_bot.channels.telegram_messages import hear
+from bruce_bot.channels.telegram.forwards import forward_of, quote_of
+from bruce_bot.channels.telegram.messages import hear
 from tests.fakes.telegram_server import load_fixture
 
 BOT_ID, BOT = 777, "bruce_test_bot"

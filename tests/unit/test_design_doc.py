@@ -21,7 +21,7 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 from starlette.routing import BaseRoute, Route
 
-from bruce_bot.channels.web import WebChannel
+from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.cli import build_parser
 from bruce_bot.config import Config
 from bruce_bot.domain import ToolSpec, utcnow

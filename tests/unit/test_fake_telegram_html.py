@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from bruce_bot.channels.telegram_markup import is_telegram_html
+from bruce_bot.channels.telegram.markup import is_telegram_html
 from tests.fakes.telegram_html import MarkupError, parse_entities, parse_html
 
 SURROGATE = (

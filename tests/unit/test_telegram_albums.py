@@ -1,9 +1,9 @@
-"""channels/telegram_albums.py on its own: an album's parts gathered into one message, carried
+"""channels/telegram/albums.py on its own: an album's parts gathered into one message, carried
 by its caption."""
 
 from __future__ import annotations
 
-from bruce_bot.channels.telegram_albums import AlbumBook, AlbumPart
+from bruce_bot.channels.telegram.albums import AlbumBook, AlbumPart
 from bruce_bot.domain import Attachment
 
 

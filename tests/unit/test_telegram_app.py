@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bruce_bot.channels.telegram_app import start_updates
+from bruce_bot.channels.telegram.app import start_updates
 from bruce_bot.config import TelegramConfig
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bruce_bot.channels.telegram_markup import (
+from bruce_bot.channels.telegram.markup import (
     TELEGRAM_TEXT_LIMIT,
     fit_plain,
     is_telegram_html,

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from bruce_bot.channels.web import WEB_CHANNEL, Upload
+from bruce_bot.channels.web.channel import WEB_CHANNEL, Upload
 from bruce_bot.domain import SessionKey, StorageUnavailableError, Submission
 from bruce_bot.faults import transient_reason
 from bruce_bot.web.api.endpoint import Call, Endpoint

@@ -20,11 +20,11 @@ from telegram.ext import filters
 
 from bruce_bot.channels.forwards import Quoted, metadata_of, recorded_by_someone_else
 from bruce_bot.channels.policy import CommandCall
-from bruce_bot.channels.telegram_albums import AlbumPart
-from bruce_bot.channels.telegram_chats import ChatAddress
-from bruce_bot.channels.telegram_entities import command_of, mentions_of_bot, without_bot_mentions
-from bruce_bot.channels.telegram_files import attachments_of
-from bruce_bot.channels.telegram_forwards import forward_of, quote_of
+from bruce_bot.channels.telegram.albums import AlbumPart
+from bruce_bot.channels.telegram.chats import ChatAddress
+from bruce_bot.channels.telegram.entities import command_of, mentions_of_bot, without_bot_mentions
+from bruce_bot.channels.telegram.files import attachments_of
+from bruce_bot.channels.telegram.forwards import forward_of, quote_of
 from bruce_bot.domain import Attachment, InboundMessage
 
 SUPPORTED_CHATS = (ChatType.PRIVATE, ChatType.GROUP, ChatType.SUPERGROUP)

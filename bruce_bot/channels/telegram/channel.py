@@ -49,8 +49,8 @@ from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
 from bruce_bot.channels.forwards import Quoted
 from bruce_bot.channels.held import unavailable, until_stored
 from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, PairingPort, Press
-from bruce_bot.channels.telegram_albums import AlbumBook
-from bruce_bot.channels.telegram_app import (
+from bruce_bot.channels.telegram.albums import AlbumBook
+from bruce_bot.channels.telegram.app import (
     UpdateCheckingRequest,
     build_application,
     chat_key,
@@ -59,11 +59,11 @@ from bruce_bot.channels.telegram_app import (
     tls_options,
     webhook_refusal,
 )
-from bruce_bot.channels.telegram_chats import ChatAddress
-from bruce_bot.channels.telegram_files import fetch
-from bruce_bot.channels.telegram_intake import DurableUpdateQueue
-from bruce_bot.channels.telegram_live import EDIT_INTERVAL_SECONDS, TelegramLive
-from bruce_bot.channels.telegram_messages import (
+from bruce_bot.channels.telegram.chats import ChatAddress
+from bruce_bot.channels.telegram.files import fetch
+from bruce_bot.channels.telegram.intake import DurableUpdateQueue
+from bruce_bot.channels.telegram.live import EDIT_INTERVAL_SECONDS, TelegramLive
+from bruce_bot.channels.telegram.messages import (
     SUPPORTED_CHATS,
     Heard,
     address_of,
@@ -72,9 +72,9 @@ from bruce_bot.channels.telegram_messages import (
     hear,
     migration_of,
 )
-from bruce_bot.channels.telegram_raw import UnreadableMessage, UnreadableUpdates
-from bruce_bot.channels.telegram_sending import TelegramSender
-from bruce_bot.channels.telegram_texts import (
+from bruce_bot.channels.telegram.raw import UnreadableMessage, UnreadableUpdates
+from bruce_bot.channels.telegram.sending import TelegramSender
+from bruce_bot.channels.telegram.texts import (
     ANONYMOUS_REPLY,
     COMMANDS,
     NOT_SAVED,

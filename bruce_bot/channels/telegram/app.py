@@ -28,8 +28,8 @@ from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, BaseUpdateProcessor
 from telegram.request import HTTPXRequest
 
-from bruce_bot.channels.telegram_intake import DurableUpdateQueue
-from bruce_bot.channels.telegram_raw import chat_id_of
+from bruce_bot.channels.telegram.intake import DurableUpdateQueue
+from bruce_bot.channels.telegram.raw import chat_id_of
 from bruce_bot.config import TelegramConfig
 
 log = structlog.get_logger(__name__)

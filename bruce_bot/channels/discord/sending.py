@@ -18,7 +18,7 @@ import discord
 import structlog
 
 from bruce_bot.channels.base import DeliveryError
-from bruce_bot.channels.discord_buttons import SEND_ERRORS, choice_view
+from bruce_bot.channels.discord.buttons import SEND_ERRORS, choice_view
 from bruce_bot.channels.recent import Recent
 from bruce_bot.domain import OutboundMessage
 

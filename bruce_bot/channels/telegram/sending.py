@@ -37,9 +37,9 @@ from telegram.error import (
 )
 
 from bruce_bot.channels.base import DeliveryError
-from bruce_bot.channels.telegram_buttons import button_row
-from bruce_bot.channels.telegram_chats import ChatAddress
-from bruce_bot.channels.telegram_markup import (
+from bruce_bot.channels.telegram.buttons import button_row
+from bruce_bot.channels.telegram.chats import ChatAddress
+from bruce_bot.channels.telegram.markup import (
     TELEGRAM_TEXT_LIMIT,
     DeliveredPieces,
     PartKey,
@@ -47,7 +47,7 @@ from bruce_bot.channels.telegram_markup import (
     fit_plain,
     render_pieces,
 )
-from bruce_bot.channels.telegram_messages import address_of
+from bruce_bot.channels.telegram.messages import address_of
 from bruce_bot.domain import Choice, OutboundFile, OutboundMessage
 
 log = structlog.get_logger(__name__)

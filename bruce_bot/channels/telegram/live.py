@@ -21,9 +21,9 @@ from telegram.error import BadRequest, RetryAfter, TelegramError
 
 from bruce_bot.channels.base import DeliveryError
 from bruce_bot.channels.live import LiveText
-from bruce_bot.channels.telegram_chats import ChatAddress
-from bruce_bot.channels.telegram_markup import TELEGRAM_TEXT_LIMIT, utf16_len
-from bruce_bot.channels.telegram_sending import TelegramSender, retry_after_seconds
+from bruce_bot.channels.telegram.chats import ChatAddress
+from bruce_bot.channels.telegram.markup import TELEGRAM_TEXT_LIMIT, utf16_len
+from bruce_bot.channels.telegram.sending import TelegramSender, retry_after_seconds
 from bruce_bot.domain import OutboundMessage
 
 log = structlog.get_logger(__name__)

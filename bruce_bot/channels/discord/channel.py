@@ -45,11 +45,11 @@ import discord
 import structlog
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
-from bruce_bot.channels.discord_buttons import answer_privately, take_buttons_off
-from bruce_bot.channels.discord_files import attachments_of, fetch
-from bruce_bot.channels.discord_gateway import FATAL_CLOSE_CODES, new_client, point_library_at
-from bruce_bot.channels.discord_live import EDIT_INTERVAL_SECONDS, DiscordLive
-from bruce_bot.channels.discord_messages import (
+from bruce_bot.channels.discord.buttons import answer_privately, take_buttons_off
+from bruce_bot.channels.discord.files import attachments_of, fetch
+from bruce_bot.channels.discord.gateway import FATAL_CLOSE_CODES, new_client, point_library_at
+from bruce_bot.channels.discord.live import EDIT_INTERVAL_SECONDS, DiscordLive
+from bruce_bot.channels.discord.messages import (
     ANSWERED_TYPES,
     BotIds,
     addresses_bot,
@@ -57,8 +57,8 @@ from bruce_bot.channels.discord_messages import (
     forwards_of,
     text_of,
 )
-from bruce_bot.channels.discord_sending import DiscordSender
-from bruce_bot.channels.discord_texts import (
+from bruce_bot.channels.discord.sending import DiscordSender
+from bruce_bot.channels.discord.texts import (
     COMMANDS,
     EMPTY_MENTION_REPLY,
     INTENT_FIX,

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from bruce_bot.channels.telegram_chats import ChatAddress
+from bruce_bot.channels.telegram.chats import ChatAddress
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import asyncio
 import aiohttp
 import discord
 
-from bruce_bot.channels.discord_gateway import point_library_at
+from bruce_bot.channels.discord.gateway import point_library_at
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config import DiscordConfig
 from bruce_bot.platforms import BotIdentity

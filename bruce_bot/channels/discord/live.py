@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from bruce_bot.channels.discord_sending import DiscordSender
+from bruce_bot.channels.discord.sending import DiscordSender
 from bruce_bot.channels.live import LiveText
 from bruce_bot.domain import OutboundMessage
 
