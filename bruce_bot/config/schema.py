@@ -71,7 +71,10 @@ def secret_values(model: BaseModel) -> list[str]:
     return found
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """A config section: unknown keys refused, an empty value is the default. A plug-in
+    platform's section (bruce_bot/platforms.py) is one too."""
+
     # Numbers are accepted for text keys so `auth_token: 123456` or a numeric `${TOKEN}` work.
     model_config = ConfigDict(extra="forbid", validate_default=True, coerce_numbers_to_str=True)
 
@@ -128,7 +131,7 @@ def _bare_domain(value: str) -> str:
 DomainName = Annotated[str, AfterValidator(_bare_domain)]
 
 
-class AppConfig(_Section):
+class AppConfig(Section):
     name: str = "Bruce"
     timezone: str = "UTC"
     data_dir: Path = Path("./data")
@@ -156,7 +159,7 @@ class AppConfig(_Section):
         return ZoneInfo(self.timezone)
 
 
-class DatabaseConfig(_Section):
+class DatabaseConfig(Section):
     url: str = ""  # empty: SQLite under app.data_dir
     # PostgreSQL with several processes: how long a process's claim on a session (or on a reply
     # it is sending) lasts without renewal; a process that dies is taken over after this.
@@ -173,14 +176,14 @@ class DatabaseConfig(_Section):
         return value
 
 
-class ThinkingConfig(_Section):
+class ThinkingConfig(Section):
     """Extended thinking for models that support it (Anthropic); off by default."""
 
     enabled: bool = False
     budget_tokens: int = Field(default=4096, ge=1024)
 
 
-class LLMConfig(_Section):
+class LLMConfig(Section):
     provider: Literal["anthropic", "openai"] = "anthropic"
     model: str = "claude-sonnet-4-6"
     background_model: str = ""  # empty: same as model
@@ -239,7 +242,7 @@ class LLMConfig(_Section):
         return bool(self.api_key) or (self.provider == "openai" and bool(self.base_url))
 
 
-class AgentConfig(_Section):
+class AgentConfig(Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_turns: int = Field(default=5, ge=1, le=50)
     history_max_messages: int = Field(default=40, ge=2)
@@ -251,7 +254,7 @@ class AgentConfig(_Section):
     shutdown_timeout_seconds: float = Field(default=20, ge=0)
 
 
-class TelegramWebhookConfig(_Section):
+class TelegramWebhookConfig(Section):
     url: str | None = None
     listen: str = "127.0.0.1"
     port: int = Field(default=8443, ge=1, le=65535)
@@ -260,7 +263,7 @@ class TelegramWebhookConfig(_Section):
     _check_url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
 
 
-class TelegramConfig(_Section):
+class TelegramConfig(Section):
     enabled: bool = False
     token: SecretText = ""
     base_url: str | None = None
@@ -277,7 +280,7 @@ class TelegramConfig(_Section):
     _check_base_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
 
 
-class DiscordConfig(_Section):
+class DiscordConfig(Section):
     enabled: bool = False
     token: SecretText = ""
     api_base_url: str | None = None
@@ -292,7 +295,7 @@ class DiscordConfig(_Section):
     )
 
 
-class ChannelsConfig(_Section):
+class ChannelsConfig(Section):
     """`channels:`, a section per platform of the registry (bruce_bot/platforms.py). The
     built-in platforms' sections are fields here, for typed access; any other registered
     platform's section is validated with the model its spec names, and an unknown name is an
@@ -357,7 +360,7 @@ class ChannelsConfig(_Section):
 NO_LOGIN = "none"  # web.auth_token's explicit opt-out of the login (loopback only)
 
 
-class WebConfig(_Section):
+class WebConfig(Section):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -382,7 +385,7 @@ def is_loopback_name(host: str) -> bool:
     return host.lower() in LOOPBACK_HOSTS or host.startswith("127.")
 
 
-class WebSearchConfig(_Section):
+class WebSearchConfig(Section):
     enabled: bool = True
     provider: Literal["duckduckgo", "searxng", "brave", "tavily"] = "duckduckgo"
     searxng_url: str | None = None
@@ -392,7 +395,7 @@ class WebSearchConfig(_Section):
     _check_searxng = field_validator("searxng_url")(classmethod(lambda cls, v: _check_url(v)))
 
 
-class WebFetchConfig(_Section):
+class WebFetchConfig(Section):
     enabled: bool = True
     allow_private_addresses: bool = False
     max_chars: int = Field(default=20_000, ge=100)
@@ -402,7 +405,7 @@ class WebFetchConfig(_Section):
     allowed_domains: list[DomainName] = Field(default_factory=list)
 
 
-class ArtifactsConfig(_Section):
+class ArtifactsConfig(Section):
     enabled: bool = True
     max_bytes: int = Field(default=2_000_000, ge=1)
     # An artifact saved in a Telegram or Discord chat up to this size is also sent there as a
@@ -410,15 +413,15 @@ class ArtifactsConfig(_Section):
     send_file_max_bytes: int = Field(default=1_000_000, ge=0)
 
 
-class ProactiveConfig(_Section):
+class ProactiveConfig(Section):
     enabled: bool = True
 
 
-class SubagentsConfig(_Section):
+class SubagentsConfig(Section):
     enabled: bool = True
 
 
-class RunCodeConfig(_Section):
+class RunCodeConfig(Section):
     """The `run_code` tool: Python or shell in a bubblewrap sandbox (bruce_bot/sandbox/)."""
 
     # None: on where the sandbox works (bruce doctor says why not where it does not).
@@ -458,7 +461,7 @@ class RunCodeConfig(_Section):
         return self
 
 
-class ToolsConfig(_Section):
+class ToolsConfig(Section):
     run_code: RunCodeConfig = Field(default_factory=RunCodeConfig)
     web_search: WebSearchConfig = Field(default_factory=WebSearchConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
@@ -467,7 +470,7 @@ class ToolsConfig(_Section):
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 
 
-class SchedulerConfig(_Section):
+class SchedulerConfig(Section):
     misfire_grace_seconds: int = Field(default=86_400, ge=0)
     min_agent_interval_minutes: int = Field(default=30, ge=1)
     max_active_tasks_per_chat: int = Field(default=50, ge=1)
@@ -479,11 +482,11 @@ class SchedulerConfig(_Section):
     leader_retry_seconds: float = Field(default=15.0, ge=0.5, le=3600)
 
 
-class SkillsConfig(_Section):
+class SkillsConfig(Section):
     dirs: list[Path] = Field(default_factory=list)
 
 
-class BrainConfig(_Section):
+class BrainConfig(Section):
     """The analytical brain: background upkeep of a session, after the exchanges where it can
     change something (agent/brain/triggers.py)."""
 
@@ -515,7 +518,7 @@ class BrainConfig(_Section):
         return self
 
 
-class MediaConfig(_Section):
+class MediaConfig(Section):
     """Pictures, voice notes and documents people send (bruce_bot/media/)."""
 
     max_file_bytes: int = Field(default=20_000_000, ge=1000)  # larger files are refused
@@ -525,7 +528,7 @@ class MediaConfig(_Section):
     max_images_per_message: int = Field(default=10, ge=1, le=100)
 
 
-class DocumentsConfig(_Section):
+class DocumentsConfig(Section):
     max_chars: int = Field(default=30_000, ge=500)  # text given to the model per document
     max_pdf_pages: int = Field(default=200, ge=1)
     # A PDF is parsed in a child process under these limits (media/pdf_sandbox.py): a small
@@ -534,7 +537,7 @@ class DocumentsConfig(_Section):
     pdf_max_seconds: int = Field(default=30, ge=1)
 
 
-class TranscriptionConfig(_Section):
+class TranscriptionConfig(Section):
     """An OpenAI-compatible /v1/audio/transcriptions endpoint; off while base_url and api_key
     are both empty."""
 
@@ -565,7 +568,7 @@ class TranscriptionConfig(_Section):
         return bool(self.base_url) or bool(self.api_key)
 
 
-class MemoryConfig(_Section):
+class MemoryConfig(Section):
     """Memory across conversations: the memory tools, the memories shown each turn, and the
     brain's upkeep of them (tools/memory.py, storage/memories.py)."""
 
@@ -577,7 +580,7 @@ class MemoryConfig(_Section):
     prompt_chars: int = Field(default=2_000, ge=100, le=50_000)
 
 
-class PriceConfig(_Section):
+class PriceConfig(Section):
     """What one model (or every model whose name starts with the key) costs, in USD per million
     tokens. `cache_read` and `cache_write` default to the built-in entry that would price the key,
     else to `input`; `input_includes_cache_read`: the provider counts cache reads inside the input
@@ -597,7 +600,7 @@ class PriceConfig(_Section):
         return value
 
 
-class UsageNotifyConfig(_Section):
+class UsageNotifyConfig(Section):
     """Where the monthly budget's warnings go (`usage.notify`); empty: the first allowed user of
     Telegram when it is enabled (a private chat's id is the user's id), else nowhere."""
 
@@ -621,7 +624,7 @@ class UsageNotifyConfig(_Section):
         return self
 
 
-class UsageConfig(_Section):
+class UsageConfig(Section):
     """LLM usage and its estimated cost (docs/usage.md)."""
 
     # Model name or prefix (the longest matching prefix wins) -> price; they extend and override
@@ -652,7 +655,7 @@ class UsageConfig(_Section):
         return value
 
 
-class McpToolFilter(_Section):
+class McpToolFilter(Section):
     """Which of a server's tools are offered: `allow` empty means all of them; `deny` wins.
     Names are the server's own (`read_file`), not Bruce's `<server>__<tool>`."""
 
@@ -663,7 +666,7 @@ class McpToolFilter(_Section):
         return tool not in self.deny and (not self.allow or tool in self.allow)
 
 
-class McpServerConfig(_Section):
+class McpServerConfig(Section):
     """One MCP server: a command Bruce runs (stdio) or a URL it connects to (streamable HTTP;
     `transport: sse` for a server that only speaks the older SSE transport)."""
 
@@ -695,7 +698,7 @@ class McpServerConfig(_Section):
 _MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
 
 
-class McpConfig(_Section):
+class McpConfig(Section):
     servers: dict[str, McpServerConfig] = Field(default_factory=dict)
 
     @property
@@ -737,14 +740,14 @@ def mcp_problems(mcp: McpConfig) -> list[str]:
     return problems
 
 
-class LoggingConfig(_Section):
+class LoggingConfig(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_output: bool = Field(default=False, alias="json")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class Config(_Section):
+class Config(Section):
     app: AppConfig = Field(default_factory=AppConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)

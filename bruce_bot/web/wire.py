@@ -12,6 +12,7 @@ from datetime import date, datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, PlainSerializer, WithJsonSchema
+from pydantic_core import PydanticCustomError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -59,7 +60,10 @@ Time = Annotated[
 
 
 def _a_platform(name: str) -> str:
-    platforms.get(name)  # ValueError naming the platforms
+    try:
+        platforms.get(name)
+    except ValueError as exc:  # its words name the platforms
+        raise PydanticCustomError("platform", str(exc)) from None
     return name
 
 

@@ -34,7 +34,7 @@ from tests.integration.support import (
     user_texts,
 )
 from tests.integration.test_telegram import ALICE, WITHIN
-from tests.unit.test_media import EPS
+from tests.unit.test_bruce_bot_media import EPS
 
 TELOXIDE_USER = 250918540  # the private chat of teloxide's captures (and of the PTB-built ones)
 PHOTO_LARGEST = "AgADAgAD36sxG-PX0UvQSXIn9rccdw-ACA4ABAEAAwIAA3kAAyTcBAABFgQ"  # 962×719

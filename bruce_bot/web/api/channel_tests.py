@@ -48,7 +48,7 @@ async def try_channel(call: Call[ChannelName, TokenToTry]) -> ChannelTestAnswer:
     token = call.body.token
     if not token:  # the token in use: the one saved in the dashboard, else config.yml's
         live = call.context.live_tokens.get(name) if call.context.live_tokens else None
-        token = await live.current() if live is not None else getattr(configured, name).token
+        token = await live.current() if live is not None else configured.section(name).token
     try:
         bot = await try_token(name, configured, token)
     except ProbeError as exc:

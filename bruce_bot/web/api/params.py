@@ -69,6 +69,8 @@ def _problem(properties: dict[str, Any], error: ErrorDetails, field: str) -> str
     if schema is None:
         return error["msg"]
     about = f" ({schema['description']})" if "description" in schema else ""
+    if error["type"] == "platform":  # wire.PlatformName's words list the platforms
+        return f"{field}'{name}': {error['msg']}"
     if error["type"] == "missing":
         return f"{field}'{name}' is required and must be {allowed(schema)}{about}"
     return f"{field}'{name}' must be {allowed(schema)}{about}, not {_shown(error['input'])}"

@@ -158,17 +158,31 @@ const BruceLLM = (() => {
     return current;
   }
 
-  const PLATFORMS = [
-    { name: "telegram", label: "Telegram", hint: "The token @BotFather gave you (123456:ABC…)." },
-    { name: "discord", label: "Discord", hint: "The bot token of your application (Developer Portal → Bot)." },
-  ];
+  /* The platforms come from the server's registry (GET /api/platforms), so a platform added
+     there gets its token and allowlist sections here without a change to this file. */
+  let platformsAsked = null;
+  function platforms() {
+    platformsAsked = platformsAsked || api("/api/platforms").then((answer) => answer.platforms.map((p) => ({
+      name: p.name,
+      label: p.title,
+      hint: p.token_help.charAt(0).toUpperCase() + p.token_help.slice(1) + ".",
+    })));
+    return platformsAsked;
+  }
 
   /* A token field and "Test connection" per platform: Telegram getMe, Discord login; a working
      token shows the bot's link (t.me/<bot>, or the invite that adds it to a server). With the
      platform on in config.yml, the token can be saved too (tokenSaving); with `allowlists`
      (the Settings page), who may talk is edited under it (allowlist). */
-  function channels(node, { allowlists = false } = {}) {
-    node.replaceChildren(...PLATFORMS.flatMap((platform) => {
+  async function channels(node, { allowlists = false } = {}) {
+    let known;
+    try {
+      known = await platforms();
+    } catch (e) {
+      node.textContent = e.message;
+      return;
+    }
+    node.replaceChildren(...known.flatMap((platform) => {
       const token = h("input", { id: `channel-${platform.name}-${++counter}`, type: "password", autocomplete: "off", placeholder: "empty: the one in use" });
       const test = h("button", { type: "button", className: "secondary" }, "Test connection");
       const result = h("p", { className: "status-line", role: "status" });
