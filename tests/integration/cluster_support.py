@@ -140,12 +140,16 @@ def chat_plan(
     think: tuple[float, float] = (0.6, 1.5),
     slow: float = 0.0,  # this share of the messages takes the model `slow_think` seconds
     slow_think: float = 3.0,
+    every_chat: bool = False,  # each chat has at least one message (count >= the chats)
 ) -> list[Ask]:
     """`count` messages over the chats (one line each), in a seeded order, the model slow."""
     numbers = dict.fromkeys(user_ids, 0)
     plan = []
-    for _ in range(count):
-        user_id = rng.choice(list(user_ids))
+    picks = [rng.choice(list(user_ids)) for _ in range(count)]
+    if every_chat:
+        picks = list(user_ids) + picks[len(user_ids) :]
+        rng.shuffle(picks)
+    for user_id in picks:
         numbers[user_id] += 1
         is_slow = rng.random() < slow
         plan.append(

@@ -145,7 +145,12 @@ async def test_a_third_process_started_while_two_are_busy_repeats_and_loses_noth
     # which takes their sessions, and the model holds those answers until c has started; the
     # rest of the plan goes to any of the three meanwhile.
     plan = chat_plan(
-        random.Random(f"{seed}:plan"), BUSY_CHATS, 20, gap=(0.15, 0.5), think=(0.8, 2.0)
+        random.Random(f"{seed}:plan"),
+        BUSY_CHATS,
+        20,
+        gap=(0.15, 0.5),
+        think=(0.8, 2.0),
+        every_chat=True,  # seed 112266 left a chat without a message: its opening was missing
     )
     firsts = {ask.user_id: ask for ask in reversed(plan)}  # each chat's first message
     opening = [firsts[chat] for chat in BUSY_CHATS]
