@@ -67,7 +67,7 @@ from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.tools.run_code import run_code_enabled
 from bruce_bot.tools.watches import watch_tools, web_reader
-from bruce_bot.usage.budget import BudgetPolicy, BudgetWatch
+from bruce_bot.usage.monthly_budget import BudgetPolicy, BudgetWatch
 from bruce_bot.usage.prices import PriceTable
 
 INBOX_TOPIC = "inbox"  # change feed: a session got a message another process should take

@@ -20,7 +20,7 @@ from typing import Protocol
 import structlog
 
 from bruce_bot.agent.approvals import CANNOT_ASK, Hold, needs_user
-from bruce_bot.agent.budget import message_chars, shrink_to
+from bruce_bot.agent.context_budget import message_chars, shrink_to
 from bruce_bot.agent.progress import status_lines
 from bruce_bot.channels.live import LiveReply
 from bruce_bot.config import LLMConfig

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from bruce_bot.agent.budget import ContextBudget
+from bruce_bot.agent.context_budget import ContextBudget
 from bruce_bot.config import AgentConfig, LLMConfig
 from bruce_bot.domain import ChatMessage, LLMCallRecord, SystemPrompt
 from bruce_bot.llm.base import LLMError, LLMService

@@ -25,7 +25,6 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bruce_bot.agent.brain.library import Document, Library
-from bruce_bot.agent.budget import ContextBudget, newest_within, shrink_to
 from bruce_bot.agent.context import (
     TOO_LONG,
     build_system_prompt,
@@ -33,6 +32,7 @@ from bruce_bot.agent.context import (
     memories_layer,
     to_chat_messages,
 )
+from bruce_bot.agent.context_budget import ContextBudget, newest_within, shrink_to
 from bruce_bot.agent.failures import FixHints, OutageMemory, notice_for
 from bruce_bot.agent.guard import ClaimKind, correction_request, find_unbacked_claim
 from bruce_bot.agent.loop import AgentRun, ApprovalPort, run_agent_loop

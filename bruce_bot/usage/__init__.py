@@ -1,2 +1,2 @@
 """LLM usage in money: the price table (`prices.py`), the cost of stored usage (`costs.py`) and
-the monthly budget's watch (`budget.py`)."""
+the monthly budget's watch (`monthly_budget.py`)."""

@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bruce_bot.agent.budget import CUT_NOTE
+from bruce_bot.agent.context_budget import CUT_NOTE
 from bruce_bot.agent.failures import AUTHENTICATION, CONTEXT_OVERFLOW, MODEL_NOT_FOUND, NO_CREDIT
 from bruce_bot.agent.loop import CONTINUE_NOTE, CUT_MARK, NO_FINAL_TEXT, REFUSAL_REPLY
 from bruce_bot.channels.console.channel import ConsoleChannel

@@ -18,7 +18,7 @@ from bruce_bot.domain import LLMCallRecord, Usage
 from bruce_bot.outbox import Outbox
 from bruce_bot.storage.messages import usage_row
 from bruce_bot.storage.models import LLMCallRow
-from bruce_bot.usage.budget import BudgetPolicy, BudgetWatch
+from bruce_bot.usage.monthly_budget import BudgetPolicy, BudgetWatch
 from bruce_bot.usage.prices import PriceTable
 from tests.conftest import wait_until
 from tests.integration.dashboard_support import Dashboard, running_dashboard

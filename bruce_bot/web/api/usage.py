@@ -13,8 +13,8 @@ from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 from bruce_bot.storage.audit import UsageGroup
-from bruce_bot.usage.budget import LEVELS, month_status
 from bruce_bot.usage.costs import Tally, summarise
+from bruce_bot.usage.monthly_budget import LEVELS, month_status
 from bruce_bot.usage.prices import PriceTable
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 from bruce_bot.web.api.usage_answers import (

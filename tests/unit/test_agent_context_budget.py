@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bruce_bot.agent.budget import (
+from bruce_bot.agent.context_budget import (
     MIN_HISTORY_CHARS,
     ContextBudget,
     cut_text,
