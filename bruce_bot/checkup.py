@@ -36,8 +36,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.config import Config, ConfigError, LLMConfig
-from bruce_bot.domain import ChatMessage, SystemPrompt
+from bruce_bot.config import Config, ConfigError
 from bruce_bot.llm.base import (
     LLMAuthenticationError,
     LLMError,
@@ -45,8 +44,7 @@ from bruce_bot.llm.base import (
     LLMQuotaExceededError,
     LLMUnavailableError,
 )
-from bruce_bot.llm.errors import ErrorReply
-from bruce_bot.llm.factory import create_llm
+from bruce_bot.llm.probe import llm_failure, probe_llm
 from bruce_bot.platforms import PlatformSection, PlatformSpec, names
 from bruce_bot.sandbox.network import available as slirp_available
 from bruce_bot.sandbox.probe import probe as probe_sandbox
@@ -373,46 +371,8 @@ async def _llm(config: Config, clock: Callable[[], float]) -> list[Check]:
     try:
         await probe_llm(settings)
     except LLMError as exc:
-        return [Check("llm", "fail", f"{name}: {exc}{_server_words(exc)}", _llm_fix(exc))]
+        return [Check("llm", "fail", f"{name}: {llm_failure(exc)}", _llm_fix(exc))]
     return [Check("llm", "ok", f"{name} answers"), await _clock(config, clock)]
-
-
-async def probe_llm(settings: LLMConfig) -> None:
-    """One call of one output token to the model `settings` name, without retries and within
-    10 s; raises the `LLMError` the call ended with (`llm_failure` words it)."""
-    probe = settings.model_copy(
-        update={"max_retries": 0, "timeout_seconds": min(settings.timeout_seconds, 10.0)}
-    )
-    llm = create_llm(probe)
-    try:
-        # `model` given: the plain model, without `llm.thinking` (it needs more than 1 token).
-        await llm.complete(
-            SystemPrompt(stable=("Answer with one word.",)),
-            [ChatMessage(role="user", text="ping")],
-            model=settings.model,
-            max_tokens=1,
-        )
-    finally:
-        await llm.aclose()
-
-
-def llm_failure(exc: LLMError) -> str:
-    """What went wrong with a call, with the server's own words when it refused it."""
-    return f"{exc}{_server_words(exc)}"
-
-
-def _server_words(exc: LLMError) -> str:
-    """The provider's own error, word for word, when the server refused the call: the core's
-    error says what it means, this says what the server said (read from the SDK's exception,
-    which `call.py` keeps as the cause, without importing the SDK here)."""
-    cause = exc.__cause__
-    status = getattr(cause, "status_code", None)
-    if cause is None or not isinstance(status, int):
-        return ""
-    fallback = str(getattr(cause, "message", "") or "")
-    reply = ErrorReply.from_body(status, getattr(cause, "body", None), fallback)
-    kind = f" ({reply.kind})" if reply.kind else ""
-    return f" — the server said: {status}{kind} {reply.message}" if reply.message else ""
 
 
 def _llm_fix(exc: LLMError) -> str:
