@@ -10,15 +10,18 @@ the web port (free, or Bruce's own `/healthz` already answering there) and the t
 endpoint when one is configured, and whether run_code's sandbox (bubblewrap, and slirp4netns
 for its network) works here, with the fix when it does not. A check passes (ok), warns (Bruce
 runs, but something deserves a look) or fails (Bruce will not work as configured); only
-failures make the exit status 1.
-`bruce db check` (rows Bruce cannot use) is `doctor.py`, a different question.
+failures make the exit status 1. The report is printed with configured secrets as `***` (a
+server's error may quote a token or key back), as text or, with `--json`, for machines.
+`bruce db check` (rows Bruce cannot use) is `cli/db_check.py`, a different question.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import errno
 import functools
+import json
 import shutil
 import socket
 import sqlite3
@@ -36,7 +39,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.config import Config, ConfigError
+from bruce_bot.config import Config, ConfigError, load_config, resolve_path
 from bruce_bot.llm.base import (
     LLMAuthenticationError,
     LLMError,
@@ -45,6 +48,7 @@ from bruce_bot.llm.base import (
     LLMUnavailableError,
 )
 from bruce_bot.llm.probe import llm_failure, probe_llm
+from bruce_bot.logs import configure_logging, scrubber
 from bruce_bot.platforms import PlatformSection, PlatformSpec, names
 from bruce_bot.sandbox.network import available as slirp_available
 from bruce_bot.sandbox.probe import probe as probe_sandbox
@@ -85,6 +89,25 @@ class Report:
 
     def as_json(self) -> dict[str, object]:
         return {"ok": self.ok, "checks": [asdict(check) for check in self.checks]}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        report = config_failure(exc)
+    else:
+        # Only errors: a refused probe is reported as a check, not as a log line too.
+        configure_logging("error", config.logging.json_output, config.secrets())
+        report = examine(config, resolve_path(args.config))
+    if args.json:
+        print(scrubber.scrub(json.dumps(report.as_json(), ensure_ascii=False, indent=2)))
+    else:
+        for check in report.checks:
+            print(scrubber.scrub(check.render()))
+        failed = sum(check.status == "fail" for check in report.checks)
+        print("all checks passed" if report.ok else f"{failed} check(s) failed")
+    return 0 if report.ok else 1
 
 
 def config_failure(error: ConfigError) -> Report:
