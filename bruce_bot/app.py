@@ -148,7 +148,7 @@ class Bruce:
 
     async def start(self, built: Callable[[], None] | None = None) -> None:
         """Start everything, in order; `built` is called once the parts are built, before any
-        of them starts (`bruce run` resumes the garbage collector there: see cli.py)."""
+        of them starts (`bruce run` resumes the garbage collector there: see cli/run.py)."""
         started = time.perf_counter()
         self._lock_instance()
         await self._upgrade_database()

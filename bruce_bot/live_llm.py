@@ -30,6 +30,7 @@ from bruce_bot.llm.base import LLMAuthenticationError, LLMError, LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.model_list import ANTHROPIC_URL, OPENAI_URL
+from bruce_bot.llm.probe import llm_failure, probe_llm
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.storage.changes import EVERYTHING, Refresh
 from bruce_bot.storage.settings import LLM_FIELDS, SettingsStore, llm_setting
@@ -102,7 +103,7 @@ class LiveLLMSettings:
         llm: SwitchableLLM,
         *,
         explicit: Iterable[str] = FIELDS,
-        probe: Callable[[LLMConfig], Awaitable[None]] | None = None,
+        probe: Callable[[LLMConfig], Awaitable[None]] = probe_llm,
         build: Callable[[LLMConfig], LLMService] = create_llm,
         secret_seen: Callable[[str], None] = lambda _secret: None,
     ) -> None:
@@ -111,7 +112,7 @@ class LiveLLMSettings:
         self._explicit = frozenset(explicit)
         self._store = store
         self._llm = llm
-        self._probe = probe or _probe
+        self._probe = probe
         self._build = build
         self._secret_seen = secret_seen
         self.following = Refresh(self._follow, "llm-settings-follow")
@@ -199,8 +200,6 @@ class LiveLLMSettings:
         try:
             await self._probe(settings)
         except LLMError as exc:
-            from bruce_bot.checkup import llm_failure
-
             words = llm_failure(exc)
             if withheld_for is not None and isinstance(exc, LLMAuthenticationError):
                 refusal = key_needed(settings.provider, destination(settings)[1], withheld_for)
@@ -268,9 +267,3 @@ class LiveLLMSettings:
             return
         build = self._build
         await self._llm.switch(LazyLLM(lambda: build(settings), settings.model), settings)
-
-
-async def _probe(settings: LLMConfig) -> None:
-    from bruce_bot.checkup import probe_llm
-
-    await probe_llm(settings)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import secrets
 import unicodedata
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, cast
@@ -132,27 +132,37 @@ class Person:
         return who(self.user_id, self.username, self.name)
 
 
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """How this process sends a welcome: its outbox, through the channels it runs. A channel
+    another process runs (or none, in the CLI) gets the welcome stored, and a redelivery sends
+    it."""
+
+    outbox: Outbox
+    channels: frozenset[str]
+
+    def sends(self, channel: str) -> bool:
+        return channel in self.channels
+
+
 class PairingService:
     def __init__(
         self,
         stores: Stores,
         allowlists: Mapping[str, Sequence[int]],
         *,
-        outbox: Outbox | None = None,
-        sending: Collection[str] = (),
+        sender: Sender | None = None,
         clock: Callable[[], datetime] = utcnow,
         enabled: Sequence[str] | None = None,
         allowlist: AllowlistPort | None = None,
     ) -> None:
-        """`allowlists`: config.yml's `allowed_user_ids` per channel; `outbox`: how this process
-        sends through `sending`, its channels (None in the CLI, or a channel another process
-        runs: the welcome is stored, and a redelivery sends it); `enabled`: the channels with
-        pairing on (default: every platform); `allowlist`: the allowlists in use (the
-        dashboard's over `allowlists`)."""
+        """`allowlists`: config.yml's `allowed_user_ids` per channel; `sender`: how this process
+        sends the welcome (None in the CLI: it is stored, and the daemon's redelivery sends it);
+        `enabled`: the channels with pairing on (default: every platform); `allowlist`: the
+        allowlists in use (the dashboard's over `allowlists`)."""
         self._stores = stores
         self._allowlists = {name: frozenset(ids) for name, ids in allowlists.items()}
-        self._outbox = outbox
-        self._sending = frozenset(sending)
+        self._sender = sender
         self._clock = clock
         self.enabled = tuple(platforms.names() if enabled is None else enabled)
         self._allowlist = allowlist
@@ -265,8 +275,8 @@ class PairingService:
                 SessionKey(pending.channel, pending.chat_id)
             )
             message_id = await self._stores.messages.add_outbound(session.id, WELCOME, "notice")
-            if self._outbox is not None and pending.channel in self._sending:
-                await self._outbox.deliver(
+            if self._sender is not None and self._sender.sends(pending.channel):
+                await self._sender.outbox.deliver(
                     OutboundMessage(pending.channel, pending.chat_id, WELCOME, message_id, "notice")
                 )
         except Exception:

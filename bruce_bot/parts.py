@@ -50,7 +50,7 @@ from bruce_bot.mcp_client.manager import McpManager
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
 from bruce_bot.outbox import FileSending, Outbox
-from bruce_bot.pairing import PairingService
+from bruce_bot.pairing import PairingService, Sender
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
@@ -346,8 +346,7 @@ def _pair(
     pairing = PairingService(
         stores,
         pairing_allowlists(config),
-        outbox=outbox,
-        sending=names,
+        sender=Sender(outbox, frozenset(names)),
         clock=clock,
         enabled=enabled,
         allowlist=allowlists,

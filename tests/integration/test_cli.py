@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from bruce_bot import cli
+from bruce_bot.cli import check_config
 from bruce_bot.config import token_weakness
 from bruce_bot.logs import scrubber
 from tests.fakes.anthropic_server import FakeAnthropicServer
@@ -254,7 +255,7 @@ def test_the_traceback_of_an_unexpected_error_is_printed_with_secrets_scrubbed(
     def broken(_path: object) -> None:
         raise RuntimeError(f"lost postgresql://bruce:hunter2-pw@db/bruce while using {SECRET}")
 
-    monkeypatch.setattr(cli, "resolve_path", broken)
+    monkeypatch.setattr(check_config, "resolve_path", broken)
     try:
         code = cli.main(["check-config", "--config", str(path)])
     finally:

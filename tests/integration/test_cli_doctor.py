@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bruce_bot.checkup import (
+from bruce_bot.cli.doctor import (
     MAX_CLOCK_SKEW_SECONDS,
     clock_check,
     disk_check,

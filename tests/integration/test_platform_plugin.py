@@ -26,7 +26,7 @@ from bruce_bot.channels.policy import (
     PolicyTexts,
 )
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.checkup import examine
+from bruce_bot.cli.doctor import examine
 from bruce_bot.config import ConfigError, SecretText, Section, validate
 from bruce_bot.domain import InboundMessage, OutboundMessage
 from bruce_bot.platforms import BotIdentity, PlatformSpec

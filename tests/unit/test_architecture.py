@@ -85,6 +85,24 @@ def test_no_two_parts_import_each_other_even_through_others() -> None:
     assert not cycles, "import cycles between parts: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+def test_nothing_but_the_entry_points_imports_the_command_line() -> None:
+    # The runtime never depends on the CLI: what both need (the LLM probe, say) lives outside it.
+    cli, entry = f"{PACKAGE}.cli", f"{PACKAGE}.__main__"
+
+    def allowed(module: str) -> bool:
+        return module in (cli, entry) or module.startswith(f"{cli}.")
+
+    commands = {module for module in graph().modules if allowed(module)}
+    strays = sorted(
+        f"{importer} -> {module}"
+        for module in commands
+        for importer in graph().find_modules_that_directly_import(module)
+        if not allowed(importer)
+    )
+    assert cli in commands, f"no {cli}: is the rule still needed?"
+    assert not strays, f"only {cli}.* and {entry} may import the command line: {strays}"
+
+
 def test_a_channel_formatter_loads_no_database_library() -> None:
     # An adapter never sees a database: importing the Telegram markup must not pull SQLAlchemy.
     probe = (

@@ -10,15 +10,18 @@ the web port (free, or Bruce's own `/healthz` already answering there) and the t
 endpoint when one is configured, and whether run_code's sandbox (bubblewrap, and slirp4netns
 for its network) works here, with the fix when it does not. A check passes (ok), warns (Bruce
 runs, but something deserves a look) or fails (Bruce will not work as configured); only
-failures make the exit status 1.
-`bruce db check` (rows Bruce cannot use) is `doctor.py`, a different question.
+failures make the exit status 1. The report is printed with configured secrets as `***` (a
+server's error may quote a token or key back), as text or, with `--json`, for machines.
+`bruce db check` (rows Bruce cannot use) is `cli/db_check.py`, a different question.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import errno
 import functools
+import json
 import shutil
 import socket
 import sqlite3
@@ -36,8 +39,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.config import Config, ConfigError, LLMConfig
-from bruce_bot.domain import ChatMessage, SystemPrompt
+from bruce_bot.config import Config, ConfigError, load_config, resolve_path
 from bruce_bot.llm.base import (
     LLMAuthenticationError,
     LLMError,
@@ -45,8 +47,8 @@ from bruce_bot.llm.base import (
     LLMQuotaExceededError,
     LLMUnavailableError,
 )
-from bruce_bot.llm.errors import ErrorReply
-from bruce_bot.llm.factory import create_llm
+from bruce_bot.llm.probe import llm_failure, probe_llm
+from bruce_bot.logs import configure_logging, scrubber
 from bruce_bot.platforms import PlatformSection, PlatformSpec, names
 from bruce_bot.sandbox.network import available as slirp_available
 from bruce_bot.sandbox.probe import probe as probe_sandbox
@@ -87,6 +89,25 @@ class Report:
 
     def as_json(self) -> dict[str, object]:
         return {"ok": self.ok, "checks": [asdict(check) for check in self.checks]}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        report = config_failure(exc)
+    else:
+        # Only errors: a refused probe is reported as a check, not as a log line too.
+        configure_logging("error", config.logging.json_output, config.secrets())
+        report = examine(config, resolve_path(args.config))
+    if args.json:
+        print(scrubber.scrub(json.dumps(report.as_json(), ensure_ascii=False, indent=2)))
+    else:
+        for check in report.checks:
+            print(scrubber.scrub(check.render()))
+        failed = sum(check.status == "fail" for check in report.checks)
+        print("all checks passed" if report.ok else f"{failed} check(s) failed")
+    return 0 if report.ok else 1
 
 
 def config_failure(error: ConfigError) -> Report:
@@ -373,46 +394,8 @@ async def _llm(config: Config, clock: Callable[[], float]) -> list[Check]:
     try:
         await probe_llm(settings)
     except LLMError as exc:
-        return [Check("llm", "fail", f"{name}: {exc}{_server_words(exc)}", _llm_fix(exc))]
+        return [Check("llm", "fail", f"{name}: {llm_failure(exc)}", _llm_fix(exc))]
     return [Check("llm", "ok", f"{name} answers"), await _clock(config, clock)]
-
-
-async def probe_llm(settings: LLMConfig) -> None:
-    """One call of one output token to the model `settings` name, without retries and within
-    10 s; raises the `LLMError` the call ended with (`llm_failure` words it)."""
-    probe = settings.model_copy(
-        update={"max_retries": 0, "timeout_seconds": min(settings.timeout_seconds, 10.0)}
-    )
-    llm = create_llm(probe)
-    try:
-        # `model` given: the plain model, without `llm.thinking` (it needs more than 1 token).
-        await llm.complete(
-            SystemPrompt(stable=("Answer with one word.",)),
-            [ChatMessage(role="user", text="ping")],
-            model=settings.model,
-            max_tokens=1,
-        )
-    finally:
-        await llm.aclose()
-
-
-def llm_failure(exc: LLMError) -> str:
-    """What went wrong with a call, with the server's own words when it refused it."""
-    return f"{exc}{_server_words(exc)}"
-
-
-def _server_words(exc: LLMError) -> str:
-    """The provider's own error, word for word, when the server refused the call: the core's
-    error says what it means, this says what the server said (read from the SDK's exception,
-    which `call.py` keeps as the cause, without importing the SDK here)."""
-    cause = exc.__cause__
-    status = getattr(cause, "status_code", None)
-    if cause is None or not isinstance(status, int):
-        return ""
-    fallback = str(getattr(cause, "message", "") or "")
-    reply = ErrorReply.from_body(status, getattr(cause, "body", None), fallback)
-    kind = f" ({reply.kind})" if reply.kind else ""
-    return f" — the server said: {status}{kind} {reply.message}" if reply.message else ""
 
 
 def _llm_fix(exc: LLMError) -> str:

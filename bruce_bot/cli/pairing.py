@@ -15,53 +15,23 @@ import argparse
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from bruce_bot import platforms
+from bruce_bot.cli.common import load
 from bruce_bot.config import Config
-
-if TYPE_CHECKING:  # imported when a pairing command runs: `bruce --help` stays light
-    from bruce_bot.pairing import PairingService
+from bruce_bot.live_allowlists import LiveAllowlists
+from bruce_bot.pairing import PairingError, PairingService, shown, who
+from bruce_bot.parts import pairing_allowlists, pairing_enabled
+from bruce_bot.storage.database import Database, upgrade_schema
+from bruce_bot.storage.stores import Stores
 
 EXIT_REFUSED = 1
 
 
-def add_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    with_config: Callable[[argparse.ArgumentParser], argparse.ArgumentParser],
-    handler: Callable[[argparse.Namespace], int],
-) -> None:
-    """`bruce pairing ...`, each calling `handler` (which loads the config and calls `run`)."""
-    pairing = commands.add_parser(
-        "pairing", help="let people in on Telegram/Discord: pairing codes and who is allowed"
-    )
-    sub = pairing.add_subparsers(dest="pairing_command", required=True)
-    with_config(sub.add_parser("list", help="who is allowed, and the codes waiting")).set_defaults(
-        handler=handler
-    )
-    approve = with_config(sub.add_parser("approve", help="let the holder of a code in"))
-    approve.add_argument("code", help="the code the person was given, e.g. K7QM-X3PA")
-    approve.set_defaults(handler=handler)
-    deny = with_config(sub.add_parser("deny", help="throw a code away, letting nobody in"))
-    deny.add_argument("code")
-    deny.set_defaults(handler=handler)
-    revoke = with_config(sub.add_parser("revoke", help="shut an approved person out again"))
-    revoke.add_argument("channel", choices=platforms.names())
-    revoke.add_argument("user_id", type=int, help="their user id (`bruce pairing list`)")
-    revoke.set_defaults(handler=handler)
-
-
-def run(config: Config, args: argparse.Namespace) -> int:
-    return asyncio.run(_run(config, args))
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_run(load(args.config, quiet=True), args))
 
 
 async def _run(config: Config, args: argparse.Namespace) -> int:
-    from bruce_bot.live_allowlists import LiveAllowlists
-    from bruce_bot.pairing import PairingError, PairingService
-    from bruce_bot.parts import pairing_allowlists, pairing_enabled
-    from bruce_bot.storage.database import Database, upgrade_schema
-    from bruce_bot.storage.stores import Stores
-
     await upgrade_schema(config.database_url)
     database = Database(config.database_url)
     try:
@@ -95,8 +65,6 @@ def _when(at: datetime | None) -> str:
 
 
 async def _list(service: PairingService) -> None:
-    from bruce_bot.pairing import shown, who
-
     people = await service.people()
     print(f"allowed ({len(people)}):")
     for person in people:
@@ -115,8 +83,6 @@ async def _list(service: PairingService) -> None:
 
 
 async def _approve(service: PairingService, code: str) -> None:
-    from bruce_bot.pairing import who
-
     person = await service.approve(code, by="cli")
     print(
         f"approved {person.channel} user {who(person.user_id, person.username, person.name)}: "
@@ -125,8 +91,6 @@ async def _approve(service: PairingService, code: str) -> None:
 
 
 async def _deny(service: PairingService, code: str) -> None:
-    from bruce_bot.pairing import shown
-
     pending = await service.deny(code)
     print(f"denied {shown(pending.code)} ({pending.channel} user {pending.user_id})")
 

@@ -5,11 +5,15 @@ report lets the owner see them before starting, or after a log line said somethi
 aside. It reads only: messages and task runs with a status nothing knows, tasks whose schedule
 cannot be read or whose scheduler job is gone, runs left open for longer than the grace period,
 messages left in a turn by a process that is not running, and conversations still held by the
-lease of a process that stopped renewing it (PostgreSQL with several processes).
+lease of a process that stopped renewing it (PostgreSQL with several processes). The schema is
+brought up to date first, so the rows are read as this version of Bruce reads them; exit status
+1 when something needs a look.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,10 +22,12 @@ from typing import get_args
 from sqlalchemy import inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
+from bruce_bot.cli.common import load
 from bruce_bot.config import Config
 from bruce_bot.domain import MessageStatus, utcnow
 from bruce_bot.scheduler.service import JOBSTORE_TABLE, job_id
 from bruce_bot.scheduler.timing import ScheduleError, cron_trigger, zone_of
+from bruce_bot.storage.database import upgrade_schema
 from bruce_bot.storage.models import (
     Base,
     MessageRow,
@@ -46,6 +52,20 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.table} #{self.row_id}: {self.what} — {self.fix}"
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load(args.config)
+    asyncio.run(upgrade_schema(config.database_url))
+    problems = asyncio.run(find_problems(config))
+    where = config.database_url.split("@")[-1]
+    if not problems:
+        print(f"no problems found in {where}")
+        return 0
+    print(f"{len(problems)} row(s) need a look in {where}:")
+    for problem in problems:
+        print(f"  {problem}")
+    return 1
 
 
 async def find_problems(config: Config) -> list[Problem]:
