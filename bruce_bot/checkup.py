@@ -43,6 +43,7 @@ from bruce_bot.llm.base import (
     LLMError,
     LLMModelNotFoundError,
     LLMQuotaExceededError,
+    LLMRequest,
     LLMUnavailableError,
 )
 from bruce_bot.llm.errors import ErrorReply
@@ -387,10 +388,12 @@ async def probe_llm(settings: LLMConfig) -> None:
     try:
         # `model` given: the plain model, without `llm.thinking` (it needs more than 1 token).
         await llm.complete(
-            SystemPrompt(stable=("Answer with one word.",)),
-            [ChatMessage(role="user", text="ping")],
-            model=settings.model,
-            max_tokens=1,
+            LLMRequest(
+                SystemPrompt(stable=("Answer with one word.",)),
+                [ChatMessage(role="user", text="ping")],
+                model=settings.model,
+                max_tokens=1,
+            )
         )
     finally:
         await llm.aclose()
