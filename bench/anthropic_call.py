@@ -43,6 +43,7 @@ from bruce_bot.agent.context import build_system_prompt  # noqa: E402
 from bruce_bot.config import AgentConfig, LLMConfig  # noqa: E402
 from bruce_bot.domain import ChatMessage, SystemPrompt, ToolSpec  # noqa: E402
 from bruce_bot.llm.anthropic import AnthropicLLM, build_request  # noqa: E402
+from bruce_bot.llm.base import LLMRequest  # noqa: E402
 from bruce_bot.logs import configure_logging  # noqa: E402
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer  # noqa: E402
 
@@ -162,7 +163,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         llm = AnthropicLLM(config)
 
         async def bruce() -> Any:
-            return await llm.complete(system, messages, tools)
+            return await llm.complete(LLMRequest(system, messages, tools))
 
         params = build_request(system, messages, tools, model=config.model, max_tokens=1024)
         body_chars = len(json.dumps(params))

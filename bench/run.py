@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,15 +31,12 @@ from bruce_bot.app import Bruce  # noqa: E402
 from bruce_bot.channels.base import InboxPort  # noqa: E402
 from bruce_bot.config import validate  # noqa: E402
 from bruce_bot.domain import (  # noqa: E402
-    ChatMessage,
     InboundMessage,
     LLMResponse,
     OutboundMessage,
-    SystemPrompt,
-    ToolSpec,
     Usage,
 )
-from bruce_bot.llm.base import TextSink  # noqa: E402
+from bruce_bot.llm.base import LLMRequest  # noqa: E402
 from bruce_bot.logs import configure_logging  # noqa: E402
 
 
@@ -49,17 +45,7 @@ class InstantLLM:
 
     model = "instant"
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
+    async def complete(self, request: LLMRequest) -> LLMResponse:
         return LLMResponse("ok", usage=Usage(10, 2), model=self.model)
 
     async def aclose(self) -> None:

@@ -33,7 +33,7 @@ from bruce_bot.domain import (
     ToolExecution,
     ToolResult,
 )
-from bruce_bot.llm.base import LLMContextOverflowError, LLMError, LLMService
+from bruce_bot.llm.base import LLMContextOverflowError, LLMError, LLMRequest, LLMService
 from bruce_bot.llm.text import join_text_parts
 from bruce_bot.tools.registry import Tool, ToolContext, ToolRegistry
 
@@ -150,12 +150,14 @@ class _Caller:
             await self.live.restart()  # what this call writes replaces what the last one wrote
         try:
             response = await self.llm.complete(
-                self.system_prompt,
-                messages,
-                self.tools.specs(),
-                max_tokens=max_tokens,
-                force_text=force_text,
-                stream=self.live.text if self.live is not None else None,
+                LLMRequest(
+                    self.system_prompt,
+                    messages,
+                    self.tools.specs(),
+                    max_tokens=max_tokens,
+                    force_text=force_text,
+                    stream=self.live.text if self.live is not None else None,
+                )
             )
         except LLMError as exc:
             duration = (time.perf_counter() - started) * 1000

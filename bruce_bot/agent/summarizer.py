@@ -16,7 +16,7 @@ import structlog
 from bruce_bot.agent.context_budget import ContextBudget
 from bruce_bot.config import AgentConfig, LLMConfig
 from bruce_bot.domain import ChatMessage, LLMCallRecord, SystemPrompt
-from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.llm.base import LLMError, LLMRequest, LLMService
 from bruce_bot.llm.context_windows import context_window
 from bruce_bot.storage.audit import AuditStore
 from bruce_bot.storage.messages import MessageStore, StoredMessage
@@ -109,13 +109,16 @@ class Summarizer:
         )
         if not to_fold:
             return False
+        transcript = _transcript(previous.content if previous else None, to_fold)
         started = time.perf_counter()
         try:
             response = await self._llm.complete(
-                SystemPrompt(stable=(SUMMARY_INSTRUCTIONS,)),
-                [ChatMessage("user", _transcript(previous.content if previous else None, to_fold))],
-                model=self._model,
-                max_tokens=SUMMARY_MAX_TOKENS,
+                LLMRequest(
+                    SystemPrompt(stable=(SUMMARY_INSTRUCTIONS,)),
+                    [ChatMessage("user", transcript)],
+                    model=self._model,
+                    max_tokens=SUMMARY_MAX_TOKENS,
+                )
             )
         except LLMError as exc:
             log.warning("summary_failed", session_id=session_id, error=str(exc))

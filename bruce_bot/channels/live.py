@@ -6,10 +6,12 @@ the text so far was a preamble to tool calls, or an answer the guard is having c
 shows a short status line while a tool runs (`status`). The answer itself still goes through the
 outbox as every reply does: stored first, then delivered, its first part through the live
 reply's `finish` (which turns what was shown into the final message) and the rest as usual; a
-turn that ends without a reply `abandon`s what was shown. Nothing here is a platform's SDK: each
-adapter implements the protocol on its own (Telegram drafts or edits, Discord edits, the web
-chat's event stream). `LiveText` is the part they share: what is shown and when (throttled, never
-the same text twice, a platform's retry-after waited out).
+turn that ends without a reply `abandon`s what was shown. Nothing here is a platform's SDK.
+`PacedLiveReply` is what every adapter's live reply shares (Telegram drafts or edits, Discord
+edits, the web chat's event stream): the protocol, with `LiveText` deciding what is shown and
+when (throttled, never the same text twice, a platform's retry-after waited out, by the
+platform's `Pacing`); a platform's subclass keeps only its platform calls (show a text, deliver
+the final message, take down what was shown).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import structlog
@@ -71,39 +75,43 @@ class LiveChannel(Protocol):
 Show = Callable[[str], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How a platform takes a live text: at most one change per `interval` seconds, texts of at
+    most `limit` as the platform counts them (`length`: Telegram counts UTF-16 units), and with
+    `refresh` (seconds) the same text shown again after that long without a change, for a
+    preview that expires on its own (a Telegram draft lasts 30 seconds). `name` is for logs."""
+
+    interval: float
+    limit: int
+    name: str = ""
+    refresh: float | None = None
+    length: Callable[[str], int] = len
+
+
 class LiveText:
     """What a live reply shows, and when: the text, or the status line that replaced it.
 
     `show` puts a text on screen (sends or edits); it raises `DeliveryError`, with `retry_after`
     when the platform says to wait. It is called from one background task, never twice at once,
-    at most once per `interval` seconds, never with the text already shown, and never cancelled
-    midway (httpcore does not give a pool slot back when a request is cancelled: see
-    `TurnRunner._typing`). Texts beyond `limit` characters are cut with " …"; the final message
-    shows all of it. A permanent failure stops the showing; the final message still goes out.
-    With `refresh` (seconds), the same text is shown again after that long without a change:
-    for a preview that expires on its own (a Telegram draft lasts 30 seconds).
+    at most once per `pacing.interval` seconds, never with the text already shown, and never
+    cancelled midway (httpcore does not give a pool slot back when a request is cancelled: see
+    `TurnRunner._typing`). Texts beyond `pacing.limit` are cut with " …"; the final message shows
+    all of it. A permanent failure stops the showing; the final message still goes out.
     """
 
     def __init__(
-        self,
-        show: Show,
-        *,
-        interval: float,
-        limit: int,
-        clock: Callable[[], float] = time.monotonic,
-        name: str = "",
-        refresh: float | None = None,
-        length: Callable[[str], int] = len,
+        self, show: Show, pacing: Pacing, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._show = show
-        self._refresh = refresh
-        self._length = length  # how the platform counts the limit (Telegram: UTF-16 units)
+        self._refresh = pacing.refresh
+        self._length = pacing.length
         self._changed_at = clock()
         self._changed = asyncio.Event()
-        self._interval = interval
-        self._limit = limit
+        self._interval = pacing.interval
+        self._limit = pacing.limit
         self._clock = clock
-        self._name = name
+        self._name = pacing.name
         self._written = ""  # the answer being written
         self._fresh = False  # restart() was called: the next text begins a new answer
         self._wanted = ""
@@ -193,3 +201,47 @@ class LiveText:
                 return
             self.shown, again = text, False
             self._not_before = self._clock() + self._interval
+
+
+class PacedLiveReply(ABC):
+    """A `LiveReply` shown through `LiveText`: a platform's subclass says only how a text is put
+    on screen (`_show`, called as `LiveText`'s `show`), how the stored reply's first part takes
+    its place (`_deliver`) and how what was shown is taken down when no reply comes
+    (`_take_down`). Both run once the showing has stopped and a retry-after is waited out."""
+
+    def __init__(self, pacing: Pacing) -> None:
+        self._display = LiveText(self._show, pacing)
+
+    @property
+    def shown(self) -> str:
+        """What the platform shows now (the last text `_show` put there)."""
+        return self._display.shown
+
+    async def text(self, delta: str) -> None:
+        self._display.text(delta)
+
+    async def restart(self) -> None:
+        self._display.restart()
+
+    async def status(self, line: str) -> None:
+        self._display.status(line)
+
+    async def finish(self, message: OutboundMessage) -> None:
+        await self._display.close()
+        await self._deliver(message)
+
+    async def abandon(self) -> None:
+        await self._display.close()
+        await self._take_down()
+
+    @abstractmethod
+    async def _show(self, text: str) -> None:
+        """Put `text` on screen; raise `DeliveryError` as `LiveText` expects."""
+
+    @abstractmethod
+    async def _deliver(self, message: OutboundMessage) -> None:
+        """Deliver the stored reply's first part in place of what was shown."""
+
+    @abstractmethod
+    async def _take_down(self) -> None:
+        """Remove what was shown, best effort (the turn ends without this reply)."""

@@ -81,7 +81,7 @@ from bruce_bot.domain import (
     Usage,
 )
 from bruce_bot.llm.anthropic_stream import MessageAssembler
-from bruce_bot.llm.base import LLMUnavailableError, TextSink
+from bruce_bot.llm.base import LLMRequest, LLMUnavailableError, TextSink
 from bruce_bot.llm.call import SDKErrors, call_model
 from bruce_bot.llm.errors import ErrorReply, error_for_reply
 from bruce_bot.llm.text import join_text_parts
@@ -182,33 +182,23 @@ class AnthropicLLM:
     def model(self) -> str:
         return self._config.model
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
-        model_name = model or self._config.model
-        output_limit = max_tokens or self._config.max_tokens
-        thinking = self._thinking(main_model=model is None, output_limit=output_limit)
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        model_name = request.model or self._config.model
+        output_limit = request.max_tokens or self._config.max_tokens
+        thinking = self._thinking(main_model=request.model is None, output_limit=output_limit)
         params = build_request(
-            system,
-            messages,
-            tools,
+            request.system,
+            request.messages,
+            request.tools,
             model=model_name,
             max_tokens=output_limit,
-            force_text=force_text,
+            force_text=request.force_text,
             thinking=thinking,
         )
-        if stream is not None and self._config.stream:
+        if request.stream is not None and self._config.stream:
             return await call_model(
                 _SDK_ERRORS,
-                functools.partial(self._post_streaming, params, stream),
+                functools.partial(self._post_streaming, params, request.stream),
                 from_anthropic_message,
                 model=model_name,
                 secret=self._config.api_key,

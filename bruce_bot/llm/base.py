@@ -1,6 +1,8 @@
 """The one protocol every LLM provider implements, and the errors the core understands.
 
-The agent loop, the summarizer and the analytical brain only ever call `LLMService.complete`.
+The agent loop, the summarizer and the analytical brain only ever call `LLMService.complete`,
+with one `LLMRequest` that says everything about the call: a wrapper (the lazy, switchable and
+background-model services) passes it on as it is, or changed with `dataclasses.replace`.
 Providers translate Bruce's neutral `ChatMessage`/`ToolSpec` values into their wire format, and
 their SDK's failures reach the core as `LLMUnavailableError` (the model could not be reached: the
 user is told briefly and nothing is lost) or `LLMRequestError` (the request itself was refused),
@@ -10,6 +12,7 @@ mapped in one place for every vendor (`errors.py`, called from `call.py`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol, runtime_checkable
 
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
@@ -18,6 +21,33 @@ from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
 # reasoning, never tool-call markup. It must return quickly: the provider reads the stream
 # between calls (a channel that shows the text throttles and sends on its own).
 TextSink = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """One call to a model: the conversation, and how it is to be answered.
+
+    With a `stream` sink the answer is requested as a stream (unless `llm.stream` says the
+    server cannot) and its text handed to the sink as it arrives; the response returned is the
+    same as without one.
+
+    With `force_text` the tools are still declared (Anthropic requires them whenever the history
+    holds tool_use/tool_result blocks) but tool use is switched off (`tool_choice: none`), so the
+    model must answer in text.
+
+    `model=None` means the main model: only then does `llm.thinking` apply (the background
+    model's summaries and brain calls never think at length). `max_tokens=None` means
+    `llm.max_tokens`.
+    """
+
+    system: SystemPrompt
+    messages: Sequence[ChatMessage]
+    tools: Sequence[ToolSpec] = ()
+    _: KW_ONLY
+    model: str | None = None
+    max_tokens: int | None = None
+    force_text: bool = False
+    stream: TextSink | None = None
 
 
 class LLMError(Exception):
@@ -68,30 +98,11 @@ class LLMService(Protocol):
     @property
     def model(self) -> str: ...
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
-        """Answer the conversation.
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer the conversation as `request` says (see `LLMRequest`).
 
-        With a `stream` sink the answer is requested as a stream (unless `llm.stream` says the
-        server cannot) and its text handed to the sink as it arrives; the response returned is
-        the same as without one.
-
-        With `force_text` the tools are still declared (Anthropic requires them whenever the
-        history holds tool_use/tool_result blocks) but tool use is switched off
-        (`tool_choice: none`), so the model must answer in text.
-
-        `model=None` means the main model: only then does `llm.thinking` apply (the background
-        model's summaries and brain calls never think at length). The response's `stop_reason`
-        is one of `StopReason`'s words, and its text never holds reasoning or tool-call markup.
+        The response's `stop_reason` is one of `StopReason`'s words, and its text never holds
+        reasoning or tool-call markup.
         """
         ...
 

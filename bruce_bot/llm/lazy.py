@@ -8,10 +8,10 @@ first turn waits only if it arrives before the import has finished.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
-from bruce_bot.llm.base import LLMService, TextSink
+from bruce_bot.domain import LLMResponse
+from bruce_bot.llm.base import LLMRequest, LLMService
 
 
 class LazyLLM:
@@ -33,27 +33,9 @@ class LazyLLM:
         assert self._task is not None
         return await self._task
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
+    async def complete(self, request: LLMRequest) -> LLMResponse:
         service = await self._service()
-        return await service.complete(
-            system,
-            messages,
-            tools,
-            model=model,
-            max_tokens=max_tokens,
-            force_text=force_text,
-            stream=stream,
-        )
+        return await service.complete(request)
 
     async def aclose(self) -> None:
         if self._task is None:

@@ -63,7 +63,7 @@ from bruce_bot.domain import (
     ToolSpec,
     Usage,
 )
-from bruce_bot.llm.base import LLMRequestError, LLMUnavailableError, TextSink
+from bruce_bot.llm.base import LLMRequest, LLMRequestError, LLMUnavailableError, TextSink
 from bruce_bot.llm.call import SDKErrors, call_model
 from bruce_bot.llm.openai_stream import CompletionAssembler, VisibleText
 from bruce_bot.llm.text import join_text_parts
@@ -116,22 +116,13 @@ class OpenAICompatibleLLM:
     def model(self) -> str:
         return self._config.model
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
-        model_name = model or self._config.model
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        model_name = request.model or self._config.model
+        tools, force_text = request.tools, request.force_text
         params: dict[str, Any] = {
             "model": model_name,
-            "messages": to_openai_messages(system, messages),
-            self._max_tokens_param: max_tokens or self._config.max_tokens,
+            "messages": to_openai_messages(request.system, request.messages),
+            self._max_tokens_param: request.max_tokens or self._config.max_tokens,
         }
         if tools:
             params["tools"] = to_openai_tools(tools)
@@ -139,11 +130,11 @@ class OpenAICompatibleLLM:
                 params["tool_choice"] = "none"
 
         read = functools.partial(self._read, tools=tools, force_text=force_text, model=model_name)
-        if stream is not None and self._config.stream and self._streams:
+        if request.stream is not None and self._config.stream and self._streams:
             try:
                 return await call_model(
                     _SDK_ERRORS,
-                    functools.partial(self._streamed, params, stream),
+                    functools.partial(self._streamed, params, request.stream),
                     read,
                     model=model_name,
                     secret=self._config.api_key,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import ChatMessage, SystemPrompt
-from bruce_bot.llm.base import LLMError
+from bruce_bot.llm.base import LLMError, LLMRequest
 from bruce_bot.llm.errors import ErrorReply
 from bruce_bot.llm.factory import create_llm
 
@@ -29,10 +29,12 @@ async def probe_llm(settings: LLMConfig) -> None:
     try:
         # `model` given: the plain model, without `llm.thinking` (it needs more than 1 token).
         await llm.complete(
-            SystemPrompt(stable=("Answer with one word.",)),
-            [ChatMessage(role="user", text="ping")],
-            model=settings.model,
-            max_tokens=1,
+            LLMRequest(
+                SystemPrompt(stable=("Answer with one word.",)),
+                [ChatMessage(role="user", text="ping")],
+                model=settings.model,
+                max_tokens=1,
+            )
         )
     finally:
         await llm.aclose()

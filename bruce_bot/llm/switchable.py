@@ -11,13 +11,13 @@ start): a call naming that start-time model is sent to the background model now 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import replace
 
 import structlog
 
 from bruce_bot.config import LLMConfig
-from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
-from bruce_bot.llm.base import LLMService, TextSink
+from bruce_bot.domain import LLMResponse
+from bruce_bot.llm.base import LLMRequest, LLMService
 
 log = structlog.get_logger(__name__)
 
@@ -59,32 +59,14 @@ class SwitchableLLM:
         else:
             self._retired[id(old)] = old
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
+    async def complete(self, request: LLMRequest) -> LLMResponse:
         service = self._service
-        if model is not None and model == self._started_background:
-            model = self._config.effective_background_model
+        if request.model is not None and request.model == self._started_background:
+            request = replace(request, model=self._config.effective_background_model)
         key = id(service)
         self._calls[key] = self._calls.get(key, 0) + 1
         try:
-            return await service.complete(
-                system,
-                messages,
-                tools,
-                model=model,
-                max_tokens=max_tokens,
-                force_text=force_text,
-                stream=stream,
-            )
+            return await service.complete(request)
         finally:
             self._calls[key] -= 1
             if self._calls[key] == 0:

@@ -8,10 +8,8 @@ dashboard's address, is `agent/failures.py`'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
-from bruce_bot.llm.base import LLMNotConfiguredError, TextSink
+from bruce_bot.domain import LLMResponse
+from bruce_bot.llm.base import LLMNotConfiguredError, LLMRequest
 
 _DASHBOARD = "connect a model on the web dashboard's setup card (chat page), no restart needed; "
 _HOW_TO_FIX = {
@@ -40,17 +38,7 @@ class UnconfiguredLLM:
     def how_to_fix(self) -> str:
         return _HOW_TO_FIX.get(self._provider, _HOW_TO_FIX["anthropic"])
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
+    async def complete(self, request: LLMRequest) -> LLMResponse:
         raise LLMNotConfiguredError("not configured", self.how_to_fix)
 
     async def aclose(self) -> None:

@@ -33,7 +33,7 @@ from bruce_bot.domain import (
     ToolSpec,
     utcnow,
 )
-from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.llm.base import LLMError, LLMRequest, LLMService
 from bruce_bot.outbox import Outbox
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.timing import describe_interval
@@ -187,11 +187,13 @@ class WatchChecker:
         started = time.perf_counter()
         try:
             response = await self._llm.complete(
-                SystemPrompt(stable=(INSTRUCTIONS,)),
-                [ChatMessage("user", prompt)],
-                [VERDICT_SPEC],
-                model=self._model,
-                max_tokens=MAX_TOKENS,
+                LLMRequest(
+                    SystemPrompt(stable=(INSTRUCTIONS,)),
+                    [ChatMessage("user", prompt)],
+                    [VERDICT_SPEC],
+                    model=self._model,
+                    max_tokens=MAX_TOKENS,
+                )
             )
         except LLMError as exc:
             await self._stores.audit.record_usage(

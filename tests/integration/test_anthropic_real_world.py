@@ -26,6 +26,7 @@ from bruce_bot.llm.base import (
     LLMError,
     LLMModelNotFoundError,
     LLMQuotaExceededError,
+    LLMRequest,
     LLMRequestError,
     LLMUnavailableError,
 )
@@ -101,7 +102,7 @@ async def test_recorded_thinking_and_tool_use_go_back_unchanged_with_the_tool_re
     server.replay(FIXTURES_DIR / "thinking_tool_use_followup.json")
     question = ChatMessage("user", "What is the largest city in the user country?")
 
-    first = await claude.complete(SYSTEM, [question], [USER_COUNTRY])
+    first = await claude.complete(LLMRequest(SYSTEM, [question], [USER_COUNTRY]))
 
     assert first.stop_reason == "tool_use"
     assert first.response_id == "msg_01WvueFjZVbHcj4H4zUzeGv2"
@@ -120,7 +121,7 @@ async def test_recorded_thinking_and_tool_use_go_back_unchanged_with_the_tool_re
 
     result = ChatMessage("user", tool_results=(ToolResult(call.id, call.name, "Mexico"),))
     second = await claude.complete(
-        SYSTEM, [question, assistant_turn(first), result], [USER_COUNTRY]
+        LLMRequest(SYSTEM, [question, assistant_turn(first), result], [USER_COUNTRY])
     )
 
     # The validating fake took it: the thinking block came back as signed.
@@ -140,13 +141,13 @@ async def test_a_tool_turn_rebuilt_without_its_thinking_is_refused_like_the_real
 ) -> None:
     server.replay(FIXTURES_DIR / "thinking_tool_use.json")
     question = ChatMessage("user", "What is the largest city in the user country?")
-    first = await claude.complete(SYSTEM, [question], [USER_COUNTRY])
+    first = await claude.complete(LLMRequest(SYSTEM, [question], [USER_COUNTRY]))
     [call] = first.tool_calls
     rebuilt = ChatMessage("assistant", first.text, first.tool_calls)  # replay blocks dropped
     result = ChatMessage("user", tool_results=(ToolResult(call.id, call.name, "Mexico"),))
 
     with pytest.raises(LLMRequestError) as caught:
-        await claude.complete(SYSTEM, [question, rebuilt, result], [USER_COUNTRY])
+        await claude.complete(LLMRequest(SYSTEM, [question, rebuilt, result], [USER_COUNTRY]))
 
     assert caught.value.reason == "request rejected"
     assert "Expected `thinking` or `redacted_thinking`, but found `text`" in caught.value.detail
@@ -158,7 +159,7 @@ async def test_a_changed_thinking_block_is_refused_like_the_real_api(
 ) -> None:
     server.replay(FIXTURES_DIR / "thinking_tool_use.json")
     question = ChatMessage("user", "What is the largest city in the user country?")
-    first = await claude.complete(SYSTEM, [question], [USER_COUNTRY])
+    first = await claude.complete(LLMRequest(SYSTEM, [question], [USER_COUNTRY]))
     [call] = first.tool_calls
     changed = [copy.deepcopy(block) for block in first.replay_blocks]
     changed[0]["thinking"] = changed[0]["thinking"].replace("Mexico", "Brazil") + " (edited)"
@@ -166,7 +167,7 @@ async def test_a_changed_thinking_block_is_refused_like_the_real_api(
     result = ChatMessage("user", tool_results=(ToolResult(call.id, call.name, "Mexico"),))
 
     with pytest.raises(LLMRequestError) as caught:
-        await claude.complete(SYSTEM, [question, tampered, result], [USER_COUNTRY])
+        await claude.complete(LLMRequest(SYSTEM, [question, tampered, result], [USER_COUNTRY]))
 
     assert "messages.1.content.0: Invalid `signature` in `thinking` block" in caught.value.detail
 
@@ -179,7 +180,7 @@ async def test_recorded_redacted_thinking_keeps_its_data_and_goes_back_in_the_ne
     server.replay(FIXTURES_DIR / "redacted_thinking_followup.json")
     trigger = ChatMessage("user", "ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_46C9A13E")
 
-    first = await claude.complete(SYSTEM, [trigger])
+    first = await claude.complete(LLMRequest(SYSTEM, [trigger]))
 
     assert first.stop_reason == "end_turn"
     assert first.text == recorded["content"][1]["text"]
@@ -188,7 +189,7 @@ async def test_recorded_redacted_thinking_keeps_its_data_and_goes_back_in_the_ne
     assert first.replay_blocks[0]["data"] == recorded["content"][0]["data"]
 
     again = ChatMessage("user", "What was that about?")
-    second = await claude.complete(SYSTEM, [trigger, assistant_turn(first), again])
+    second = await claude.complete(LLMRequest(SYSTEM, [trigger, assistant_turn(first), again]))
 
     assert second.text.startswith("That message appeared to be an attempt")
     assert server.requests[1]["messages"][1] == {
@@ -203,10 +204,12 @@ async def test_scripted_thinking_round_trip_through_a_tool_loop_is_accepted(
     server.script(thinking="The user wants news; search first.", tool_calls=[("web_search", {})])
     server.script("Here is the news.")
 
-    first = await claude.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    first = await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
     [call] = first.tool_calls
     result = ChatMessage("user", tool_results=(ToolResult(call.id, call.name, "news"),))
-    second = await claude.complete(SYSTEM, [*HELLO, assistant_turn(first), result], [WEB_SEARCH])
+    second = await claude.complete(
+        LLMRequest(SYSTEM, [*HELLO, assistant_turn(first), result], [WEB_SEARCH])
+    )
 
     assert first.text == ""
     assert [block["type"] for block in first.replay_blocks] == ["thinking", "tool_use"]
@@ -221,8 +224,8 @@ async def test_a_thinking_only_answer_sent_back_gets_no_cache_breakpoint_on_the_
     server.script(thinking="Let me weigh every option", stop_reason="max_tokens")
     server.script("Short answer: yes.")
 
-    cut = await claude.complete(SYSTEM, HELLO)
-    answer = await claude.complete(SYSTEM, [*HELLO, assistant_turn(cut)])
+    cut = await claude.complete(LLMRequest(SYSTEM, HELLO))
+    answer = await claude.complete(LLMRequest(SYSTEM, [*HELLO, assistant_turn(cut)]))
 
     assert (cut.text, cut.stop_reason, cut.truncated) == ("", "max_tokens", True)
     assert answer.text == "Short answer: yes."
@@ -292,7 +295,7 @@ async def test_recorded_pause_turn_is_sent_back_whole_and_the_continuation_reads
     server.replay(FIXTURES_DIR / "pause_turn_web_search_continued.json")
     question = ChatMessage("user", "Run a series of web searches, then summarise.")
 
-    paused = await claude.complete(SYSTEM, [question], [WEB_SEARCH])
+    paused = await claude.complete(LLMRequest(SYSTEM, [question], [WEB_SEARCH]))
 
     assert paused.stop_reason == "pause_turn"
     assert paused.tool_calls == ()  # server tools run at Anthropic, not here
@@ -303,7 +306,9 @@ async def test_recorded_pause_turn_is_sent_back_whole_and_the_continuation_reads
     )
     assert list(paused.replay_blocks) == paused_body["content"]
 
-    continued = await claude.complete(SYSTEM, [question, assistant_turn(paused)], [WEB_SEARCH])
+    continued = await claude.complete(
+        LLMRequest(SYSTEM, [question, assistant_turn(paused)], [WEB_SEARCH])
+    )
 
     sent = server.requests[1]["messages"][-1]
     assert sent["role"] == "assistant"
@@ -325,7 +330,7 @@ async def test_refusal_is_reported_with_the_text_that_came_before_it(
 ) -> None:
     server.replay(FIXTURES_DIR / "refusal.json")
 
-    response = await claude.complete(SYSTEM, HELLO)
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert response.stop_reason == "refusal"
     assert response.text == "Hello.."
@@ -338,7 +343,7 @@ async def test_a_tool_use_cut_by_max_tokens_is_never_presented_as_complete(
 ) -> None:
     server.replay(FIXTURES_DIR / "max_tokens_cut_tool_use.json")
 
-    response = await claude.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
 
     assert (response.stop_reason, response.truncated) == ("max_tokens", True)
     assert response.text == "I'll write the whole page to an artifact now."
@@ -351,7 +356,7 @@ async def test_only_the_last_tool_use_of_a_cut_answer_is_marked_cut(
 ) -> None:
     server.replay(FIXTURES_DIR / "max_tokens_cut_second_tool_use.json")
 
-    response = await claude.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
 
     complete, cut = response.tool_calls
     assert complete.arguments == {"query": "bruce wayne"}
@@ -377,7 +382,7 @@ async def test_stop_reasons_are_normalised(
 ) -> None:
     server.script("Some text.", stop_reason=sent)
 
-    response = await claude.complete(SYSTEM, HELLO)
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert response.stop_reason == expected
 
@@ -398,7 +403,7 @@ async def test_a_missing_stop_reason_is_end_turn_only_for_plain_text(
     body = load_fixture("thinking_tool_use_followup.json")
     server.replay({**body, "content": content, "stop_reason": None})
 
-    response = await claude.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
 
     assert response.stop_reason == expected
 
@@ -411,8 +416,8 @@ async def test_thinking_is_sent_for_the_main_model_only(
 ) -> None:
     server.script("Main answer.", thinking="Thinking it over.", times=2)
 
-    main = await claude.complete(SYSTEM, HELLO)
-    background = await claude.complete(SYSTEM, HELLO, model="claude-haiku-4-5")
+    main = await claude.complete(LLMRequest(SYSTEM, HELLO))
+    background = await claude.complete(LLMRequest(SYSTEM, HELLO, model="claude-haiku-4-5"))
 
     to_main, to_background = server.requests
     assert to_main["thinking"] == {"type": "enabled", "budget_tokens": BUDGET}
@@ -430,7 +435,7 @@ async def test_thinking_with_forced_text_keeps_tool_choice_none(
 ) -> None:
     server.script(tool_calls=[("web_search", {"query": "x"})])
 
-    response = await claude.complete(SYSTEM, HELLO, [WEB_SEARCH], force_text=True)
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH], force_text=True))
 
     sent = server.requests[0]
     assert sent["tool_choice"] == {"type": "none"}
@@ -444,7 +449,7 @@ async def test_a_call_asking_for_fewer_tokens_than_the_budget_goes_without_think
 ) -> None:
     server.script("Brief.")
 
-    response = await claude.complete(SYSTEM, HELLO, max_tokens=1024)
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO, max_tokens=1024))
 
     assert response.text == "Brief."
     assert server.requests[0]["max_tokens"] == 1024
@@ -455,7 +460,7 @@ async def test_thinking_off_sends_no_thinking(server: FakeAnthropicServer) -> No
     server.script("Plain.", thinking="never sent")
     llm = AnthropicLLM(llm_config(server.base_url, thinking=False))
     try:
-        response = await llm.complete(SYSTEM, HELLO)
+        response = await llm.complete(LLMRequest(SYSTEM, HELLO))
     finally:
         await llm.aclose()
 
@@ -471,7 +476,7 @@ async def test_several_text_blocks_are_joined_readably(
 ) -> None:
     server.script(["The results are in.", "Based on them, Bruce is a bat.", "Also,", "he flies."])
 
-    response = await claude.complete(SYSTEM, HELLO)
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert response.text == (
         "The results are in.\n\nBased on them, Bruce is a bat.\n\nAlso, he flies."
@@ -484,7 +489,7 @@ async def test_an_unknown_block_type_is_skipped_and_logged_with_the_response_id(
     server.replay(FIXTURES_DIR / "future_block_type.json")
 
     with capture_logs() as logs:
-        response = await claude.complete(SYSTEM, HELLO)
+        response = await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert response.text.startswith(
         "Based on the information that you're from Mexico, the largest city in your country is "
@@ -503,7 +508,7 @@ async def test_an_unknown_block_of_a_paused_turn_is_kept_for_the_replay(
     body = load_fixture("future_block_type.json")
     server.replay({**body, "stop_reason": "pause_turn"})
 
-    response = await claude.complete(SYSTEM, HELLO)
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert response.stop_reason == "pause_turn"
     assert list(response.replay_blocks) == body["content"]
@@ -529,7 +534,7 @@ async def test_malformed_blocks_are_ignored_not_fatal(
     ]
     server.replay({**body, "content": content})
 
-    response = await claude.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
 
     assert response.text == "Still here."
     assert response.tool_calls == ()
@@ -551,7 +556,7 @@ async def test_an_answer_the_sdk_cannot_read_is_an_invalid_response(
     server.replay(payload, content_type=content_type)
 
     with pytest.raises(LLMUnavailableError) as caught:
-        await claude.complete(SYSTEM, HELLO)
+        await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert caught.value.reason == "invalid response"
     assert API_KEY not in str(caught.value)
@@ -605,7 +610,7 @@ async def test_recorded_error_bodies_map_to_the_right_errors(
     server.replay(FIXTURES_DIR / fixture, status=status)
 
     with pytest.raises(LLMError) as caught:
-        await claude.complete(SYSTEM, HELLO)
+        await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert type(caught.value) is error_class
     assert caught.value.reason == reason
@@ -622,7 +627,7 @@ async def test_an_unknown_model_names_the_model_asked_for(
     server.replay(FIXTURES_DIR / "error_model_not_found.json", status=404)
 
     with pytest.raises(LLMModelNotFoundError) as caught:
-        await claude.complete(SYSTEM, HELLO, model="opus-4")
+        await claude.complete(LLMRequest(SYSTEM, HELLO, model="opus-4"))
 
     assert caught.value.reason == "model not found"
     assert caught.value.model == "opus-4"
@@ -660,7 +665,7 @@ async def test_error_details_never_include_the_api_key(
     server.script(error=status, error_message=message.format(key=API_KEY))
 
     with pytest.raises(error_class) as caught:
-        await claude.complete(SYSTEM, HELLO)
+        await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert API_KEY not in str(caught.value)
     assert API_KEY not in caught.value.detail

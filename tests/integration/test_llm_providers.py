@@ -18,6 +18,7 @@ from bruce_bot.domain import ChatMessage, SystemPrompt, ToolCall, ToolResult, To
 from bruce_bot.llm.anthropic import AnthropicLLM
 from bruce_bot.llm.base import (
     LLMNotConfiguredError,
+    LLMRequest,
     LLMRequestError,
     LLMService,
     LLMUnavailableError,
@@ -107,7 +108,7 @@ async def test_anthropic_text_answer_carries_text_usage_and_model(
         },
     )
 
-    response = await claude.complete(SYSTEM, HELLO)
+    response = await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert response.text == "Hello, I am Bruce."
     assert response.tool_calls == ()
@@ -126,7 +127,7 @@ async def test_anthropic_model_and_max_tokens_arguments_override_the_config(
 ) -> None:
     anthropic_server.script("ok")
 
-    await claude.complete(SYSTEM, HELLO, model="claude-haiku-4-5", max_tokens=64)
+    await claude.complete(LLMRequest(SYSTEM, HELLO, model="claude-haiku-4-5", max_tokens=64))
 
     assert anthropic_server.requests[0]["model"] == "claude-haiku-4-5"
     assert anthropic_server.requests[0]["max_tokens"] == 64
@@ -142,7 +143,7 @@ async def test_anthropic_tool_use_round_trip_sends_tool_results_with_ids_and_err
     )
     anthropic_server.script("Bruce is a bat.")
 
-    first = await claude.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    first = await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
 
     assert first.stop_reason == "tool_use"
     assert first.text == "Let me look."
@@ -163,7 +164,7 @@ async def test_anthropic_tool_use_round_trip_sends_tool_results_with_ids_and_err
             ),
         ),
     ]
-    second = await claude.complete(SYSTEM, history, [WEB_SEARCH])
+    second = await claude.complete(LLMRequest(SYSTEM, history, [WEB_SEARCH]))
 
     assert second.text == "Bruce is a bat."
     user, assistant, results = anthropic_server.requests[1]["messages"]
@@ -203,7 +204,7 @@ async def test_anthropic_replays_a_malformed_tool_call_with_empty_input(
         ),
     ]
 
-    await claude.complete(SYSTEM, history, [WEB_SEARCH])
+    await claude.complete(LLMRequest(SYSTEM, history, [WEB_SEARCH]))
 
     tool_use = anthropic_server.requests[0]["messages"][1]["content"][0]
     assert tool_use == {"type": "tool_use", "id": "toolu_1", "name": "web_search", "input": {}}
@@ -214,7 +215,7 @@ async def test_anthropic_system_holds_the_stable_layers_and_the_volatile_ones_co
 ) -> None:
     anthropic_server.script("ok")
 
-    await claude.complete(SYSTEM, HELLO)
+    await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     sent = anthropic_server.requests[0]
     # The first layer is cached on its own, so a change in the others still reads it back.
@@ -240,8 +241,8 @@ async def test_anthropic_skips_empty_system_blocks(
     anthropic_server.script("ok")
     anthropic_server.script("ok")
 
-    await claude.complete(SystemPrompt(stable=("Base", " "), volatile=("",)), HELLO)
-    await claude.complete(SystemPrompt(stable=(), volatile=()), HELLO)
+    await claude.complete(LLMRequest(SystemPrompt(stable=("Base", " "), volatile=("",)), HELLO))
+    await claude.complete(LLMRequest(SystemPrompt(stable=(), volatile=()), HELLO))
 
     assert anthropic_server.requests[0]["system"] == [
         {"type": "text", "text": "Base", "cache_control": {"type": "ephemeral"}}
@@ -265,7 +266,7 @@ async def test_anthropic_merges_consecutive_turns_and_caches_the_last_block(
         ChatMessage(role="user", text="third"),
     ]
 
-    await claude.complete(SYSTEM, history)
+    await claude.complete(LLMRequest(SYSTEM, history))
 
     messages = anthropic_server.requests[0]["messages"]
     assert [message["role"] for message in messages] == ["user", "assistant", "user"]
@@ -297,7 +298,7 @@ async def test_anthropic_puts_tool_results_before_text_in_a_merged_user_turn(
         ChatMessage(role="user", tool_results=(ToolResult("toolu_9", "web_search", "found"),)),
     ]
 
-    response = await claude.complete(SYSTEM, history, [WEB_SEARCH])
+    response = await claude.complete(LLMRequest(SYSTEM, history, [WEB_SEARCH]))
 
     assert response.text == "ok"  # the fake refuses tool_result blocks that are not first
     last = anthropic_server.requests[0]["messages"][-1]["content"]
@@ -311,8 +312,8 @@ async def test_anthropic_sends_tools_only_when_there_are_some(
     anthropic_server.script("with tools")
     anthropic_server.script("without tools")
 
-    await claude.complete(SYSTEM, HELLO, [WEB_SEARCH])
-    await claude.complete(SYSTEM, HELLO, [])
+    await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
+    await claude.complete(LLMRequest(SYSTEM, HELLO, []))
 
     assert anthropic_server.requests[0]["tools"] == [
         {
@@ -337,8 +338,8 @@ async def test_anthropic_forced_text_keeps_the_tools_but_switches_tool_use_off(
     ]
 
     # The fake, like the API, refuses tool_use/tool_result history without declared tools.
-    response = await claude.complete(SYSTEM, history, [WEB_SEARCH], force_text=True)
-    await claude.complete(SYSTEM, HELLO, [], force_text=True)
+    response = await claude.complete(LLMRequest(SYSTEM, history, [WEB_SEARCH], force_text=True))
+    await claude.complete(LLMRequest(SYSTEM, HELLO, [], force_text=True))
 
     assert response.text == "Here is what I found."
     forced, no_tools = anthropic_server.requests
@@ -354,7 +355,7 @@ async def test_anthropic_cache_breakpoints_let_the_next_loop_call_reuse_the_pref
     anthropic_server.script(tool_calls=[("web_search", {"query": "bruce"})])
     anthropic_server.script("done")
 
-    first = await claude.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    first = await claude.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
     history = [
         *HELLO,
         ChatMessage(role="assistant", tool_calls=first.tool_calls),
@@ -363,7 +364,7 @@ async def test_anthropic_cache_breakpoints_let_the_next_loop_call_reuse_the_pref
             tool_results=(ToolResult(first.tool_calls[0].id, "web_search", "a bat " * 50),),
         ),
     ]
-    second = await claude.complete(SYSTEM, history, [WEB_SEARCH])
+    second = await claude.complete(LLMRequest(SYSTEM, history, [WEB_SEARCH]))
 
     assert first.usage.cache_read_tokens == 0
     assert first.usage.cache_write_tokens > 0
@@ -382,7 +383,7 @@ async def test_anthropic_overloaded_once_is_retried_by_the_sdk(
     llm = AnthropicLLM(llm_config("anthropic", anthropic_server.base_url, max_retries=2))
 
     try:
-        response = await llm.complete(SYSTEM, HELLO)
+        response = await llm.complete(LLMRequest(SYSTEM, HELLO))
     finally:
         await llm.aclose()
 
@@ -399,7 +400,7 @@ async def test_anthropic_overloaded_forever_is_unavailable(
 
     try:
         with pytest.raises(LLMUnavailableError) as caught:
-            await llm.complete(SYSTEM, HELLO)
+            await llm.complete(LLMRequest(SYSTEM, HELLO))
     finally:
         await llm.aclose()
 
@@ -418,7 +419,7 @@ async def test_anthropic_transient_statuses_are_unavailable(
     anthropic_server.script(error=status)
 
     with pytest.raises(LLMUnavailableError) as caught:
-        await claude.complete(SYSTEM, HELLO)
+        await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert caught.value.reason == reason
 
@@ -430,7 +431,7 @@ async def test_anthropic_bad_key_is_refused_without_echoing_the_key(
     anthropic_server.script(error=status, error_message=f"invalid x-api-key {API_KEY}")
 
     with pytest.raises(LLMRequestError) as caught:
-        await claude.complete(SYSTEM, HELLO)
+        await claude.complete(LLMRequest(SYSTEM, HELLO))
 
     assert caught.value.reason == "authentication failed"
     assert API_KEY not in str(caught.value)
@@ -442,7 +443,7 @@ async def test_anthropic_unknown_model_is_refused(
 ) -> None:
     # Nothing scripted: the fake serves only the models it knows, and answers the API's 404.
     with pytest.raises(LLMRequestError) as caught:
-        await claude.complete(SYSTEM, HELLO, model="claude-nope")
+        await claude.complete(LLMRequest(SYSTEM, HELLO, model="claude-nope"))
 
     assert caught.value.reason == "model not found"
     assert "claude-nope" in caught.value.detail
@@ -453,7 +454,7 @@ async def test_anthropic_invalid_request_is_rejected_with_the_apis_words(
 ) -> None:
     # No usable message at all: the (fake) API answers 400 invalid_request_error.
     with pytest.raises(LLMRequestError) as caught:
-        await claude.complete(SYSTEM, [ChatMessage(role="user", text="")])
+        await claude.complete(LLMRequest(SYSTEM, [ChatMessage(role="user", text="")]))
 
     assert caught.value.reason == "request rejected"
     assert "at least one message" in caught.value.detail
@@ -465,7 +466,7 @@ async def test_anthropic_connection_refused_is_unreachable() -> None:
 
     try:
         with pytest.raises(LLMUnavailableError) as caught:
-            await llm.complete(SYSTEM, HELLO)
+            await llm.complete(LLMRequest(SYSTEM, HELLO))
     finally:
         await llm.aclose()
 
@@ -479,7 +480,7 @@ async def test_anthropic_slow_model_times_out() -> None:
         llm = AnthropicLLM(llm_config("anthropic", server.base_url, timeout_seconds=0.3))
         try:
             with pytest.raises(LLMUnavailableError) as caught:
-                await llm.complete(SYSTEM, HELLO)
+                await llm.complete(LLMRequest(SYSTEM, HELLO))
         finally:
             await llm.aclose()
 
@@ -503,7 +504,7 @@ async def test_openai_text_answer_carries_text_usage_and_model(
         },
     )
 
-    response = await gpt.complete(SYSTEM, HELLO)
+    response = await gpt.complete(LLMRequest(SYSTEM, HELLO))
 
     assert response.text == "Hello, I am Bruce."
     assert response.tool_calls == ()
@@ -531,7 +532,7 @@ async def test_openai_tool_calls_round_trip_sends_tool_messages_with_ids(
     )
     openai_server.script("Bruce is a bat.")
 
-    first = await gpt.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    first = await gpt.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
 
     assert first.stop_reason == "tool_use"
     assert first.text == ""
@@ -561,7 +562,7 @@ async def test_openai_tool_calls_round_trip_sends_tool_messages_with_ids(
             text="and be brief",
         ),
     ]
-    second = await gpt.complete(SYSTEM, history, [WEB_SEARCH])
+    second = await gpt.complete(LLMRequest(SYSTEM, history, [WEB_SEARCH]))
 
     assert second.text == "Bruce is a bat."
     _, _, assistant, ok, failed, user = openai_server.requests[1]["messages"]
@@ -592,7 +593,7 @@ async def test_openai_malformed_arguments_keep_the_raw_text(
     openai_server.script(raw_arguments='{"query": "unterminated')
     openai_server.script("sorry")
 
-    response = await gpt.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    response = await gpt.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
 
     (call,) = response.tool_calls
     assert call.name == "web_search"
@@ -608,7 +609,7 @@ async def test_openai_malformed_arguments_keep_the_raw_text(
             tool_results=(ToolResult(call.id, call.name, "arguments are not JSON", True),),
         ),
     ]
-    await gpt.complete(SYSTEM, history, [WEB_SEARCH])
+    await gpt.complete(LLMRequest(SYSTEM, history, [WEB_SEARCH]))
 
     replayed = openai_server.requests[1]["messages"][2]["tool_calls"][0]["function"]
     assert replayed["arguments"] == '{"query": "unterminated'
@@ -619,7 +620,7 @@ async def test_openai_empty_and_non_object_arguments(
 ) -> None:
     openai_server.script(tool_calls=[("proactive_list", ""), ("web_search", "[1, 2]")])
 
-    response = await gpt.complete(SYSTEM, HELLO, [WEB_SEARCH])
+    response = await gpt.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH]))
 
     no_arguments, a_list = response.tool_calls
     assert no_arguments.arguments == {}
@@ -633,8 +634,8 @@ async def test_openai_forced_text_keeps_the_tools_but_switches_tool_use_off(
     openai_server.script("Plain answer.")
     openai_server.script("No tools at all.")
 
-    response = await gpt.complete(SYSTEM, HELLO, [WEB_SEARCH], force_text=True)
-    await gpt.complete(SYSTEM, HELLO, [], force_text=True)
+    response = await gpt.complete(LLMRequest(SYSTEM, HELLO, [WEB_SEARCH], force_text=True))
+    await gpt.complete(LLMRequest(SYSTEM, HELLO, [], force_text=True))
 
     assert response.text == "Plain answer."
     forced, no_tools = openai_server.requests
@@ -663,7 +664,7 @@ async def test_openai_rate_limited_once_is_retried_by_the_sdk(
     llm = OpenAICompatibleLLM(llm_config("openai", openai_server.base_url, max_retries=1))
 
     try:
-        response = await llm.complete(SYSTEM, HELLO)
+        response = await llm.complete(LLMRequest(SYSTEM, HELLO))
     finally:
         await llm.aclose()
 
@@ -680,7 +681,7 @@ async def test_openai_transient_statuses_are_unavailable(
     openai_server.script(error=status)
 
     with pytest.raises(LLMUnavailableError) as caught:
-        await gpt.complete(SYSTEM, HELLO)
+        await gpt.complete(LLMRequest(SYSTEM, HELLO))
 
     assert caught.value.reason == reason
 
@@ -691,7 +692,7 @@ async def test_openai_bad_key_is_refused_without_echoing_the_key(
     openai_server.script(error=401, error_message=f"Incorrect API key provided: {API_KEY}.")
 
     with pytest.raises(LLMRequestError) as caught:
-        await gpt.complete(SYSTEM, HELLO)
+        await gpt.complete(LLMRequest(SYSTEM, HELLO))
 
     assert caught.value.reason == "authentication failed"
     assert API_KEY not in str(caught.value)
@@ -704,9 +705,9 @@ async def test_openai_unknown_model_and_bad_request_are_refused(
     openai_server.script(error=400, error_message="Invalid 'messages[1].content'.")
 
     with pytest.raises(LLMRequestError) as not_found:
-        await gpt.complete(SYSTEM, HELLO, model="gpt-nope")
+        await gpt.complete(LLMRequest(SYSTEM, HELLO, model="gpt-nope"))
     with pytest.raises(LLMRequestError) as rejected:
-        await gpt.complete(SYSTEM, HELLO)
+        await gpt.complete(LLMRequest(SYSTEM, HELLO))
 
     assert not_found.value.reason == "model not found"
     assert "gpt-nope" in not_found.value.detail
@@ -719,7 +720,7 @@ async def test_openai_connection_refused_is_unreachable() -> None:
 
     try:
         with pytest.raises(LLMUnavailableError) as caught:
-            await llm.complete(SYSTEM, HELLO)
+            await llm.complete(LLMRequest(SYSTEM, HELLO))
     finally:
         await llm.aclose()
 
@@ -735,7 +736,7 @@ async def test_without_a_key_bruce_gets_an_llm_that_explains_the_fix() -> None:
     assert isinstance(llm, UnconfiguredLLM)
     assert isinstance(llm, LLMService)
     with pytest.raises(LLMNotConfiguredError) as caught:
-        await llm.complete(SYSTEM, HELLO)
+        await llm.complete(LLMRequest(SYSTEM, HELLO))
     assert caught.value.reason == "not configured"
     assert "llm.api_key" in caught.value.detail
     await llm.aclose()
@@ -746,7 +747,7 @@ async def test_openai_without_key_or_base_url_is_not_configured() -> None:
 
     assert isinstance(llm, UnconfiguredLLM)
     with pytest.raises(LLMNotConfiguredError) as caught:
-        await llm.complete(SYSTEM, HELLO)
+        await llm.complete(LLMRequest(SYSTEM, HELLO))
     assert "llm.base_url" in caught.value.detail
 
 
@@ -757,7 +758,7 @@ async def test_a_local_openai_compatible_server_needs_no_key(
     llm = create_llm(LLMConfig(provider="openai", base_url=openai_server.base_url, model="llama3"))
 
     try:
-        response = await llm.complete(SYSTEM, HELLO)
+        response = await llm.complete(LLMRequest(SYSTEM, HELLO))
     finally:
         await llm.aclose()
 
@@ -774,7 +775,7 @@ async def test_create_llm_builds_the_anthropic_provider_with_a_key(
     llm = create_llm(llm_config("anthropic", anthropic_server.base_url))
 
     try:
-        response = await llm.complete(SYSTEM, HELLO)
+        response = await llm.complete(LLMRequest(SYSTEM, HELLO))
     finally:
         await llm.aclose()
 
@@ -830,8 +831,8 @@ async def test_openai_prompt_prefix_stays_the_same_when_only_the_time_changes(
             tool_results=(ToolResult(call_id="call_1", name="web_search", content="a bat"),),
         ),
     ]
-    await gpt.complete(SYSTEM, history, [WEB_SEARCH])
-    await gpt.complete(later, history, [WEB_SEARCH])
+    await gpt.complete(LLMRequest(SYSTEM, history, [WEB_SEARCH]))
+    await gpt.complete(LLMRequest(later, history, [WEB_SEARCH]))
     first, second = (request["messages"] for request in openai_server.requests)
     assert (
         first[0]

@@ -16,7 +16,7 @@ import pytest
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolResult, ToolSpec
 from bruce_bot.llm.anthropic import AnthropicLLM
-from bruce_bot.llm.base import LLMUnavailableError
+from bruce_bot.llm.base import LLMRequest, LLMUnavailableError
 from bruce_bot.llm.openai import OpenAICompatibleLLM
 from bruce_bot.llm.openai_stream import VisibleText
 from tests.fakes.anthropic_server import FIXTURES_DIR as ANTHROPIC_FIXTURES
@@ -121,8 +121,8 @@ async def test_anthropic_streamed_answer_equals_the_whole_one_with_thinking_and_
         )
     sink = Pieces()
     try:
-        whole = await llm.complete(SYSTEM, QUESTION, [WEATHER])
-        streamed = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=sink)
+        whole = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER]))
+        streamed = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=sink))
     finally:
         await llm.aclose()
 
@@ -143,7 +143,7 @@ async def test_anthropic_recorded_thinking_stream_gives_signed_thinking_and_the_
     anthropic_server.replay(ANTHROPIC_FIXTURES / "stream_thinking_tool_use.sse")
     sink = Pieces()
     try:
-        response = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=sink)
+        response = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=sink))
     finally:
         await llm.aclose()
 
@@ -167,7 +167,7 @@ async def test_anthropic_streamed_thinking_goes_back_signed_with_the_tool_result
         server.replay(ANTHROPIC_FIXTURES / "stream_thinking_followup.sse")
         sink = Pieces()
         try:
-            first = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=Pieces())
+            first = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=Pieces()))
             [call] = first.tool_calls
             turn = [
                 *QUESTION,
@@ -176,7 +176,7 @@ async def test_anthropic_streamed_thinking_goes_back_signed_with_the_tool_result
                 ),
                 ChatMessage("user", tool_results=(ToolResult(call.id, call.name, "40 C"),)),
             ]
-            second = await llm.complete(SYSTEM, turn, [WEATHER], stream=sink)
+            second = await llm.complete(LLMRequest(SYSTEM, turn, [WEATHER], stream=sink))
         finally:
             await llm.aclose()
         sent_back = server.requests[1]["messages"][1]["content"]
@@ -196,8 +196,8 @@ async def test_anthropic_recorded_text_and_tool_use_streams(
     anthropic_server.replay(ANTHROPIC_FIXTURES / "stream_tool_use.sse")
     text_sink, tool_sink = Pieces(), Pieces()
     try:
-        text = await llm.complete(SYSTEM, QUESTION, stream=text_sink)
-        tool = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=tool_sink)
+        text = await llm.complete(LLMRequest(SYSTEM, QUESTION, stream=text_sink))
+        tool = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=tool_sink))
     finally:
         await llm.aclose()
 
@@ -234,7 +234,7 @@ async def test_anthropic_error_event_mid_stream_is_an_outage(
     llm = AnthropicLLM(anthropic_config(anthropic_server.base_url))
     try:
         with pytest.raises(LLMUnavailableError) as raised:
-            await llm.complete(SYSTEM, QUESTION, stream=Pieces())
+            await llm.complete(LLMRequest(SYSTEM, QUESTION, stream=Pieces()))
     finally:
         await llm.aclose()
     assert raised.value.reason == "overloaded"
@@ -247,7 +247,7 @@ async def test_anthropic_does_not_stream_when_the_config_says_the_server_cannot(
     anthropic_server.script("Plain.")
     sink = Pieces()
     try:
-        response = await llm.complete(SYSTEM, QUESTION, stream=sink)
+        response = await llm.complete(LLMRequest(SYSTEM, QUESTION, stream=sink))
     finally:
         await llm.aclose()
     assert "stream" not in anthropic_server.requests[0]
@@ -273,10 +273,12 @@ async def test_openai_streamed_answer_equals_the_whole_one_with_tool_calls(
         openai_server.script(LONG_TEXT)
     sinks = [Pieces(), Pieces()]
     try:
-        whole_calls = await llm.complete(SYSTEM, QUESTION, [WEATHER])
-        streamed_calls = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=sinks[0])
-        whole_text = await llm.complete(SYSTEM, QUESTION, [WEATHER])
-        streamed_text = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=sinks[1])
+        whole_calls = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER]))
+        streamed_calls = await llm.complete(
+            LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=sinks[0])
+        )
+        whole_text = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER]))
+        streamed_text = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=sinks[1]))
     finally:
         await llm.aclose()
 
@@ -299,8 +301,8 @@ async def test_openai_recorded_streams_tool_call_then_text(openai_server: FakeOp
     openai_server.replay(OPENAI_FIXTURES / "stream_openai_text.sse")
     sinks = [Pieces(), Pieces()]
     try:
-        call = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=sinks[0])
-        answer = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=sinks[1])
+        call = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=sinks[0]))
+        answer = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=sinks[1]))
     finally:
         await llm.aclose()
 
@@ -324,7 +326,7 @@ async def test_openai_recorded_llamacpp_stream_hides_reasoning(
     openai_server.replay(OPENAI_FIXTURES / "stream_llamacpp_tool_call.sse")
     sink = Pieces()
     try:
-        response = await llm.complete(SYSTEM, QUESTION, [WEATHER], stream=sink)
+        response = await llm.complete(LLMRequest(SYSTEM, QUESTION, [WEATHER], stream=sink))
     finally:
         await llm.aclose()
     [call] = response.tool_calls
@@ -341,8 +343,8 @@ async def test_openai_server_that_refuses_to_stream_is_asked_whole_from_then_on(
     openai_server.script(error=400, error_message="Unrecognized request argument: stream_options")
     openai_server.script("Whole.", times=2)
     try:
-        first = await llm.complete(SYSTEM, QUESTION, stream=Pieces())
-        second = await llm.complete(SYSTEM, QUESTION, stream=Pieces())
+        first = await llm.complete(LLMRequest(SYSTEM, QUESTION, stream=Pieces()))
+        second = await llm.complete(LLMRequest(SYSTEM, QUESTION, stream=Pieces()))
     finally:
         await llm.aclose()
     assert (first.text, second.text) == ("Whole.", "Whole.")

@@ -20,6 +20,7 @@ from bruce_bot.llm.base import (
     LLMError,
     LLMModelNotFoundError,
     LLMQuotaExceededError,
+    LLMRequest,
     LLMRequestError,
     LLMUnavailableError,
 )
@@ -101,7 +102,7 @@ async def replayed(
     **options: Any,
 ) -> LLMResponse:
     server.replay(FIXTURES / f"{name}.json")
-    response = await llm.complete(SYSTEM, HELLO, [TOOLS[n] for n in offered], **options)
+    response = await llm.complete(LLMRequest(SYSTEM, HELLO, [TOOLS[n] for n in offered], **options))
     assert not REASONING.search(response.text), response.text
     if response.tool_calls:
         assert not MARKUP.search(response.text), response.text
@@ -349,7 +350,7 @@ async def test_an_answer_without_a_message_is_an_invalid_response(
     server.replay(FIXTURES / f"{name}.json")
 
     with pytest.raises(LLMUnavailableError) as caught:
-        await llm.complete(SYSTEM, HELLO)
+        await llm.complete(LLMRequest(SYSTEM, HELLO))
 
     assert caught.value.reason == "invalid response"
     assert repr(recorded(name)["id"]) in caught.value.detail
@@ -386,7 +387,7 @@ async def test_calls_as_servers_send_them_round_trip_into_a_valid_request(
             ),
         ),
     ]
-    second = await llm.complete(SYSTEM, history, tools)
+    second = await llm.complete(LLMRequest(SYSTEM, history, tools))
 
     # The fake refuses (400) tool messages that answer no call and calls left unanswered.
     assert second.text == "Done."
@@ -437,8 +438,8 @@ async def test_calls_cut_by_the_token_limit_lose_their_arguments(
     )
 
     # Written first: once the model has called natively, its text is not read for calls (auto).
-    written = await llm.complete(SYSTEM, HELLO, [TOOLS["web_search"]])
-    native = await llm.complete(SYSTEM, HELLO, [TOOLS["web_search"]])
+    written = await llm.complete(LLMRequest(SYSTEM, HELLO, [TOOLS["web_search"]]))
+    native = await llm.complete(LLMRequest(SYSTEM, HELLO, [TOOLS["web_search"]]))
 
     assert native.stop_reason == "max_tokens"
     # The last call may be cut even where its JSON parses; earlier ones are whole.
@@ -454,8 +455,8 @@ async def test_unknown_finish_reasons_are_other_and_tool_calls_win_over_stop(
     server.script("partial", finish_reason="abort")
     server.script(tool_calls=[("web_search", {"query": "x"})], finish_reason="stop")
 
-    odd = await llm.complete(SYSTEM, HELLO)
-    stopped = await llm.complete(SYSTEM, HELLO, [TOOLS["web_search"]])
+    odd = await llm.complete(LLMRequest(SYSTEM, HELLO))
+    stopped = await llm.complete(LLMRequest(SYSTEM, HELLO, [TOOLS["web_search"]]))
 
     assert (odd.text, odd.stop_reason) == ("partial", "other")
     assert stopped.stop_reason == "tool_use"
@@ -492,7 +493,7 @@ async def test_recorded_errors_reach_the_core_as_what_they_mean(
     server.replay(FIXTURES / f"{name}.json", status=status)
 
     with pytest.raises(LLMError) as caught:
-        await llm.complete(SYSTEM, HELLO)
+        await llm.complete(LLMRequest(SYSTEM, HELLO))
 
     assert type(caught.value) is error
     assert caught.value.reason == reason
@@ -529,7 +530,7 @@ async def test_error_bodies_in_each_servers_shape(
     server.script(error=status, error_message=message, error_shape=shape)
 
     with pytest.raises(LLMError) as caught:
-        await llm.complete(SYSTEM, HELLO)
+        await llm.complete(LLMRequest(SYSTEM, HELLO))
 
     assert type(caught.value) is error
 
@@ -541,7 +542,7 @@ async def test_errors_never_echo_the_api_key(
     for status in (400, 403, 404, 429, 500):
         server.replay(echoing, status=status)
         with pytest.raises(LLMError) as caught:
-            await llm.complete(SYSTEM, HELLO)
+            await llm.complete(LLMRequest(SYSTEM, HELLO))
         assert API_KEY not in str(caught.value)
         assert API_KEY not in caught.value.detail
 
@@ -553,7 +554,7 @@ async def test_scripted_calls_from_a_server_that_ignores_tool_choice_none_are_dr
         "Let me add.", tool_calls=[("web_search", {"query": "x"})], ignores_tool_choice=True
     )
 
-    response = await llm.complete(SYSTEM, HELLO, [TOOLS["web_search"]], force_text=True)
+    response = await llm.complete(LLMRequest(SYSTEM, HELLO, [TOOLS["web_search"]], force_text=True))
 
     assert (response.text, response.tool_calls, response.stop_reason) == (
         "Let me add.",

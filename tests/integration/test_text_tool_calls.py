@@ -23,6 +23,7 @@ from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import LLMConfig
 from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolResult, ToolSpec
 from bruce_bot.llm.anthropic import AnthropicLLM
+from bruce_bot.llm.base import LLMRequest
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.openai import OpenAICompatibleLLM
 from tests.conftest import running_bruce
@@ -102,7 +103,9 @@ class Pieces:
 async def answer(
     llm: OpenAICompatibleLLM, *, streamed: bool = False, tools: list[ToolSpec] = TOOLS
 ) -> LLMResponse:
-    return await llm.complete(SYSTEM, HELLO, tools, stream=Pieces() if streamed else None)
+    return await llm.complete(
+        LLMRequest(SYSTEM, HELLO, tools, stream=Pieces() if streamed else None)
+    )
 
 
 def calls_of(response: LLMResponse) -> list[tuple[str, Any]]:
@@ -229,8 +232,8 @@ async def test_the_anthropic_provider_never_reads_its_text_for_calls(
         LLMConfig(api_key="sk-ant-test", base_url=anthropic_fake.base_url, max_retries=0)
     )
     try:
-        whole = await llm.complete(SYSTEM, HELLO, TOOLS)
-        tail = await llm.complete(SYSTEM, HELLO, TOOLS)
+        whole = await llm.complete(LLMRequest(SYSTEM, HELLO, TOOLS))
+        tail = await llm.complete(LLMRequest(SYSTEM, HELLO, TOOLS))
     finally:
         await llm.aclose()
 
@@ -294,9 +297,9 @@ async def test_auto_remembers_a_native_caller_across_providers_the_factory_build
     server.script(tool_calls=[("web_search", {"query": "x"})])
     server.script(TASK_CALL, times=2)
     try:
-        await first.complete(SYSTEM, HELLO, TOOLS)
-        rebuilt = await second.complete(SYSTEM, HELLO, TOOLS)
-        other = await other_model.complete(SYSTEM, HELLO, TOOLS)
+        await first.complete(LLMRequest(SYSTEM, HELLO, TOOLS))
+        rebuilt = await second.complete(LLMRequest(SYSTEM, HELLO, TOOLS))
+        other = await other_model.complete(LLMRequest(SYSTEM, HELLO, TOOLS))
     finally:
         for provider in (first, second, other_model):
             await provider.aclose()
@@ -315,7 +318,7 @@ async def test_calls_sharing_one_id_are_all_kept_and_each_result_pairs_with_its_
     server.replay(FIXTURES / "xinference_repeated_tool_call_id.json")
     server.script("Which products do you need suppliers for?")
 
-    first = await llm.complete(SYSTEM, HELLO, tools)
+    first = await llm.complete(LLMRequest(SYSTEM, HELLO, tools))
     shared = "call_f0de99f4-6fe1-4235-b4d9-1fcb010fa197"
     history = [
         *HELLO,
@@ -328,7 +331,7 @@ async def test_calls_sharing_one_id_are_all_kept_and_each_result_pairs_with_its_
             ),
         ),
     ]
-    second = await llm.complete(SYSTEM, history, tools)
+    second = await llm.complete(LLMRequest(SYSTEM, history, tools))
 
     assert [call.name for call in first.tool_calls] == ["get_think_tool", "get_supplier"]
     assert [call.id for call in first.tool_calls] == [shared, f"{shared}_2"]  # deterministic
@@ -353,12 +356,12 @@ async def test_the_same_id_in_two_answers_is_sent_unique_with_its_result(
 
     history: list[ChatMessage] = list(HELLO)
     for listing in ("a.txt", "etc"):
-        response = await llm.complete(SYSTEM, history, tools)
+        response = await llm.complete(LLMRequest(SYSTEM, history, tools))
         [call] = response.tool_calls
         assert call.id == "list_dir:0"  # as the server sent it: the history keeps it
         history.append(ChatMessage("assistant", "", tool_calls=response.tool_calls))
         history.append(ChatMessage("user", tool_results=(ToolResult(call.id, call.name, listing),)))
-    final = await llm.complete(SYSTEM, history, tools)
+    final = await llm.complete(LLMRequest(SYSTEM, history, tools))
 
     assert final.text == "Both listed."  # the fake refuses an id used twice (DeepSeek does)
     sent = server.requests[2]["messages"]

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from bruce_bot.channels.base import DeliveryError
-from bruce_bot.channels.live import LiveText
+from bruce_bot.channels.live import LiveText, Pacing
 from tests.conftest import wait_until
 
 
@@ -25,7 +25,7 @@ class Screen:
 
 async def test_a_burst_of_text_is_shown_at_most_once_per_interval_and_ends_complete() -> None:
     screen = Screen()
-    live = LiveText(screen.show, interval=0.2, limit=4096)
+    live = LiveText(screen.show, Pacing(0.2, 4096))
     for word in ["Lisbon ", "will ", "be ", "rainy ", "all ", "week."] * 5:
         live.text(word)
         await asyncio.sleep(0)
@@ -41,7 +41,7 @@ async def test_a_burst_of_text_is_shown_at_most_once_per_interval_and_ends_compl
 
 async def test_a_rate_limit_is_waited_out_then_the_newest_text_is_shown() -> None:
     screen = Screen(rate_limited=1, retry_after=0.3)
-    live = LiveText(screen.show, interval=0.0, limit=4096)
+    live = LiveText(screen.show, Pacing(0.0, 4096))
     started = time.monotonic()
     live.text("First")
     live.text(" and second")
@@ -54,7 +54,7 @@ async def test_a_rate_limit_is_waited_out_then_the_newest_text_is_shown() -> Non
 
 async def test_trailing_spaces_or_a_repeated_status_never_make_an_edit() -> None:
     screen = Screen()
-    live = LiveText(screen.show, interval=0.0, limit=4096)
+    live = LiveText(screen.show, Pacing(0.0, 4096))
     live.status("🔎 Searching the web for “rain” …")
     await wait_until(lambda: screen.shown)
     live.status("🔎 Searching the web for “rain” …")
@@ -70,7 +70,7 @@ async def test_trailing_spaces_or_a_repeated_status_never_make_an_edit() -> None
 
 async def test_long_text_is_cut_to_the_limit_and_a_restart_replaces_it() -> None:
     screen = Screen()
-    live = LiveText(screen.show, interval=0.0, limit=20)
+    live = LiveText(screen.show, Pacing(0.0, 20))
     live.text("x" * 50)
     await wait_until(lambda: screen.shown)
     live.restart()
@@ -87,7 +87,7 @@ async def test_the_limit_is_counted_the_platforms_way() -> None:
     def utf16(text: str) -> int:
         return len(text.encode("utf-16-le")) // 2
 
-    live = LiveText(screen.show, interval=0.0, limit=20, length=utf16)
+    live = LiveText(screen.show, Pacing(0.0, 20, length=utf16))
     live.text("😀" * 30)  # each one two UTF-16 units
     await wait_until(lambda: screen.shown)
     await live.close()
@@ -97,7 +97,7 @@ async def test_the_limit_is_counted_the_platforms_way() -> None:
 
 async def test_an_expiring_preview_is_shown_again_while_nothing_changes() -> None:
     screen = Screen()
-    live = LiveText(screen.show, interval=0.0, limit=4096, refresh=0.05)
+    live = LiveText(screen.show, Pacing(0.0, 4096, refresh=0.05))
     live.status("⚙️ Using a slow tool …")
     await wait_until(lambda: len(screen.shown) >= 3)  # a Telegram draft would have expired
     await live.close()

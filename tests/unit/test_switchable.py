@@ -5,11 +5,10 @@ start-time background model goes to the background model now configured."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 from bruce_bot.config import LLMConfig
-from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt, ToolSpec
-from bruce_bot.llm.base import TextSink
+from bruce_bot.domain import ChatMessage, LLMResponse, SystemPrompt
+from bruce_bot.llm.base import LLMRequest
 from bruce_bot.llm.switchable import SwitchableLLM
 
 
@@ -24,19 +23,9 @@ class Provider:
     def model(self) -> str:
         return self.name
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
+    async def complete(self, request: LLMRequest) -> LLMResponse:
         assert not self.closed, f"{self.name} was called after it was closed"
-        self.models.append(model)
+        self.models.append(request.model)
         if self.gate is not None:
             await self.gate.wait()
         return LLMResponse(text=self.name)
@@ -53,13 +42,13 @@ async def test_a_running_call_finishes_on_the_old_provider_and_the_next_goes_to_
     old, new = Provider("old"), Provider("new")
     old.gate = asyncio.Event()
     llm = SwitchableLLM(old, LLMConfig(model="a", background_model="a-small"))
-    running = asyncio.create_task(llm.complete(PROMPT, ASK))
+    running = asyncio.create_task(llm.complete(LLMRequest(PROMPT, ASK)))
     await asyncio.sleep(0)
     assert old.models == [None]
 
     await llm.switch(new, LLMConfig(model="b", background_model="b-small"))
     assert llm.model == "b" and not old.closed  # still answering
-    assert (await llm.complete(PROMPT, ASK, model="a-small")).text == "new"
+    assert (await llm.complete(LLMRequest(PROMPT, ASK, model="a-small"))).text == "new"
     assert new.models == ["b-small"]  # the background model, as configured now
     old.gate.set()
     assert (await running).text == "old"

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import structlog
 
@@ -46,9 +47,8 @@ from bruce_bot.domain import (
     ChatMessage,
     LLMResponse,
     SystemPrompt,
-    ToolSpec,
 )
-from bruce_bot.llm.base import LLMError, LLMService, TextSink
+from bruce_bot.llm.base import LLMError, LLMRequest, LLMService
 from bruce_bot.storage.memories import MemoryStore, owner_key
 from bruce_bot.storage.messages import UNTRUSTED, StoredMessage
 from bruce_bot.storage.sessions import SessionKind, SessionRecord
@@ -85,25 +85,9 @@ class BackgroundModel:
     def model(self) -> str:
         return self._model
 
-    async def complete(
-        self,
-        system: SystemPrompt,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        force_text: bool = False,
-        stream: TextSink | None = None,
-    ) -> LLMResponse:
+    async def complete(self, request: LLMRequest) -> LLMResponse:
         return await self._llm.complete(
-            system,
-            messages,
-            tools,
-            model=self._model,
-            max_tokens=max_tokens or self._max_tokens,
-            force_text=force_text,
-            stream=stream,
+            replace(request, model=self._model, max_tokens=request.max_tokens or self._max_tokens)
         )
 
     async def aclose(self) -> None:

@@ -2,7 +2,7 @@
 
 The first text a turn shows (the model's first words, or a tool's status line) is posted as a
 message; later texts edit it, at most about once a second and never with the text it already
-has (`LiveText`, channels/live.py); Discord's rate limits are discord.py's to wait out (it
+has (`PacedLiveReply`, channels/live.py); Discord's rate limits are discord.py's to wait out (it
 retries a 429 after `retry_after`), and one it gives up on is waited out before the next edit.
 The stored reply's first part (split at Discord's 2000 characters by the outbox) is edited into
 the message, with its buttons; the other parts follow as new messages. A turn that ends without
@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from bruce_bot.channels.discord.sending import DiscordSender
-from bruce_bot.channels.live import LiveText
+from bruce_bot.channels.live import PacedLiveReply, Pacing
 from bruce_bot.domain import OutboundMessage
 
 log = structlog.get_logger(__name__)
@@ -25,7 +25,7 @@ EDIT_INTERVAL_SECONDS = 1.0  # Discord allows about five edits per five seconds 
 MAX_MESSAGE_CHARS = 2000  # what Discord takes in one message
 
 
-class DiscordLive:
+class DiscordLive(PacedLiveReply):
     """One turn's live reply in one Discord channel (see the module docstring)."""
 
     def __init__(
@@ -34,30 +34,17 @@ class DiscordLive:
         self._sender = sender
         self._channel_id = channel_id
         self.message: Any = None  # the discord.py Message being edited, once posted
-        self._display = LiveText(
-            self._show, interval=interval, limit=MAX_MESSAGE_CHARS, name="discord"
-        )
+        super().__init__(Pacing(interval, MAX_MESSAGE_CHARS, name="discord"))
 
-    async def text(self, delta: str) -> None:
-        self._display.text(delta)
-
-    async def restart(self) -> None:
-        self._display.restart()
-
-    async def status(self, line: str) -> None:
-        self._display.status(line)
-
-    async def finish(self, message: OutboundMessage) -> None:
-        await self._display.close()
+    async def _deliver(self, message: OutboundMessage) -> None:
         if self.message is None:
             await self._sender.send(message)
-        elif self._display.shown == message.text and not message.choices:
+        elif self.shown == message.text and not message.choices:
             return  # it shows the reply already: an edit would change nothing
         else:
             await self._sender.finish_in(self.message, message)
 
-    async def abandon(self) -> None:
-        await self._display.close()
+    async def _take_down(self) -> None:
         if self.message is not None:
             await self._sender.delete(self.message)
             self.message = None

@@ -7,7 +7,7 @@ a forum topic, or wherever drafts fail (a Bot API server older than 9.3, a chat 
 them), one plain message is sent and then edited as the text grows, replying to the user's
 message in groups as replies do; the final reply's first piece is edited into it (formatted,
 split at the limit: the other pieces follow as new messages). How often it changes, and what
-Telegram's 429 says, is `LiveText`'s business (channels/live.py): about once a second, never
+Telegram's 429 says, is `PacedLiveReply`'s business (channels/live.py): about once a second, never
 the same text twice, so no "message is not modified".
 """
 
@@ -20,7 +20,7 @@ from telegram import ReplyParameters
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
 from bruce_bot.channels.base import DeliveryError
-from bruce_bot.channels.live import LiveText
+from bruce_bot.channels.live import PacedLiveReply, Pacing
 from bruce_bot.channels.telegram.chats import ChatAddress
 from bruce_bot.channels.telegram.markup import TELEGRAM_TEXT_LIMIT, utf16_len
 from bruce_bot.channels.telegram.sending import TelegramSender, retry_after_seconds
@@ -32,7 +32,7 @@ EDIT_INTERVAL_SECONDS = 1.0  # Telegram lets a bot change a message about once a
 DRAFT_REFRESH_SECONDS = 20.0  # a draft shows for 30 seconds unless it is sent again
 
 
-class TelegramLive:
+class TelegramLive(PacedLiveReply):
     """One turn's live reply in one chat (see the module docstring)."""
 
     def __init__(
@@ -50,33 +50,23 @@ class TelegramLive:
         self._drafting = address.chat_id > 0 and address.thread_id is None
         self._draft_id = secrets.randbelow(2**31 - 2) + 1  # non-zero, its own for this reply
         self.message_id: int | None = None  # the edited message, once there is one
-        self._display = LiveText(
-            self._show,
-            interval=interval,
-            limit=TELEGRAM_TEXT_LIMIT,
-            name="telegram",
-            refresh=DRAFT_REFRESH_SECONDS if self._drafting else None,
-            length=utf16_len,
+        super().__init__(
+            Pacing(
+                interval,
+                TELEGRAM_TEXT_LIMIT,
+                name="telegram",
+                refresh=DRAFT_REFRESH_SECONDS if self._drafting else None,
+                length=utf16_len,
+            )
         )
 
-    async def text(self, delta: str) -> None:
-        self._display.text(delta)
-
-    async def restart(self) -> None:
-        self._display.restart()
-
-    async def status(self, line: str) -> None:
-        self._display.status(line)
-
-    async def finish(self, message: OutboundMessage) -> None:
-        await self._display.close()
+    async def _deliver(self, message: OutboundMessage) -> None:
         if self.message_id is None:  # drafts (they vanish once the message is sent), or nothing
             await self._sender.send(message)
         else:
             await self._sender.finish_in(self.message_id, message)
 
-    async def abandon(self) -> None:
-        await self._display.close()
+    async def _take_down(self) -> None:
         if self.message_id is not None:
             await self._sender.delete(self._address, self.message_id)
             self.message_id = None

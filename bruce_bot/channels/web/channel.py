@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort, Submission
-from bruce_bot.channels.live import LiveText
+from bruce_bot.channels.live import PacedLiveReply, Pacing
 from bruce_bot.domain import Attachment, AttachmentKind, InboundMessage, OutboundMessage
 from bruce_bot.private_files import write_private
 
@@ -209,32 +209,19 @@ class WebChannel:
                 waiting.cancel()
 
 
-class WebLive:
+class WebLive(PacedLiveReply):
     """One turn's live reply in a chat page (see the module docstring)."""
 
     def __init__(self, channel: WebChannel, chat_id: str) -> None:
         self._channel = channel
         self._chat_id = chat_id
-        self._display = LiveText(
-            self._show, interval=LIVE_INTERVAL_SECONDS, limit=WebChannel.max_message_chars
-        )
+        super().__init__(Pacing(LIVE_INTERVAL_SECONDS, WebChannel.max_message_chars))
 
-    async def text(self, delta: str) -> None:
-        self._display.text(delta)
-
-    async def restart(self) -> None:
-        self._display.restart()
-
-    async def status(self, line: str) -> None:
-        self._display.status(line)
-
-    async def finish(self, message: OutboundMessage) -> None:
-        await self._display.close()
+    async def _deliver(self, message: OutboundMessage) -> None:
         await self._channel.send(message)  # stored already: the page reads it as every reply
         self._channel.publish(self._chat_id, {"type": "done"})
 
-    async def abandon(self) -> None:
-        await self._display.close()
+    async def _take_down(self) -> None:
         self._channel.publish(self._chat_id, {"type": "done"})
 
     async def _show(self, text: str) -> None:
