@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from bruce_bot.domain import InboundMessage, SessionKey, Submission
-from bruce_bot.inbox import Inbox
+from bruce_bot.messaging.inbox import Inbox
 from bruce_bot.storage.stores import Stores
 
 log = structlog.get_logger(__name__)

@@ -36,7 +36,6 @@ from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.fix_hints import FailureHints
 from bruce_bot.gateway import ChoiceAnswerer, Gateway
-from bruce_bot.inbox import Inbox
 from bruce_bot.live_allowlists import LiveAllowlists
 from bruce_bot.live_channels import LiveToken, LiveTokens
 from bruce_bot.live_llm import LiveLLMSettings
@@ -49,7 +48,8 @@ from bruce_bot.logs import scrubber
 from bruce_bot.mcp_client.manager import McpManager
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
-from bruce_bot.outbox import FileSending, Outbox
+from bruce_bot.messaging.inbox import Inbox
+from bruce_bot.messaging.outbox import FileSending, Outbox
 from bruce_bot.pairing import PairingService
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from bruce_bot.domain import InboundMessage, SessionKey
-from bruce_bot.inbox import Inbox, QueuedMessage
+from bruce_bot.messaging.inbox import Inbox, QueuedMessage
 from bruce_bot.storage.database import Database, upgrade_schema
 from bruce_bot.storage.leases import Claimant, PostgresLeases
 from bruce_bot.storage.sessions import SessionRecord
