@@ -35,7 +35,6 @@ from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.fix_hints import FailureHints
-from bruce_bot.gateway import ChoiceAnswerer, Gateway
 from bruce_bot.live_allowlists import LiveAllowlists
 from bruce_bot.live_channels import LiveToken, LiveTokens
 from bruce_bot.live_llm import LiveLLMSettings
@@ -49,6 +48,7 @@ from bruce_bot.mcp_client.manager import McpManager
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
 from bruce_bot.messaging.inbox import Inbox
+from bruce_bot.messaging.inbox_port import ChoiceAnswerer, Gateway
 from bruce_bot.messaging.outbox import FileSending, Outbox
 from bruce_bot.pairing import PairingService
 from bruce_bot.scheduler.confirmations import TaskConfirmations
