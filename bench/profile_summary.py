@@ -25,8 +25,8 @@ AREAS = (
     ("summaries", ("agent/summarizer.py",)),
     ("turn: model call", ("llm/anthropic.py", "llm/openai.py")),
     ("turn: other", ("agent/turn.py", "agent/loop.py")),
-    ("intake (telegram → inbox)", ("channels/telegram/channel.py", "inbox.py")),
-    ("delivery (outbox → send)", ("outbox.py", "channels/telegram/sending.py")),
+    ("intake (telegram → inbox)", ("channels/telegram/channel.py", "messaging/inbox.py")),
+    ("delivery (outbox → send)", ("messaging/outbox.py", "channels/telegram/sending.py")),
     ("scheduler", ("scheduler/",)),
     ("telegram polling", ("telegram/ext/_updater.py",)),
 )

@@ -36,13 +36,13 @@ from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
-from bruce_bot.inbox import Inbox
 from bruce_bot.instance_lock import AlreadyRunningError, InstanceLock
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.logs import scrubber
-from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
+from bruce_bot.messaging.inbox import Inbox
+from bruce_bot.messaging.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
 from bruce_bot.parts import Overrides, Parts, build_parts
 from bruce_bot.private_files import secure_data_dir
 from bruce_bot.scheduler.confirmations import TaskConfirmations

@@ -36,7 +36,7 @@ import structlog
 from bruce_bot import platforms
 from bruce_bot.channels.policy import AllowlistPort, PairingOffer
 from bruce_bot.domain import OutboundMessage, SessionKey, utcnow
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.storage.pairing import ApprovedUser, PendingCode
 from bruce_bot.storage.stores import Stores
 

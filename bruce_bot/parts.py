@@ -35,8 +35,6 @@ from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
 from bruce_bot.fix_hints import FailureHints
-from bruce_bot.gateway import ChoiceAnswerer, Gateway
-from bruce_bot.inbox import Inbox
 from bruce_bot.live_allowlists import LiveAllowlists
 from bruce_bot.live_channels import LiveToken, LiveTokens
 from bruce_bot.live_llm import LiveLLMSettings
@@ -49,7 +47,9 @@ from bruce_bot.logs import scrubber
 from bruce_bot.mcp_client.manager import McpManager
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
-from bruce_bot.outbox import FileSending, Outbox
+from bruce_bot.messaging.inbox import Inbox, InboxSettings
+from bruce_bot.messaging.inbox_port import ChoiceAnswerer, Gateway
+from bruce_bot.messaging.outbox import FileSending, Outbox
 from bruce_bot.pairing import PairingService, Sender
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership
@@ -475,9 +475,9 @@ def build_parts(
         # A bare yes/no may answer a task confirmation; the confirmations pass the rest on.
         lambda session, batch: confirmations.run(session, batch),
         open_leases(database.engine, claimant, shared=shared),
-        channels=set(channels),
-        max_concurrent_sessions=config.agent.max_concurrent_sessions,
-        max_message_chars=config.agent.max_message_chars,
+        InboxSettings(
+            set(channels), config.agent.max_concurrent_sessions, config.agent.max_message_chars
+        ),
         announce=lambda session_id: feed.publish(INBOX_TOPIC, str(session_id)),
     )
     tasks = _task_service(config, database, stores, inbox, outbox, set(channels), overrides.clock)

@@ -36,7 +36,7 @@ import structlog
 from bruce_bot.agent.subagent import CHANNEL as SUBAGENT_CHANNEL
 from bruce_bot.approval_desk import Decided, PendingApproval
 from bruce_bot.domain import Choice, OutboundMessage, utcnow
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.storage.approvals import ASKING, PendingAction
 from bruce_bot.storage.changes import EVERYTHING, ChangeFeed
 from bruce_bot.storage.sessions import SessionRecord

@@ -51,11 +51,11 @@ from bruce_bot.domain import (
     SystemPrompt,
     utcnow,
 )
-from bruce_bot.inbox import QueuedMessage
 from bruce_bot.llm.base import LLMContextOverflowError, LLMService
 from bruce_bot.llm.context_windows import context_window
 from bruce_bot.media.preparation import MediaStep, PreparedMedia
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.inbox import QueuedMessage
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.memories import owner_key
 from bruce_bot.storage.messages import StoredMessage

@@ -28,8 +28,8 @@ from typing import Protocol
 import structlog
 
 from bruce_bot.domain import Choice, OutboundMessage
-from bruce_bot.inbox import QueuedMessage
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.inbox import QueuedMessage
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.scheduler.new_task import NewTask, NewWatch
 from bruce_bot.scheduler.service import TaskService
 from bruce_bot.scheduler.timing import ScheduleError, describe_interval

@@ -21,8 +21,8 @@ from typing import Any
 import structlog
 
 from bruce_bot.domain import OutboundMessage, SessionKey, utcnow
-from bruce_bot.inbox import Inbox, QueuedMessage
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.inbox import Inbox, QueuedMessage
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.timing import describe_lateness, next_cron_time, zone_of
 from bruce_bot.scheduler.watching import WatchChecker

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from bruce_bot.outbox import REDELIVERY_INTERVAL_SECONDS
+from bruce_bot.messaging.outbox import REDELIVERY_INTERVAL_SECONDS
 from bruce_bot.scheduler.job_store import TaskJobs
 from bruce_bot.storage.stores import Stores
 from bruce_bot.storage.tasks import OPEN_RUN_STATUSES, RunStatus, TaskRecord

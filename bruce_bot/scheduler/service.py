@@ -23,9 +23,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from bruce_bot.config import SchedulerConfig
 from bruce_bot.domain import utcnow
-from bruce_bot.inbox import Inbox
 from bruce_bot.llm.base import LLMService
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.inbox import Inbox
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.scheduler import jobs
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.editing import TaskEditor

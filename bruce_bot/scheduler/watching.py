@@ -34,7 +34,7 @@ from bruce_bot.domain import (
     utcnow,
 )
 from bruce_bot.llm.base import LLMError, LLMRequest, LLMService
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.scheduler.context import SchedulerContext
 from bruce_bot.scheduler.timing import describe_interval
 from bruce_bot.storage.tasks import RunStatus, TaskRecord

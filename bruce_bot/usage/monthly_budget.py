@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bruce_bot.domain import LLMCallRecord, OutboundMessage, SessionKey, utcnow
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.costs import priced_cost
 from bruce_bot.usage.prices import PriceTable

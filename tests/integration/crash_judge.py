@@ -17,8 +17,8 @@ A message the user gets twice is excused only when both hold:
 
 and no later send proves the process had moved on past it: any later send by the same process
 to the same chat (the outbox sends to a chat one message at a time, each part recorded before
-the next send to that chat: bruce_bot/outbox.py). Each copy can excuse at most the one copy
-that follows it, so one kill excuses at most one copy per send in flight at it.
+the next send to that chat: bruce_bot/messaging/outbox.py). Each copy can excuse at most the one
+copy that follows it, so one kill excuses at most one copy per send in flight at it.
 
 Lateness: a reminder is late when Bruce was up (ready, not yet stopped) for more than
 `LATE_LIMIT` seconds in all between its due time and its delivery (`uptime_between`), not

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey
-from bruce_bot.outbox import MAX_ATTEMPTS
+from bruce_bot.messaging.outbox import MAX_ATTEMPTS
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from bruce_bot.domain import InboundMessage, SessionKey
-from bruce_bot.inbox import Inbox, QueuedMessage
+from bruce_bot.messaging.inbox import Inbox, InboxSettings, QueuedMessage
 from bruce_bot.storage.database import Database, upgrade_schema
 from bruce_bot.storage.leases import Claimant, PostgresLeases
 from bruce_bot.storage.sessions import SessionRecord
@@ -70,9 +70,7 @@ async def open_process(name: str, url: str, peers: list[Process]) -> Process:
         stores,
         turn,
         leases,
-        channels={"web"},
-        max_concurrent_sessions=8,
-        max_message_chars=10_000,
+        InboxSettings({"web"}, max_concurrent_sessions=8, max_message_chars=10_000),
         announce=announce,
     )
     process = Process(name, stores, inbox, leases, ledger=peers[0].ledger if peers else [])

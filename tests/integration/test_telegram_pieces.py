@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bruce_bot.channels.telegram.markup import render_pieces
-from bruce_bot.outbox import MAX_ATTEMPTS
+from bruce_bot.messaging.outbox import MAX_ATTEMPTS
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, load_fixture, utf16_len

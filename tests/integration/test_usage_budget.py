@@ -15,7 +15,7 @@ import pytest
 
 from bruce_bot.config import UsageConfig
 from bruce_bot.domain import LLMCallRecord, Usage
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.storage.messages import usage_row
 from bruce_bot.storage.models import LLMCallRow
 from bruce_bot.usage.monthly_budget import BudgetPolicy, BudgetWatch

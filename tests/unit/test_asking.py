@@ -15,7 +15,7 @@ import pytest
 
 from bruce_bot.agent.asking import EXPIRED, GONE, NOBODY, ChatApprover
 from bruce_bot.domain import OutboundMessage, SessionKey
-from bruce_bot.outbox import Outbox
+from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.storage.approvals import ASKING
 from bruce_bot.storage.changes import EVERYTHING, Subscriber
 from bruce_bot.storage.database import Database, upgrade_schema

@@ -76,16 +76,25 @@ def prepare_text(text: str, max_chars: int) -> str | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class InboxSettings:
+    """How the inbox works, as configured: the channels this process runs (the sessions it
+    recovers are theirs), how many sessions' turns run at once, and the longest message stored
+    whole (`agent.max_concurrent_sessions`, `agent.max_message_chars`)."""
+
+    channels: Collection[str]
+    max_concurrent_sessions: int
+    max_message_chars: int
+
+
 class Inbox:
     def __init__(
         self,
         stores: Stores,
         process_turn: TurnProcessor,
         leases: Leases,
+        settings: InboxSettings,
         *,
-        channels: Collection[str],
-        max_concurrent_sessions: int,
-        max_message_chars: int,
         announce: Callable[[int], Awaitable[None]] = _nobody,
         health: StorageHealth | None = None,
     ) -> None:
@@ -93,10 +102,10 @@ class Inbox:
         self.health = health or StorageHealth()
         self._process_turn = process_turn
         self._leases = leases
-        self._channels = set(channels)
+        self._channels = set(settings.channels)
         self._announce = announce  # tells the other processes a session has new messages
-        self._slots = asyncio.Semaphore(max_concurrent_sessions)
-        self._max_message_chars = max_message_chars
+        self._slots = asyncio.Semaphore(settings.max_concurrent_sessions)
+        self._max_message_chars = settings.max_message_chars
         self._sessions: dict[int, SessionRecord] = {}
         self._workers: dict[int, asyncio.Task[None]] = {}
         self._more: set[int] = set()  # sessions with messages stored since their last claim

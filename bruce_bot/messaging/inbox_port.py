@@ -1,8 +1,15 @@
-"""The gateway: the single port through which channel adapters reach Bruce's core.
+"""The inbox port: `Gateway`, the one door through which channel adapters reach the core.
 
 Adapters see only `InboxPort` (channels/base.py): submit a message, start a new conversation,
-list reminders, follow a chat that changed its id. This class implements it by composing the
-inbox and the stores, so adapters never depend on storage or the agent.
+list reminders, follow a chat that changed its id, answer a pressed button. This class
+implements it by composing the inbox and the stores, so adapters never depend on storage or
+the agent.
+
+The `InboxPort` protocol itself stays in channels/base.py, next to the rest of the channel
+contract: the adapters are its users, and a protocol belongs with the side that needs it.
+Moving it here would make every adapter import `bruce_bot.messaging` (which
+tests/unit/test_architecture.py forbids) and, through it, storage; kept there, the dependency
+points inwards: messaging knows the channels' contract, the channels know nothing of messaging.
 
 A chat that changed its id (a Telegram group upgraded to a supergroup) keeps its conversation:
 the session's chat_id becomes the new id, and its scheduled tasks are addressed to the new id.
@@ -19,7 +26,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from bruce_bot.domain import InboundMessage, SessionKey, Submission
-from bruce_bot.inbox import Inbox
+from bruce_bot.messaging.inbox import Inbox
 from bruce_bot.storage.stores import Stores
 
 log = structlog.get_logger(__name__)

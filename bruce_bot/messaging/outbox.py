@@ -80,6 +80,38 @@ class FileSending:
 
 
 @dataclass(slots=True)
+class _PartTries:
+    """One part's sends so far: the attempts not written yet (shared with the rest of the
+    message), how many failed, how long rate limits were waited out, and how many of the
+    messages the platform split the part into were delivered."""
+
+    message: OutboundMessage
+    part: int
+    attempts: list[DeliveryAttempt]
+    pieces_sent: int
+    attempt: int = 0
+    failures: int = 0
+    waited: float = 0.0
+
+    def note(self, status: AttemptStatus, error: str | None = None) -> None:
+        pieces = self.pieces_sent if status != "sent" and self.pieces_sent else None
+        message = self.message
+        self.attempts.append(
+            DeliveryAttempt(
+                message.channel, message.chat_id, self.part, self.attempt, status, error, pieces
+            )
+        )
+
+    def count_pieces(self, pieces_sent: int) -> None:
+        """Some of the part's messages got through: recorded with the attempt, so that the
+        next one (here or after a restart) starts after them."""
+        if pieces_sent > self.pieces_sent:
+            self.pieces_sent = pieces_sent
+            metadata = {**self.message.metadata, PIECES_SENT: pieces_sent}
+            self.message = replace(self.message, metadata=metadata)
+
+
+@dataclass(slots=True)
 class _ChatTurn:
     """Who is sending to one chat (`lock`, first come first served) and how many wait for it."""
 
@@ -142,54 +174,29 @@ class Outbox:
         """
         channel = self._channels.get(message.channel)
         if channel is None:
-            log.warning(
-                "delivery_no_channel", channel=message.channel, message_id=message.message_id
-            )
-            attempt = DeliveryAttempt(
-                message.channel,
-                message.chat_id,
-                0,
-                1,
-                "failed",
-                f"channel '{message.channel}' is not enabled",
-            )
-            await self._deliveries.settle(message.message_id, "failed", [attempt])
-            return "failed"
-        attempts: list[DeliveryAttempt] = []  # not written yet: they go with the status
-        parts = split_text(message.text, channel.max_message_chars)
-        last = len(parts) - 1
-        resume = resume or {}
-        pieces = [
-            replace(
-                message,
-                text=part,
-                metadata=_part_metadata(message.metadata, index, resume.get(index, 0)),
-                choices=message.choices if index == last else (),
-                files=(),
-            )
-            for index, part in enumerate(parts)
-        ]
-        # The files come after the text, as parts of their own: a redelivery skips the ones
-        # recorded sent like any part.
-        if self._files is not None and message.files and getattr(channel, "sends_files", False):
-            for file in message.files:
-                pieces.append(
-                    replace(
-                        message,
-                        text="",
-                        metadata={**message.metadata, "part": len(pieces)},
-                        choices=(),
-                        files=(),
-                        file=file,
-                    )
-                )
+            return await self._no_channel(message)
+        with_files = self._files is not None and getattr(channel, "sends_files", False)
+        pieces = _parts_of(message, channel.max_message_chars, resume or {}, with_files)
         # One message at a time per chat, each part sent and recorded before the next send to
         # that chat: a chat's messages arrive whole and in order, a send waiting out a rate
         # limit keeps its place in the line, and a later send to a chat means the earlier ones
         # are on disk.
         async with self._chat_turn(message.channel, message.chat_id):
-            status = await self._deliver_parts(message, pieces, skip_parts, live, attempts)
-        return status
+            return await self._deliver_parts(message, pieces, skip_parts, live)
+
+    async def _no_channel(self, message: OutboundMessage) -> DeliveryStatus:
+        """The message's channel is not enabled here: recorded as failed, never sent."""
+        log.warning("delivery_no_channel", channel=message.channel, message_id=message.message_id)
+        attempt = DeliveryAttempt(
+            message.channel,
+            message.chat_id,
+            0,
+            1,
+            "failed",
+            f"channel '{message.channel}' is not enabled",
+        )
+        await self._deliveries.settle(message.message_id, "failed", [attempt])
+        return "failed"
 
     async def _deliver_parts(
         self,
@@ -197,9 +204,9 @@ class Outbox:
         pieces: list[OutboundMessage],
         skip_parts: Set[int],
         live: LiveReply | None,
-        attempts: list[DeliveryAttempt],
     ) -> DeliveryStatus:
         channel = self._channels[message.channel]
+        attempts: list[DeliveryAttempt] = []  # not written yet: they go with the status
         status: DeliveryStatus = "sent"
         last = len(pieces) - 1
         finished_live = False
@@ -259,61 +266,15 @@ class Outbox:
         part: int,
         attempts: list[DeliveryAttempt],
     ) -> DeliveryStatus:
-        pieces_sent = _pieces_sent(message)
-
-        def note(attempt: int, status: AttemptStatus, error: str | None = None) -> None:
-            attempts.append(
-                DeliveryAttempt(
-                    message.channel,
-                    message.chat_id,
-                    part,
-                    attempt,
-                    status,
-                    error,
-                    pieces_sent if status != "sent" and pieces_sent else None,
-                )
-            )
-
-        attempt = failures = 0
-        waited = 0.0  # waiting out rate limits
-        while failures < MAX_ATTEMPTS:
-            attempt += 1
+        tries = _PartTries(message, part, attempts, _pieces_sent(message))
+        while tries.failures < MAX_ATTEMPTS:
+            tries.attempt += 1
             try:
-                await send(message)
+                await send(tries.message)
             except DeliveryError as exc:
-                if exc.pieces_sent > pieces_sent:
-                    # Some of the part's messages got through: recorded with the attempt, so
-                    # that the next one (here or after a restart) starts after them.
-                    pieces_sent = exc.pieces_sent
-                    metadata = {**message.metadata, PIECES_SENT: pieces_sent}
-                    message = replace(message, metadata=metadata)
-                log.warning(
-                    "delivery_failed",
-                    channel=message.channel,
-                    chat_id=message.chat_id,
-                    message_id=message.message_id,
-                    part=part,
-                    attempt=attempt,
-                    permanent=exc.permanent,
-                    error=str(exc),
-                )
-                if exc.permanent:
-                    note(attempt, "failed", str(exc))
-                    return "failed"
-                limited = exc.rate_limited and exc.retry_after is not None
-                limited = limited and waited + (exc.retry_after or 0) <= RATE_LIMIT_PATIENCE_SECONDS
-                failures += 0 if limited else 1
-                if failures == MAX_ATTEMPTS:
-                    note(attempt, "failed", str(exc))
-                    return "undelivered"
-                note(attempt, "retrying", str(exc))
-                await self._deliveries.record(message.message_id, attempts)
-                attempts.clear()
-                if message.message_id is not None:  # still ours while we wait to retry
-                    await self._messages.extend_claim(message.message_id)
-                delay = exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (failures - 1)
-                waited += delay if limited else 0.0
-                await asyncio.sleep(delay)
+                outcome = await self._after_failure(tries, exc)
+                if outcome is not None:
+                    return outcome
             except Exception as exc:  # an adapter bug must not kill the worker
                 log.exception(
                     "delivery_crashed",
@@ -321,12 +282,46 @@ class Outbox:
                     message_id=message.message_id,
                     error=repr(exc),
                 )
-                note(attempt, "failed", repr(exc))
+                tries.note("failed", repr(exc))
                 return "undelivered"
             else:
-                note(attempt, "sent")
+                tries.note("sent")
                 return "sent"
         return "undelivered"
+
+    async def _after_failure(self, tries: _PartTries, exc: DeliveryError) -> DeliveryStatus | None:
+        """A send of the part failed: its final status, or None once it waited to try again
+        (the attempts so far written first, the message's claim extended)."""
+        tries.count_pieces(exc.pieces_sent)
+        message = tries.message
+        log.warning(
+            "delivery_failed",
+            channel=message.channel,
+            chat_id=message.chat_id,
+            message_id=message.message_id,
+            part=tries.part,
+            attempt=tries.attempt,
+            permanent=exc.permanent,
+            error=str(exc),
+        )
+        if exc.permanent:
+            tries.note("failed", str(exc))
+            return "failed"
+        limited = exc.rate_limited and exc.retry_after is not None
+        limited = limited and tries.waited + (exc.retry_after or 0) <= RATE_LIMIT_PATIENCE_SECONDS
+        tries.failures += 0 if limited else 1
+        if tries.failures == MAX_ATTEMPTS:
+            tries.note("failed", str(exc))
+            return "undelivered"
+        tries.note("retrying", str(exc))
+        await self._deliveries.record(message.message_id, tries.attempts)
+        tries.attempts.clear()
+        if message.message_id is not None:  # still ours while we wait to retry
+            await self._messages.extend_claim(message.message_id)
+        delay = exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (tries.failures - 1)
+        tries.waited += delay if limited else 0.0
+        await asyncio.sleep(delay)
+        return None
 
     async def redeliver(self, *, max_age: timedelta = REDELIVERY_WINDOW) -> int:
         """Deliver stored replies that never went out and that no live process has in hand: a
@@ -386,6 +381,34 @@ def _part_metadata(
     if pieces_sent:
         values[PIECES_SENT] = pieces_sent
     return values
+
+
+def _parts_of(
+    message: OutboundMessage, max_chars: int, resume: Mapping[int, int], with_files: bool
+) -> list[OutboundMessage]:
+    """The message as the parts it is sent in: its text split at the channel's limit (the
+    buttons under the last), then, `with_files`, each file as a part of its own — a
+    redelivery skips the ones recorded sent like any part. `resume`: part -> its pieces
+    delivered by an earlier attempt."""
+    texts = split_text(message.text, max_chars)
+    last = len(texts) - 1
+    parts = [
+        replace(
+            message,
+            text=text,
+            metadata=_part_metadata(message.metadata, index, resume.get(index, 0)),
+            choices=message.choices if index == last else (),
+            files=(),
+        )
+        for index, text in enumerate(texts)
+    ]
+    if with_files:
+        for file in message.files:
+            metadata = {**message.metadata, "part": len(parts)}
+            parts.append(
+                replace(message, text="", metadata=metadata, choices=(), files=(), file=file)
+            )
+    return parts
 
 
 def _pieces_sent(message: OutboundMessage) -> int:
