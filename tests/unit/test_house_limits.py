@@ -22,14 +22,11 @@ EXEMPT_FROM_FUNCTION_LIMIT = {"bruce_bot/config/schema.py"}
 KNOWN: dict[str, int] = {
     "function bruce_bot/outbox.py:deliver": 65,
     "function bruce_bot/outbox.py:_send_with_retry": 75,
-    "function bruce_bot/parts.py:build_parts": 141,
-    "constructor bruce_bot/agent/turn.py:TurnRunner": 8,
     "constructor bruce_bot/channels/live.py:LiveText": 7,
     "constructor bruce_bot/inbox.py:Inbox": 8,
     "constructor bruce_bot/live_channels.py:LiveToken": 9,
     "constructor bruce_bot/live_llm.py:LiveLLMSettings": 7,
     "constructor bruce_bot/pairing.py:PairingService": 7,
-    "constructor bruce_bot/scheduler/service.py:TaskService": 9,
     "constructor bruce_bot/web/auth.py:WebAuth": 7,
 }
 
