@@ -29,6 +29,7 @@ from bruce_bot.channels.base import InboxPort  # noqa: E402
 from bruce_bot.config import validate  # noqa: E402
 from bruce_bot.domain import OutboundMessage, SessionKey, utcnow  # noqa: E402
 from bruce_bot.logs import configure_logging  # noqa: E402
+from bruce_bot.scheduler.new_task import NewTask  # noqa: E402
 
 GOAL_P99_MS = 1000.0
 
@@ -82,16 +83,18 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             created = time.perf_counter()
             for i, session_id in enumerate(sessions):
                 moment = first_due + step * i
-                task = await bruce.tasks.create(
-                    session_id=session_id,
-                    channel="bench",
-                    chat_id=f"chat-{i}",
-                    title=f"Reminder {i}",
-                    mode="message",
-                    content=f"reminder {i}",
-                    run_at=moment.isoformat(),
-                    cron=None,
-                    timezone=None,
+                task = await bruce.tasks.planner.create(
+                    NewTask(
+                        session_id=session_id,
+                        channel="bench",
+                        chat_id=f"chat-{i}",
+                        title=f"Reminder {i}",
+                        mode="message",
+                        content=f"reminder {i}",
+                        run_at=moment.isoformat(),
+                        cron=None,
+                        timezone=None,
+                    )
                 )
                 assert task.next_run_at is not None
                 due[f"⏰ reminder {i}"] = task.next_run_at

@@ -2,11 +2,12 @@
 order.
 
 Start: the data dir made or tightened to 0700 (`private_files.py`) → instance lock → schema
-upgrade → skills and workflows (read once) → the parts built and the web app made (no I/O: most
-of Bruce's modules are imported by now; the `built` hook runs) → change feed (PostgreSQL) →
-background upkeep (lease renewal, periodic redelivery) → recovery of unfinished messages →
-channels (intake) → redelivery of unsent replies → scheduler (on PostgreSQL, once this process is
-elected its leader) → web server listening → ready (the LLM SDK then loads in the background,
+upgrade → skills and workflows (read once) → the dashboard's token (read or made) → the parts
+built, the web context with them, and the web app made (no I/O: most of Bruce's modules are
+imported by now; the `built` hook runs) → change feed (PostgreSQL) → background upkeep (lease
+renewal, periodic redelivery) → recovery of unfinished messages → channels (intake) →
+redelivery of unsent replies → scheduler (on PostgreSQL, once this process is elected its
+leader) → web server listening → ready (the LLM SDK then loads in the background,
 and the MCP servers start, each on its own). Without `web.auth_token` in config.yml the
 dashboard's token is Bruce's own (`web/login_token.py`, made on first start) and, once the web
 server listens, a one-time sign-in link is printed on stdout (the log scrubber masks a `?token=`
@@ -43,19 +44,15 @@ from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.logs import scrubber
 from bruce_bot.messaging.inbox import Inbox
 from bruce_bot.messaging.outbox import REDELIVERY_INTERVAL_SECONDS, Outbox
-from bruce_bot.parts import Overrides, Parts, build_parts
+from bruce_bot.parts import Overrides, Parts, WebLogin, build_parts
 from bruce_bot.private_files import secure_data_dir
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.service import TaskService
 from bruce_bot.storage.changes import ChangeFeed
 from bruce_bot.storage.database import Database, upgrade_schema
-from bruce_bot.storage.settings import (
-    MAX_TURNS_SETTING,
-    SYSTEM_PROMPT_SETTING,
-    TIMEZONE_SETTING,
-)
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.registry import ToolRegistry
+from bruce_bot.web.context import WebContext
 from bruce_bot.web.login_token import OneTimeLogin, load_or_create, token_path
 from bruce_bot.web.server import CannotListenError, WebServer
 
@@ -153,8 +150,8 @@ class Bruce:
         self._lock_instance()
         await self._upgrade_database()
         library = await self._load_library()
-        self.parts = parts = build_parts(self.config, library, self._overrides, self.web_channel)
-        web = None if self.web_channel is None else self._build_web(parts, self.web_channel)
+        self.parts = parts = self._build(library)
+        web = None if parts.web is None else self._build_web(parts.web)
         if built is not None:
             built()
         await parts.feed.start()
@@ -262,46 +259,17 @@ class Bruce:
             except Exception as exc:  # keep retrying next round; never kill the daemon
                 log.warning("redelivery_failed", error=repr(exc))
 
-    def _build_web(self, parts: Parts, web_channel: WebChannel) -> WebServer:
-        from bruce_bot.web.app import WebContext, create_app
+    def _build(self, library: Library | None) -> Parts:
+        """The parts (no I/O), with the dashboard's sign-in read first (file I/O) when it is on."""
+        login = None if self.web_channel is None else self._web_login()
+        return build_parts(self.config, library, self._overrides, self.web_channel, login)
 
-        config, web = self.config, self.config.web
-        app = create_app(
-            WebContext(
-                parts.stores,
-                web_channel,
-                self._web_token(),
-                config.app.name,
-                data_dir=config.app.data_dir,
-                tasks=parts.tasks,
-                timezone=config.app.timezone,
-                config_settings={
-                    SYSTEM_PROMPT_SETTING: config.agent.system_prompt,
-                    TIMEZONE_SETTING: config.app.timezone,
-                    MAX_TURNS_SETTING: str(config.agent.max_turns),
-                },
-                public_url=config.app.public_url,
-                allowed_hosts=tuple(web.allowed_hosts),
-                session_max_age_days=web.session_max_age_days,
-                clock=self._overrides.clock,
-                pairing=parts.pairing,
-                prices=parts.prices,
-                monthly_budget=config.usage.monthly_budget,
-                budget_chat=config.budget_chat(),
-                live_llm=parts.live_llm,
-                channels_config=config.channels,
-                live_tokens=parts.live_tokens,
-                live_allowlists=parts.live_allowlists,
-                mcp=parts.mcp,
-                login_link=self._login_link,
-                secrets=tuple(config.secrets()),
-                storage_health=parts.inbox.health,
-                approver=parts.approver,
-            )
-        )
-        return WebServer(app, web.host, web.port)
+    def _build_web(self, context: WebContext) -> WebServer:
+        from bruce_bot.web.app import create_app
 
-    def _web_token(self) -> str:
+        return WebServer(create_app(context), self.config.web.host, self.config.web.port)
+
+    def _web_login(self) -> WebLogin:
         """The dashboard's token: config.yml's, else Bruce's own (with this start's sign-in
         link); "" for `web.auth_token: none`."""
         web = self.config.web
@@ -311,9 +279,9 @@ class Bruce:
                 hint="web.auth_token is 'none': anyone on this machine can use the dashboard; "
                 "remove it to get a generated token and a sign-in link",
             )
-            return ""
+            return WebLogin("")
         if web.auth_token:
-            return web.auth_token
+            return WebLogin(web.auth_token)
         token = load_or_create(self.config.app.data_dir)
         scrubber.add_secret(token)  # never in a log line, like a configured one
         if self.config.database_url.startswith("postgresql"):
@@ -325,7 +293,7 @@ class Bruce:
                 "(bruce token) so that a signed-in browser stays signed in on each",
             )
         self._login_link = OneTimeLogin()
-        return token
+        return WebLogin(token, self._login_link)
 
     async def _start_web(self, web: WebServer) -> None:
         self._web = web

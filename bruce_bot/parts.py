@@ -2,13 +2,17 @@
 
 `build_parts` does no I/O — no connection is opened, no file read, no task started — so the
 whole graph of a configuration can be built (and inspected) in a test; `app.Bruce` then starts
-the parts in order. The parts refer to each other in a circle that only closes at run time (the
-inbox hands turns to the confirmations, which pass the rest to the turn runner; the scheduler
-fires briefings into the inbox), so those links are late-bound closures here and nowhere else.
+the parts in order. Each part gets its collaborators when it is built, in the order below:
+storage → LLM → channels and outbox → inbox → scheduler → tools, confirmations and turns →
+the web dashboard's context. The parts refer to each other in a circle that only closes at run
+time (the inbox hands turns to the confirmations, which pass the rest to the turn runner; the
+stores tell the monthly budget's watch, which sends through the outbox, of the usage they
+record), so those links go through `_Circle`, here and nowhere else.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,13 +31,14 @@ from bruce_bot.agent.turn import (
     TurnListener,
     TurnRunner,
     TurnSettings,
+    TurnSupport,
     kind_of,
 )
 from bruce_bot.channels.base import ChannelAdapter
 from bruce_bot.channels.policy import AllowlistPort, PairingPort
 from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import Config
-from bruce_bot.domain import utcnow
+from bruce_bot.domain import LLMCallRecord, utcnow
 from bruce_bot.fix_hints import FailureHints
 from bruce_bot.live_allowlists import LiveAllowlists
 from bruce_bot.live_channels import LiveToken, LiveTokens
@@ -47,21 +52,33 @@ from bruce_bot.logs import scrubber
 from bruce_bot.mcp_client.manager import McpManager
 from bruce_bot.media.preparation import MediaSettings, MediaStep
 from bruce_bot.media.vision import sees_images
-from bruce_bot.messaging.inbox import Inbox, InboxSettings
+from bruce_bot.messaging.inbox import Inbox, InboxSettings, QueuedMessage
 from bruce_bot.messaging.inbox_port import ChoiceAnswerer, Gateway
 from bruce_bot.messaging.outbox import FileSending, Outbox
 from bruce_bot.pairing import PairingService, Sender
 from bruce_bot.scheduler.confirmations import TaskConfirmations
+from bruce_bot.scheduler.context import SchedulerContext
+from bruce_bot.scheduler.firing import TaskFiring
+from bruce_bot.scheduler.job_store import TaskJobs, create_scheduler
 from bruce_bot.scheduler.leader import SchedulerLeadership
-from bruce_bot.scheduler.service import TaskService, create_scheduler
+from bruce_bot.scheduler.runs import TaskRuns
+from bruce_bot.scheduler.service import TaskService
+from bruce_bot.scheduler.watching import WatchChecker
 from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
+from bruce_bot.storage.messages import UsageListener
+from bruce_bot.storage.sessions import SessionRecord
+from bruce_bot.storage.settings import (
+    MAX_TURNS_SETTING,
+    SYSTEM_PROMPT_SETTING,
+    TIMEZONE_SETTING,
+)
 from bruce_bot.storage.settings import TOPIC as SETTINGS_TOPIC
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.approval import Approver
 from bruce_bot.tools.artifacts import artifact_file
-from bruce_bot.tools.catalog import build_tools
+from bruce_bot.tools.catalog import build_tools, empty_registry
 from bruce_bot.tools.own_address import OwnAddress
 from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolRegistry
@@ -69,6 +86,8 @@ from bruce_bot.tools.run_code import run_code_enabled
 from bruce_bot.tools.watches import watch_tools, web_reader
 from bruce_bot.usage.monthly_budget import BudgetPolicy, BudgetWatch
 from bruce_bot.usage.prices import PriceTable
+from bruce_bot.web.context import WebContext
+from bruce_bot.web.login_token import OneTimeLogin
 
 INBOX_TOPIC = "inbox"  # change feed: a session got a message another process should take
 WEB_TOPIC = "web-chat"  # change feed: a reply was delivered in a web chat
@@ -121,6 +140,79 @@ class Parts:
     own_address: OwnAddress = field(default_factory=OwnAddress)
     # Asks the user before a tool runs something (run_code); the dashboard answers it too.
     approver: ChatApprover | None = None
+    # What the web app is built from (None: the dashboard is off).
+    web: WebContext | None = None
+    clock: Callable[[], datetime] = utcnow  # the clock the parts were built with
+
+
+@dataclass(frozen=True, slots=True)
+class WebLogin:
+    """The dashboard's sign-in, read at start-up (app.py): its token ("" for `web.auth_token:
+    none`) and this start's one-time sign-in link (None: the token is set in config.yml)."""
+
+    token: str
+    link: OneTimeLogin | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Storage:
+    """The database and what every other part reads and writes it through."""
+
+    database: Database
+    feed: ChangeFeed
+    stores: Stores
+    claimant: Claimant
+    shared: bool  # other processes may use the same database (PostgreSQL)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reach:
+    """The channels, the outbox that sends through them, and who may talk on them."""
+
+    adapters: list[ChannelAdapter]  # the web chat first, then the platforms
+    channels: dict[str, ChannelAdapter]
+    outbox: Outbox
+    allowlists: LiveAllowlists
+    pairing: PairingService
+    live_tokens: LiveTokens | None  # None: tests put their own channels in place
+
+
+@dataclass(frozen=True, slots=True)
+class _Agent:
+    """What answers: the tools, the confirmations in front of the turns, and the turns."""
+
+    tools: ToolRegistry
+    mcp: McpManager | None
+    confirmations: TaskConfirmations
+    approver: ChatApprover
+    turns: TurnRunner
+    brain: AnalyticalBrain | None
+    transcriber: Transcriber | None
+    hints: FailureHints
+
+
+class _Circle:
+    """The links that close only at run time (the module docstring), each bound once its part
+    exists: the inbox hands a batch to the confirmations, which pass the rest to the turn
+    runner; the stores tell the budget's watch of the usage they record."""
+
+    def __init__(self) -> None:
+        self.confirmations: TaskConfirmations | None = None
+        self.turns: TurnRunner | None = None
+        self.budget: BudgetWatch | None = None
+
+    async def confirm_first(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
+        """A bare yes/no may answer a task confirmation; the confirmations pass the rest on."""
+        assert self.confirmations is not None, "a turn before the parts were built"
+        await self.confirmations.run(session, batch)
+
+    async def run_turn(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
+        assert self.turns is not None, "a turn before the parts were built"
+        await self.turns.run(session, batch)
+
+    def usage_recorded(self, records: Sequence[LLMCallRecord]) -> None:
+        if self.budget is not None:
+            self.budget.recorded(records)
 
 
 def build_channels(config: Config) -> list[ChannelAdapter]:
@@ -175,9 +267,12 @@ def assemble_tools(
     brain: AnalyticalBrain | None,
     clock: Callable[[], datetime],
     own_address: OwnAddress | None = None,
+    approver: Approver | None = None,
+    registry: ToolRegistry | None = None,
 ) -> ToolRegistry:
-    """Every tool the configuration enables, in one registry."""
-    registry = build_tools(config, stores, own_address)
+    """Every tool the configuration enables, in `registry` (None: a new one); `approver`:
+    run_code's."""
+    registry = build_tools(config, stores, own_address, approver, registry)
     if config.tools.proactive.enabled:
         for tool in [*proactive_tools(confirmations), *watch_tools(confirmations)]:
             registry.add(tool)
@@ -209,15 +304,15 @@ class _BrainListener:
 class _BriefingListener:
     """A briefing's turn closes its task run: delivered, or why not."""
 
-    def __init__(self, tasks: TaskService) -> None:
-        self._tasks = tasks
+    def __init__(self, runs: TaskRuns) -> None:
+        self._runs = runs
 
     async def turn_finished(self, turn: TurnFinished) -> None:
         for run_id in turn.run_ids:
             error = turn.error
             if turn.delivery != "sent":
                 error = f"{error or ''} (delivery {turn.delivery})".strip()
-            await self._tasks.briefing_finished(run_id, error is None, error)
+            await self._runs.briefing_finished(run_id, error is None, error)
 
 
 def _file_sending(config: Config) -> FileSending | None:
@@ -229,37 +324,102 @@ def _file_sending(config: Config) -> FileSending | None:
     return FileSending(locate, artifacts.send_file_max_bytes)
 
 
-def _task_service(
+def _storage(config: Config, usage_recorded: UsageListener) -> _Storage:
+    database = Database(config.database_url)
+    claimant = Claimant(new_owner(), config.database.lease_seconds)
+    feed = open_feed(config.database_url, claimant.owner)
+    stores = Stores.open(database, feed, claimant=claimant, usage_recorded=usage_recorded)
+    return _Storage(database, feed, stores, claimant, shared=not database.is_sqlite)
+
+
+def _llm(
+    config: Config, stores: Stores, override: LLMService | None
+) -> tuple[LLMService, LiveLLMSettings | None]:
+    """The LLM client, switched when the dashboard's LLM settings change (the SDK is imported
+    on the first call, or in the background once Bruce is ready); a test's own as it is."""
+    if override is not None:
+        return override, None
+    switchable = SwitchableLLM(
+        LazyLLM(lambda: create_llm(config.llm), config.llm.model), config.llm
+    )
+    live_llm = LiveLLMSettings(
+        config.llm,
+        stores.settings,
+        switchable,
+        explicit=config.llm.model_fields_set,
+        secret_seen=scrubber.add_secret,
+    )
+    return switchable, live_llm
+
+
+def _reach(
+    config: Config, storage: _Storage, overrides: Overrides, web_channel: WebChannel | None
+) -> _Reach:
+    stores = storage.stores
+    platform = build_channels(config) if overrides.channels is None else list(overrides.channels)
+    adapters = ([web_channel] if web_channel is not None else []) + platform
+    channels = {adapter.name: adapter for adapter in adapters}
+    outbox = Outbox(
+        stores.messages,
+        stores.deliveries,
+        stores.sessions,
+        channels,
+        shared=storage.shared,
+        files=_file_sending(config),
+    )
+    allowlists = LiveAllowlists(pairing_allowlists(config), stores.settings)
+    pairing = _pair(config, stores, outbox, platform, overrides.clock, allowlists)
+    live_tokens = None
+    if overrides.channels is None:
+        live_tokens = _live_tokens(config, stores, channels, adapters, pairing, allowlists)
+    return _Reach(adapters, channels, outbox, allowlists, pairing, live_tokens)
+
+
+def _inbox(config: Config, storage: _Storage, reach: _Reach, circle: _Circle) -> Inbox:
+    feed = storage.feed
+    return Inbox(
+        storage.stores,
+        circle.confirm_first,
+        open_leases(storage.database.engine, storage.claimant, shared=storage.shared),
+        InboxSettings(
+            set(reach.channels),
+            config.agent.max_concurrent_sessions,
+            config.agent.max_message_chars,
+        ),
+        announce=lambda session_id: feed.publish(INBOX_TOPIC, str(session_id)),
+    )
+
+
+def _tasks(
     config: Config,
-    database: Database,
-    stores: Stores,
+    storage: _Storage,
     inbox: Inbox,
-    outbox: Outbox,
-    channel_names: set[str],
+    reach: _Reach,
+    llm: LLMService,
+    own_address: OwnAddress,
     clock: Callable[[], datetime],
 ) -> TaskService:
-    # On SQLite the instance lock already makes this process the only scheduler.
-    leadership = (
-        None
-        if database.is_sqlite
-        else SchedulerLeadership(
-            config.database_url, retry_seconds=config.scheduler.leader_retry_seconds
+    """The scheduler and its parts (scheduler/service.py). On SQLite the instance lock already
+    makes this process the only scheduler; on PostgreSQL, the processes elect one. Watches read
+    with the web tools' policy (never Bruce's own address) and are judged by the background
+    model."""
+    rules = config.scheduler
+    leadership = None
+    if not storage.database.is_sqlite:
+        leadership = SchedulerLeadership(
+            config.database_url, retry_seconds=rules.leader_retry_seconds
         )
-    )
     scheduler = create_scheduler(
-        sync_url(config.database_url), config.app.zone, config.scheduler.misfire_grace_seconds
+        sync_url(config.database_url), config.app.zone, rules.misfire_grace_seconds
     )
-    return TaskService(
-        stores,
-        inbox,
-        outbox,
-        scheduler,
-        app_zone=config.app.zone,
-        rules=config.scheduler,
-        channels=channel_names,
-        leadership=leadership,
-        clock=clock,
-    )
+    jobs = TaskJobs(scheduler, leadership)
+    runs = TaskRuns(storage.stores, jobs)
+    context = SchedulerContext(storage.stores, jobs, runs, rules, config.app.zone, clock)
+    reader = web_reader(config.tools, own_address)
+    model = config.llm.effective_background_model
+    checker = WatchChecker(context, reach.outbox, reader, llm, model)
+    firing = TaskFiring(context, inbox, reach.outbox, set(reach.channels), checker)
+    return TaskService(context, firing, leadership, reader)
 
 
 def _brain(
@@ -272,20 +432,6 @@ def _brain(
         llm, config.llm.effective_background_model, stores, library, config.brain, memories
     )
     return AnalyticalBrain(runner, max_concurrent=config.agent.max_concurrent_sessions)
-
-
-@runtime_checkable
-class AsksFirst(Protocol):
-    """A tool that asks the user before it runs something (run_code): given the approver."""
-
-    def use_approver(self, approver: Approver) -> None: ...
-
-
-def give_approver(tools: ToolRegistry, approver: Approver) -> None:
-    for name in tools.names():
-        tool = tools.get(name)
-        if isinstance(tool, AsksFirst):
-            tool.use_approver(approver)
 
 
 def _chooser(approver: ChatApprover, confirmations: TaskConfirmations) -> ChoiceAnswerer:
@@ -402,26 +548,127 @@ def _budget(
     prices: PriceTable,
     clock: Callable[[], datetime],
 ) -> BudgetWatch | None:
-    """The monthly budget's watch, told of every LLM call the stores record."""
+    """The monthly budget's watch (the stores tell it of every LLM call they record)."""
     if config.usage.monthly_budget is None:
         return None
     policy = BudgetPolicy(
         prices, config.usage.monthly_budget, config.app.zone, config.budget_chat()
     )
-    watch = BudgetWatch(stores, outbox, policy, clock=clock)
-    stores.audit.usage_recorded = watch.recorded
-    stores.messages.usage_recorded = watch.recorded
-    return watch
+    return BudgetWatch(stores, outbox, policy, clock=clock)
+
+
+def _agent(
+    config: Config,
+    library: Library | None,
+    overrides: Overrides,
+    storage: _Storage,
+    reach: _Reach,
+    llm: tuple[LLMService, LiveLLMSettings | None],
+    tasks: TaskService,
+    own_address: OwnAddress,
+    circle: _Circle,
+) -> _Agent:
+    """The tools, the confirmations and the turns. What the agent loop holds after outside
+    content waits in `approvals`, which the confirmations ask about; the tools (the scheduling
+    ones talk to the confirmations) join its registry once those exist."""
+    stores, clock = storage.stores, overrides.clock
+    client, live_llm = llm
+    # A tool that asks before it runs (run_code) asks in the chat, with Run / Deny buttons.
+    approver = ChatApprover(
+        stores, reach.outbox, storage.feed, config.tools.run_code.approval_timeout_seconds, clock
+    )
+    tools = overrides.tools if overrides.tools is not None else empty_registry(config)
+    # After outside content, what is not a plain read waits for the user (agent/approvals.py).
+    approvals = ActionApprovals(stores.approvals, stores.audit, tools)
+    confirmations = TaskConfirmations(
+        tasks.planner, stores, reach.outbox, circle.run_turn, approvals
+    )
+    brain = _brain(config, client, stores, library)
+    if overrides.tools is None:
+        assemble_tools(
+            config, stores, client, confirmations, brain, clock, own_address, approver, tools
+        )
+    mcp = build_mcp(config, tools)
+    # The configured public URL, when the config sets one; else the address the web server binds.
+    public_url = config.app.public_url if "public_url" in config.app.model_fields_set else None
+    hints = FailureHints(live_llm, public_url)
+    transcriber = overrides.transcriber or build_transcriber(config)
+    # The confirmations hear which turns read outside content: only those can leave
+    # something waiting to be asked about.
+    listeners: list[TurnListener] = [_BriefingListener(tasks.runs), confirmations]
+    if brain:
+        listeners.append(_BrainListener(brain))
+    support = TurnSupport(
+        listeners,
+        build_media(config, stores, reach.channels, transcriber),
+        hints.current,
+        approvals,
+    )
+    turns = TurnRunner(
+        _turn_settings(config, library, clock), stores, client, tools, reach.outbox, support
+    )
+    return _Agent(tools, mcp, confirmations, approver, turns, brain, transcriber, hints)
+
+
+def _turn_settings(
+    config: Config, library: Library | None, clock: Callable[[], datetime]
+) -> TurnSettings:
+    memory = config.memory if config.memory.enabled else None
+    return TurnSettings(config.agent, config.llm, config.app.zone, clock, library, memory)
 
 
 def _connect_feed(
-    feed: ChangeFeed, inbox: Inbox, web_channel: WebChannel | None, shared: bool
+    feed: ChangeFeed,
+    inbox: Inbox,
+    web_channel: WebChannel | None,
+    shared: bool,
+    live_llm: LiveLLMSettings | None,
+    live_tokens: LiveTokens | None,
 ) -> None:
-    """What other processes tell this one: a session's new message, a web chat's reply."""
+    """What other processes tell this one: a session's new message, a web chat's reply, a
+    setting saved there (a new LLM client, a channel reconnected with its token)."""
     feed.subscribe(INBOX_TOPIC, lambda key: inbox.poke(int(key) if key.isdigit() else None))
     if web_channel is not None and shared:
         web_channel.relay(lambda chat_id: feed.publish(WEB_TOPIC, chat_id))
         feed.subscribe(WEB_TOPIC, web_channel.changed_elsewhere)
+    if live_llm is not None:
+        feed.subscribe(SETTINGS_TOPIC, live_llm.changed_elsewhere)
+    if live_tokens is not None:
+        feed.subscribe(SETTINGS_TOPIC, live_tokens.changed_elsewhere)
+
+
+def web_context(
+    config: Config, parts: Parts, web_channel: WebChannel, login: WebLogin
+) -> WebContext:
+    """What the dashboard is built from: the config sections it reads and the parts it shows
+    or changes."""
+    return WebContext(
+        parts.stores,
+        web_channel,
+        login.token,
+        app=config.app,
+        web=config.web,
+        tasks=parts.tasks,
+        config_settings={
+            SYSTEM_PROMPT_SETTING: config.agent.system_prompt,
+            TIMEZONE_SETTING: config.app.timezone,
+            MAX_TURNS_SETTING: str(config.agent.max_turns),
+        },
+        clock=parts.clock,
+        pairing=parts.pairing,
+        prices=parts.prices,
+        usage=config.usage,
+        budget_chat=config.budget_chat(),
+        live_llm=parts.live_llm,
+        channels_config=config.channels,
+        live_tokens=parts.live_tokens,
+        live_allowlists=parts.live_allowlists,
+        storage_health=parts.inbox.health,
+        mcp=parts.mcp,
+        login_link=login.link,
+        secrets=tuple(config.secrets()),
+        approver=parts.approver,
+    )
 
 
 def build_parts(
@@ -429,139 +676,57 @@ def build_parts(
     library: Library | None,
     overrides: Overrides = Overrides(),
     web_channel: WebChannel | None = None,
+    web_login: WebLogin | None = None,
 ) -> Parts:
     """Every part of Bruce for `config`, connected; `library`: the skills and workflows, read
-    beforehand (None: the brain is off)."""
-    database = Database(config.database_url)
-    shared = not database.is_sqlite
-    claimant = Claimant(new_owner(), config.database.lease_seconds)
-    feed = open_feed(config.database_url, claimant.owner)
-    stores = Stores.open(database, feed, claimant=claimant)
-    live_llm: LiveLLMSettings | None = None
-    llm: LLMService
-    if overrides.llm is not None:
-        llm = overrides.llm
-    else:
-        switchable = SwitchableLLM(
-            LazyLLM(lambda: create_llm(config.llm), config.llm.model), config.llm
-        )
-        live_llm = LiveLLMSettings(
-            config.llm,
-            stores.settings,
-            switchable,
-            explicit=config.llm.model_fields_set,
-            secret_seen=scrubber.add_secret,
-        )
-        llm = switchable
-    platform = build_channels(config) if overrides.channels is None else list(overrides.channels)
-    adapters = ([web_channel] if web_channel is not None else []) + platform
-    channels = {adapter.name: adapter for adapter in adapters}
-    outbox = Outbox(
-        stores.messages,
-        stores.deliveries,
-        stores.sessions,
-        channels,
-        shared=shared,
-        files=_file_sending(config),
+    beforehand (None: the brain is off); with `web_login`, the dashboard's context too."""
+    circle = _Circle()
+    storage = _storage(config, circle.usage_recorded)
+    stores = storage.stores
+    llm, live_llm = _llm(config, stores, overrides.llm)
+    reach = _reach(config, storage, overrides, web_channel)
+    inbox = _inbox(config, storage, reach, circle)
+    own_address = OwnAddress.from_config(config)  # the web server tells it its port (app.py)
+    tasks = _tasks(config, storage, inbox, reach, llm, own_address, overrides.clock)
+    agent = _agent(
+        config, library, overrides, storage, reach, (llm, live_llm), tasks, own_address, circle
     )
-    brain = _brain(config, llm, stores, library)
-    allowlists = LiveAllowlists(pairing_allowlists(config), stores.settings)
-    pairing = _pair(config, stores, outbox, platform, overrides.clock, allowlists)
-    live_tokens = None
-    if overrides.channels is None:
-        live_tokens = _live_tokens(config, stores, channels, adapters, pairing, allowlists)
-    inbox = Inbox(
-        stores,
-        # A bare yes/no may answer a task confirmation; the confirmations pass the rest on.
-        lambda session, batch: confirmations.run(session, batch),
-        open_leases(database.engine, claimant, shared=shared),
-        InboxSettings(
-            set(channels), config.agent.max_concurrent_sessions, config.agent.max_message_chars
-        ),
-        announce=lambda session_id: feed.publish(INBOX_TOPIC, str(session_id)),
-    )
-    tasks = _task_service(config, database, stores, inbox, outbox, set(channels), overrides.clock)
-    # Watches read with the web tools' policy and are judged by the background model.
-    # Bruce's own web address, which neither web_fetch nor a watch reads; the dashboard tells
-    # it the port it bound (app.py).
-    own_address = OwnAddress.from_config(config)
-    tasks.use_watches(
-        web_reader(config.tools, own_address), llm, config.llm.effective_background_model
-    )
-    confirmations = TaskConfirmations(
-        tasks, stores, outbox, lambda session, batch: turns.run(session, batch)
-    )
-    tools = overrides.tools
-    if tools is None:
-        tools = assemble_tools(
-            config, stores, llm, confirmations, brain, overrides.clock, own_address
-        )
-    mcp = build_mcp(config, tools)
-    # The confirmations hear which turns read outside content: only those can leave
-    # something waiting to be asked about.
-    listeners: list[TurnListener] = [_BriefingListener(tasks), confirmations]
-    if brain:
-        listeners.append(_BrainListener(brain))
-    settings = TurnSettings(
-        config.agent,
-        config.llm,
-        config.app.zone,
-        overrides.clock,
-        library,
-        config.memory if config.memory.enabled else None,
-    )
-    transcriber = overrides.transcriber or build_transcriber(config)
-    media = build_media(config, stores, channels, transcriber)
-    # The configured public URL, when the config sets one; else the address the web server binds.
-    public_url = config.app.public_url if "public_url" in config.app.model_fields_set else None
-    hints = FailureHints(live_llm, public_url)
-    turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media, hints.current)
-    # After outside content, what is not a plain read waits for the user (agent/approvals.py).
-    approvals = ActionApprovals(stores.approvals, stores.audit, tools)
-    turns.gate_actions(approvals)
-    confirmations.use_actions(approvals)
-    # A tool that asks before it runs (run_code) asks in the chat, with Run / Deny buttons.
-    approver = ChatApprover(
-        stores, outbox, feed, config.tools.run_code.approval_timeout_seconds, overrides.clock
-    )
-    give_approver(tools, approver)
-    gateway = Gateway(
-        inbox, stores, reminders=tasks.describe_session, choices=_chooser(approver, confirmations)
-    )
-    _connect_feed(feed, inbox, web_channel, shared)
-    # A setting saved in another process: a new LLM client, a channel reconnected with its token.
-    if live_llm is not None:
-        feed.subscribe(SETTINGS_TOPIC, live_llm.changed_elsewhere)
-    if live_tokens is not None:
-        feed.subscribe(SETTINGS_TOPIC, live_tokens.changed_elsewhere)
+    circle.confirmations, circle.turns = agent.confirmations, agent.turns
+    choices = _chooser(agent.approver, agent.confirmations)
+    gateway = Gateway(inbox, stores, reminders=tasks.planner.describe_session, choices=choices)
+    _connect_feed(storage.feed, inbox, web_channel, storage.shared, live_llm, reach.live_tokens)
     prices = PriceTable.from_config(config.usage, config.llm)
-    budget = _budget(config, stores, outbox, prices, overrides.clock)
-    return Parts(
-        database=database,
-        feed=feed,
+    circle.budget = _budget(config, stores, reach.outbox, prices, overrides.clock)
+    parts = Parts(
+        database=storage.database,
+        feed=storage.feed,
         stores=stores,
         llm=llm,
-        tools=tools,
-        channels=channels,
-        outbox=outbox,
+        tools=agent.tools,
+        channels=reach.channels,
+        outbox=reach.outbox,
         inbox=inbox,
         tasks=tasks,
-        confirmations=confirmations,
-        turns=turns,
+        confirmations=agent.confirmations,
+        turns=agent.turns,
         gateway=gateway,
-        brain=brain,
-        shared=shared,
-        pairing=pairing,
+        brain=agent.brain,
+        shared=storage.shared,
+        pairing=reach.pairing,
         web_channel=web_channel,
-        adapters=adapters,
-        transcriber=transcriber,
+        adapters=reach.adapters,
+        transcriber=agent.transcriber,
         prices=prices,
-        budget=budget,
+        budget=circle.budget,
         live_llm=live_llm,
-        live_tokens=live_tokens,
-        live_allowlists=allowlists,
-        hints=hints,
-        mcp=mcp,
+        live_tokens=reach.live_tokens,
+        live_allowlists=reach.allowlists,
+        hints=agent.hints,
+        mcp=agent.mcp,
         own_address=own_address,
-        approver=approver,
+        approver=agent.approver,
+        clock=overrides.clock,
     )
+    if web_channel is None or web_login is None:
+        return parts
+    return dataclasses.replace(parts, web=web_context(config, parts, web_channel, web_login))

@@ -201,6 +201,20 @@ def saved_files(run: AgentRun) -> tuple[OutboundFile, ...]:
     return tuple(files.values())
 
 
+@dataclass(frozen=True, slots=True)
+class TurnSupport:
+    """What turns are run with besides their core collaborators, each optional."""
+
+    # Told how each turn ended (the brain, a briefing's run, the confirmations).
+    listeners: Sequence[TurnListener] = ()
+    media: MediaStep | None = None  # None: attachments are not read
+    # Where the settings a failure's fix names come from (None: the fix names no source).
+    hints: Callable[[], Awaitable[FixHints]] | None = None
+    # After outside content, what is not a plain read is held for the user's yes (None: it is
+    # refused, with nobody to ask).
+    approvals: ApprovalPort | None = None
+
+
 class TurnRunner:
     def __init__(
         self,
@@ -209,32 +223,22 @@ class TurnRunner:
         llm: LLMService,
         tools: ToolRegistry,
         outbox: Outbox,
-        listeners: Sequence[TurnListener] = (),
-        media: MediaStep | None = None,
-        hints: Callable[[], Awaitable[FixHints]] | None = None,
+        support: TurnSupport = TurnSupport(),
     ) -> None:
         self._settings = settings
-        self._hints = hints  # where the settings a failure's fix names come from
-        self._media = media
+        self._hints = support.hints
+        self._media = support.media
         self._stores = stores
         self._llm = llm
         self._tools = tools
         self._outbox = outbox
-        self._listeners = list(listeners)
+        self._listeners = tuple(support.listeners)
         self._summarizer = Summarizer(
             llm, settings.llm, settings.agent, stores.messages, stores.summaries, stores.audit
         )
         self._outages = OutageMemory()
-        # None: after outside content, what is not a plain read is refused (nobody to ask).
-        self._approvals: ApprovalPort | None = None
+        self._approvals = support.approvals
         self._typing_tasks: set[asyncio.Task[None]] = set()  # finishing their last request
-
-    def listen(self, listener: TurnListener) -> None:
-        self._listeners.append(listener)
-
-    def gate_actions(self, approvals: ApprovalPort) -> None:
-        """After outside content, hold what is not a plain read for the user's yes."""
-        self._approvals = approvals
 
     async def run(self, session: SessionRecord, batch: Sequence[QueuedMessage]) -> None:
         turn = await self._begin(session, batch)

@@ -31,7 +31,7 @@ from bruce_bot.domain import Choice, OutboundMessage
 from bruce_bot.messaging.inbox import QueuedMessage
 from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.scheduler.new_task import NewTask, NewWatch
-from bruce_bot.scheduler.service import TaskService
+from bruce_bot.scheduler.planner import TaskPlanner
 from bruce_bot.scheduler.timing import ScheduleError, describe_interval
 from bruce_bot.scheduler.watching import describe_watch
 from bruce_bot.storage.approvals import CANCEL_PREFIX as ACTION_CANCEL
@@ -153,23 +153,24 @@ class Waiting:
 
 class TaskConfirmations:
     def __init__(
-        self, service: TaskService, stores: Stores, outbox: Outbox, turns: TurnFunction
+        self,
+        planner: TaskPlanner,
+        stores: Stores,
+        outbox: Outbox,
+        turns: TurnFunction,
+        actions: HeldActions | None = None,
     ) -> None:
-        self._planner = service.planner
-        self._service = service  # watches: the service vets their URLs first
+        self._planner = planner
         self._stores = stores
         self._outbox = outbox
         self._turns = turns
-        self._actions: HeldActions | None = None  # None: no action is ever held
+        # The actions the agent loop holds, asked about and answered here too (None: no action
+        # is ever held).
+        self._actions = actions
         # Sessions whose last turn read outside content: only such a turn (or one a crash cut,
         # asked about at start-up) leaves a task or an action nobody was asked about yet, so
         # the other turns cost no query here.
         self._to_ask: set[int] = set()
-
-    def use_actions(self, actions: HeldActions) -> None:
-        """Ask about, and answer, the actions the agent loop holds too (wired once the tools
-        that run them exist)."""
-        self._actions = actions
 
     # ---- the scheduling tools' port --------------------------------------------------------
 
@@ -181,7 +182,7 @@ class TaskConfirmations:
     async def create_watch(self, new: NewWatch) -> TaskRecord:
         if not new.confirmed:
             _check_shown(new.condition)
-        return await self._service.create_watch(new)
+        return await self._planner.create_watch(new)
 
     async def watches(self, session_id: int) -> list[tuple[TaskRecord, WatchRecord]]:
         return await self._planner.watches(session_id)

@@ -54,6 +54,7 @@ class TaskFiring:
         inbox: Inbox,
         outbox: Outbox,
         channels: Collection[str] | None = None,
+        watches: WatchChecker | None = None,
     ) -> None:
         self._context = context
         self._tasks = context.stores.tasks
@@ -65,8 +66,13 @@ class TaskFiring:
         self._firing: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stopping = False
-        # Checks a watch's firing (`TaskService.use_watches`); None: watches wait, unchecked.
-        self.watches: WatchChecker | None = None
+        # Checks a watch's firing; None: watches wait, unchecked.
+        self._watches = watches
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this process runs the scheduler: a firing elsewhere is the leader's."""
+        return self._context.jobs.is_leader
 
     def open(self) -> None:
         """Accept firings, on the running event loop."""
@@ -168,10 +174,10 @@ class TaskFiring:
         await self._hand_over(task, firing, composed)
 
     async def _check_watch(self, task: TaskRecord, due: datetime) -> None:
-        if self.watches is None:
+        if self._watches is None:
             log.info("task_fire_deferred", task_id=task.id, reason="watches are not set up here")
             return
-        await self.watches.check(task, due)
+        await self._watches.check(task, due)
 
     async def _firable(
         self, task_id: int, scheduled_for: datetime | None

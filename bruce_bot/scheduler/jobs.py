@@ -2,12 +2,12 @@
 
 APScheduler pickles a reference to the function by its import path; a job whose function can no
 longer be imported is deleted from the store when loaded. So the entry point is one module-level
-function that takes only the task id, and it finds the process's task service through `bind`:
-one per process (a second one is refused, so that no test can hide which process fired). It runs
-in one of APScheduler's worker threads and only hands the task id over to the service, which
-fires the task on Bruce's event loop — if it leads the scheduler. A firing that reaches a
-service that does not lead (it was deposed a moment ago) is dropped loudly: the task row still
-waits for it, and the leader's start-up reconciliation fires it.
+function that takes only the task id, and it finds the process's task firing through `bind`
+(the task service binds it): one per process (a second one is refused, so that no test can hide
+which process fired). It runs in one of APScheduler's worker threads and only hands the task id
+over to the firing, which fires the task on Bruce's event loop — if it leads the scheduler. A
+firing that reaches a process that does not lead (it was deposed a moment ago) is dropped
+loudly: the task row still waits for it, and the leader's start-up reconciliation fires it.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from bruce_bot.scheduler.timing import (
     shortest_cron_gap,
     zone_of,
 )
+from bruce_bot.scheduler.watching import WatchReader
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.storage.watches import WATCH_MODE, WatchRecord
 
@@ -56,10 +57,13 @@ def definition_columns(new: NewTask, zone: ZoneInfo, first: datetime) -> dict[st
 
 
 class TaskPlanner:
-    def __init__(self, context: SchedulerContext, firing: TaskFiring) -> None:
+    def __init__(
+        self, context: SchedulerContext, firing: TaskFiring, reader: WatchReader | None = None
+    ) -> None:
         self._context = context
         self._tasks = context.stores.tasks
         self._firing = firing
+        self._reader = reader  # what watches read: a page it never reads is refused up front
         self._creating = asyncio.Lock()
 
     async def create(self, new: NewTask) -> TaskRecord:
@@ -99,6 +103,8 @@ class TaskPlanner:
         """A new watch: its first check runs right away (once confirmed, for an unconfirmed one).
         The same tool call made again returns the watch it created the first time."""
         url, query = (new.url or "").strip(), (new.query or "").strip()
+        if url and self._reader is not None and (refused := await self._reader.refusal(url)):
+            raise ScheduleError(f"{refused}; a watch can only read pages web_fetch may read")
         if bool(url) == bool(query):
             raise ScheduleError("give exactly one of url (a page to read) or query (a web search)")
         if url and not url.lower().startswith(("http://", "https://")):

@@ -1,14 +1,14 @@
 """The audit store: every tool execution (docs/design.md) and every LLM call's token usage, and the
 dashboard's queries over them (the tool log, usage per day, model, purpose and session).
 
-Whoever wants to hear of usage as it is recorded (the monthly budget's watch) sets
-`usage_recorded`; `MessageStore.finish_turn`, which records a turn's usage in its own commit,
-has the same hook.
+Whoever wants to hear of usage as it is recorded (the monthly budget's watch) is given at
+construction (`usage_recorded`); `MessageStore.finish_turn`, which records a turn's usage in its
+own commit, is given the same listener.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, case, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bruce_bot.domain import LLMCallRecord, utcnow
-from bruce_bot.storage.messages import usage_row
+from bruce_bot.storage.messages import UsageListener, usage_row
 from bruce_bot.storage.models import LLMCallRow, ToolExecutionRow, columns_for, from_row, table_of
 
 _executions = table_of(ToolExecutionRow)
@@ -71,9 +71,6 @@ class ModelUsage:
     cache_write_tokens: int
 
 
-UsageListener = Callable[[Sequence[LLMCallRecord]], None]
-
-
 def _counts() -> list[ColumnElement[Any]]:
     return [
         func.count(),
@@ -97,9 +94,9 @@ def _day_of(days: Sequence[tuple[date, datetime]]) -> ColumnElement[Any]:
 
 
 class AuditStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, usage_recorded: UsageListener | None = None) -> None:
         self._engine = engine
-        self.usage_recorded: UsageListener | None = None
+        self._usage_recorded = usage_recorded
 
     async def record_tool_execution(
         self,
@@ -151,8 +148,8 @@ class AuditStore:
                 _calls.insert(),
                 [usage_row(session_id, record, now) for record in usage],
             )
-        if self.usage_recorded is not None:
-            self.usage_recorded(usage)
+        if self._usage_recorded is not None:
+            self._usage_recorded(usage)
 
     async def tool_executions(
         self,

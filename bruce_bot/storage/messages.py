@@ -98,6 +98,10 @@ def _extra_of(message: InboundMessage) -> dict[str, Any] | None:
     return extra or None
 
 
+# Told of the LLM calls just recorded (the monthly budget's watch); no I/O in it.
+UsageListener = Callable[[Sequence[LLMCallRecord]], None]
+
+
 def usage_row(session_id: int | None, record: LLMCallRecord, at: datetime) -> dict[str, Any]:
     return {
         "session_id": session_id,
@@ -279,7 +283,12 @@ def _insert_unless_duplicate(dialect: str) -> Any:
 
 
 class MessageStore:
-    def __init__(self, engine: AsyncEngine, claimant: Claimant | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        claimant: Claimant | None = None,
+        usage_recorded: UsageListener | None = None,
+    ) -> None:
         self._engine = engine
         # Replies are stored claimed by this process, which delivers them right after.
         self._claimant = claimant or default_claimant()
@@ -287,7 +296,7 @@ class MessageStore:
         self._group = GroupCommit(engine)
         self._insert_new_inbound = _insert_unless_duplicate(engine.dialect.name)
         # Told of the usage a turn's commit recorded (the monthly budget's watch).
-        self.usage_recorded: Callable[[Sequence[LLMCallRecord]], None] | None = None
+        self._usage_recorded = usage_recorded
 
     async def add_inbound(self, session_id: int, message: InboundMessage, text: str) -> int | None:
         """Persist a user message as `pending`; None when its platform id was already stored."""
@@ -498,8 +507,8 @@ class MessageStore:
                 await connection.execute(
                     INSERT_LLM_CALLS, [usage_row(session_id, record, now) for record in usage]
                 )
-        if usage and self.usage_recorded is not None:
-            self.usage_recorded(usage)
+        if usage and self._usage_recorded is not None:
+            self._usage_recorded(usage)
         return reply_id, now
 
     async def add_outbound_once(

@@ -17,7 +17,7 @@ from bruce_bot.storage.deliveries import DeliveryStore
 from bruce_bot.storage.goals import GoalStore
 from bruce_bot.storage.leases import Claimant
 from bruce_bot.storage.memories import MemoryStore
-from bruce_bot.storage.messages import MessageStore
+from bruce_bot.storage.messages import MessageStore, UsageListener
 from bruce_bot.storage.pairing import PairingStore
 from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.storage.settings import SettingsStore
@@ -53,18 +53,19 @@ class Stores:
         feed: ChangeFeed | None = None,
         *,
         claimant: Claimant | None = None,
+        usage_recorded: UsageListener | None = None,
     ) -> Stores:
         """`feed` (started and stopped by the caller) tells the other processes on the database
         what the caching stores write, and them what the others wrote; the default tells nobody,
         right for SQLite's one process. `claimant`: this process, as it claims the replies it
-        stores (storage/leases.py)."""
+        stores (storage/leases.py). `usage_recorded`: told of every LLM call recorded."""
         engine = database.engine
         feed = feed or LocalFeed()
         return cls(
             database=database,
             sessions=SessionStore(engine, feed),
-            messages=MessageStore(engine, claimant),
-            audit=AuditStore(engine),
+            messages=MessageStore(engine, claimant, usage_recorded),
+            audit=AuditStore(engine, usage_recorded),
             summaries=SummaryStore(engine, feed),
             settings=SettingsStore(engine, feed),
             artifacts=ArtifactStore(engine),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bruce_bot.config import Config
 from bruce_bot.storage.stores import Stores
+from bruce_bot.tools.approval import Approver
 from bruce_bot.tools.artifacts import ArtifactSaveTool
 from bruce_bot.tools.code_files import OutputSaver
 from bruce_bot.tools.memory import memory_tools
@@ -18,10 +19,23 @@ from bruce_bot.tools.web_fetch import WebFetchTool
 from bruce_bot.tools.web_search import WebSearchTool, provider_for
 
 
+def empty_registry(config: Config) -> ToolRegistry:
+    """A registry with the configured timeout, before any tool is added: what holds the actions
+    waiting for the user can refer to it before the tools that need the scheduler exist."""
+    return ToolRegistry(default_timeout=config.agent.tool_timeout_seconds)
+
+
 def build_tools(
-    config: Config, stores: Stores, own_address: OwnAddress | None = None
+    config: Config,
+    stores: Stores,
+    own_address: OwnAddress | None = None,
+    approver: Approver | None = None,
+    registry: ToolRegistry | None = None,
 ) -> ToolRegistry:
-    registry = ToolRegistry(default_timeout=config.agent.tool_timeout_seconds)
+    """The tools of `config` that need neither the scheduler nor the agent, in `registry` (None:
+    a new one); `approver` asks the user before a run_code run that must ask (None: such a run
+    is refused)."""
+    registry = empty_registry(config) if registry is None else registry
     tools = config.tools
     if tools.web_search.enabled:
         registry.add(WebSearchTool(provider_for(tools.web_search)))
@@ -45,8 +59,7 @@ def build_tools(
         if tools.artifacts.enabled:
             saver = OutputSaver(stores.artifacts, config.app.data_dir / "artifacts")
         files = CodeFiles(stores.messages, saver, tools.artifacts.max_bytes)
-        registry.add(RunCodeTool(tools.run_code, config.app.data_dir, files))
+        registry.add(RunCodeTool(tools.run_code, config.app.data_dir, files, approver))
     # The proactive-task and sub-agent tools need the scheduler and the agent: the composition
-    # root adds them (bruce_bot/parts.py, `assemble_tools`). run_code's approver (the agent's
-    # asking) is wired there too: until then, a run that must ask is refused.
+    # root adds them (bruce_bot/parts.py, `assemble_tools`).
     return registry

@@ -143,13 +143,10 @@ class RunCodeTool(Tool):
         self.config = config
         self.data_dir = data_dir
         self.files = files
-        self.approver = approver  # wired by the composition root (agent/asking.py)
+        # Asks the user before a run that must ask (agent/asking.py); None: such a run is refused.
+        self.approver = approver
         self._locks: dict[int, asyncio.Lock] = {}
         self._next_sweep = 0.0
-
-    def use_approver(self, approver: Approver) -> None:
-        """Who asks the user before a run that must ask (bruce_bot/parts.py wires it)."""
-        self.approver = approver
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
         config = self.config

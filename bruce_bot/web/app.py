@@ -70,8 +70,8 @@ def create_app(context: WebContext) -> Starlette:
         context.auth_token,
         context.stores.web_sessions,
         clock=context.clock,
-        max_age=timedelta(days=context.session_max_age_days),
-        secure_cookie=urlsplit(context.public_url).scheme == "https",
+        max_age=timedelta(days=context.web.session_max_age_days),
+        secure_cookie=urlsplit(context.app.public_url).scheme == "https",
         login_page=LOGIN_PAGE,
         one_time=context.login_link,
     )
@@ -79,13 +79,13 @@ def create_app(context: WebContext) -> Starlette:
         healthz_route(context.storage_health),
         *auth.routes(),
         *page_routes(
-            context.app_name, context.display_timezone, signed_in=bool(context.auth_token)
+            context.app.name, context.display_timezone, signed_in=bool(context.auth_token)
         ),
         LazyRoutes(API_PREFIX, lambda: _api_routes(context, auth)),
-        *artifact_routes(context.stores.artifacts, context.data_dir / "artifacts"),
+        *artifact_routes(context.stores.artifacts, context.app.data_dir / "artifacts"),
         *chat_stream_routes(context.web_channel),
     ]
-    hosts = AllowedHosts(context.public_url, context.allowed_hosts)
+    hosts = AllowedHosts(context.app.public_url, context.web.allowed_hosts)
     return Starlette(
         routes=routes,
         middleware=[Middleware(HostCheck, allowed=hosts), Middleware(AuthGate, auth=auth)],

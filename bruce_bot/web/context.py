@@ -1,4 +1,6 @@
-"""What the web app is built from: the stores, the web chat channel, a few settings and a clock.
+"""What the web app is built from: the stores, the web chat channel, the config sections it
+reads, the live parts it shows or changes, and a clock. Built by the composition root
+(bruce_bot/parts.py, `web_context`); a test builds one from the stores, a channel and a token.
 
 The timezone the pages show times in is read for each request (`display_timezone`): the one
 saved in the dashboard's Settings wins over `app.timezone`, without a restart.
@@ -9,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from bruce_bot.channels.web.channel import WebChannel
-from bruce_bot.config import ChannelsConfig
+from bruce_bot.config import AppConfig, ChannelsConfig, UsageConfig, WebConfig
 from bruce_bot.domain import utcnow
 from bruce_bot.faults import StorageHealth
 from bruce_bot.storage.stores import Stores
@@ -36,26 +37,24 @@ class WebContext:
     stores: Stores
     web_channel: WebChannel
     auth_token: str
-    app_name: str = "Bruce"
-    data_dir: Path = Path("data")  # artifacts are served from <data_dir>/artifacts
-    # Cancelling a task goes through the service so that its scheduler job goes too.
+    # app.name, app.data_dir (artifacts are served from <data_dir>/artifacts), app.timezone (the
+    # Settings page's timezone wins) and app.public_url: the Host check answers to loopback, its
+    # host and web.allowed_hosts; an https public_url also makes the login cookie Secure.
+    app: AppConfig = field(default_factory=AppConfig)
+    web: WebConfig = field(default_factory=WebConfig)  # allowed_hosts, session_max_age_days
+    # Cancelling a task goes through the scheduler's planner so that its job goes too; the
+    # dashboard's edits through its editor (None: no scheduler here).
     tasks: TaskService | None = None
-    timezone: str = "UTC"  # app.timezone in config.yml; the Settings page's timezone wins
     # The YAML values of the settings the dashboard edits (what "reset" goes back to).
     config_settings: Mapping[str, Any] = field(default_factory=dict)
-    # The Host check answers to loopback, the host of app.public_url and web.allowed_hosts; an
-    # https public_url also makes the login cookie Secure.
-    public_url: str = ""
-    allowed_hosts: tuple[str, ...] = ()
-    session_max_age_days: int = 30  # web.session_max_age_days, from the last use
     # Sign-in sessions, the failed-sign-in throttle and which days the usage page counts.
     clock: Callable[[], datetime] = utcnow
     # Who may talk on the chat platforms and the pairing codes waiting (the People page).
     pairing: PairingService | None = None
-    # The Usage page's prices (usage.prices over the built-in table) and monthly budget (USD;
-    # None: none), and the chat its warnings go to (None: the dashboard's banner only).
+    # The Usage page's prices (usage.prices over the built-in table) and monthly budget
+    # (usage.monthly_budget, USD), and the chat its warnings go to (None: the banner only).
     prices: PriceTable = field(default_factory=PriceTable.built_in)
-    monthly_budget: float | None = None
+    usage: UsageConfig = field(default_factory=UsageConfig)
     budget_chat: tuple[str, str] | None = None
     # The LLM settings the Settings page and the chat's setup card change (None: not offered).
     live_llm: LiveLLMSettings | None = None
@@ -67,15 +66,6 @@ class WebContext:
     live_allowlists: LiveAllowlists | None = None
     # Whether incoming messages can be stored now (the inbox's): /healthz says degraded if not.
     storage_health: StorageHealth | None = None
-
-    async def display_zone(self) -> ZoneInfo:
-        """The timezone the pages show times (and count days) in now."""
-        return await self.stores.settings.zone(ZoneInfo(self.timezone))
-
-    async def display_timezone(self) -> str:
-        """`display_zone`'s IANA name."""
-        return (await self.display_zone()).key
-
     # The MCP servers, their state and tools (None: none configured).
     mcp: McpManager | None = None
     # This start's one-time sign-in link (None: web.auth_token is set in config.yml, or 'none').
@@ -85,3 +75,11 @@ class WebContext:
     secrets: tuple[str, ...] = ()
     # The runs waiting for the user's approval (None: not offered).
     approver: ApprovalDesk | None = None
+
+    async def display_zone(self) -> ZoneInfo:
+        """The timezone the pages show times (and count days) in now."""
+        return await self.stores.settings.zone(ZoneInfo(self.app.timezone))
+
+    async def display_timezone(self) -> str:
+        """`display_zone`'s IANA name."""
+        return (await self.display_zone()).key

@@ -16,6 +16,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from bruce_bot.domain import SessionKey
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.scheduler.service import job_id
 from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING, TIMEZONE_SETTING
 from bruce_bot.storage.tasks import TaskRecord
@@ -67,16 +68,18 @@ async def seeded(tmp_path: Path) -> AsyncIterator[Seeded]:
             {"filename": "prices.html", "title": f"Prices {INJECTION}", "content": "<p>42</p>"},
         )
         session = await bruce.stores.sessions.get_or_create(SessionKey("chat", "alice"))
-        task = await bruce.tasks.create(
-            session_id=session.id,
-            channel="chat",
-            chat_id="alice",
-            title=f"Call Ana {INJECTION}",
-            mode="message",
-            content="Call Ana about the trip",
-            run_at="+3h",
-            cron=None,
-            timezone=None,
+        task = await bruce.tasks.planner.create(
+            NewTask(
+                session_id=session.id,
+                channel="chat",
+                chat_id="alice",
+                title=f"Call Ana {INJECTION}",
+                mode="message",
+                content="Call Ana about the trip",
+                run_at="+3h",
+                cron=None,
+                timezone=None,
+            )
         )
         dashboard.channel.refusing.add("gone")
         await dashboard.say("gone", "are you still there?")

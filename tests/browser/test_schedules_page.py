@@ -18,7 +18,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from bruce_bot.domain import SessionKey, utcnow
-from bruce_bot.scheduler.new_task import NewWatch
+from bruce_bot.scheduler.new_task import NewTask, NewWatch
 from tests.browser.conftest import needs_chromium
 from tests.browser.screenshots import DESKTOP, at_both_widths, screenshot_dir
 from tests.conftest import wait_until
@@ -51,15 +51,17 @@ async def dashboard(tmp_path: Path) -> AsyncIterator[Dashboard]:
         assert stores is not None and tasks is not None
         session = await stores.sessions.find(SessionKey("chat", "bob"))
         assert session is not None
-        await tasks.create(
-            session_id=session.id,
-            channel="chat",
-            chat_id="bob",
-            title="Fetch the news page",
-            mode="agent",
-            content="Fetch https://example.com/news",
-            run_at="+5h",
-            confirmed=False,
+        await tasks.planner.create(
+            NewTask(
+                session_id=session.id,
+                channel="chat",
+                chat_id="bob",
+                title="Fetch the news page",
+                mode="agent",
+                content="Fetch https://example.com/news",
+                run_at="+5h",
+                confirmed=False,
+            )
         )
         yield running
 
@@ -176,7 +178,7 @@ async def test_a_watch_shows_what_it_checks_and_its_last_result_and_can_be_cance
     session = await bruce.stores.sessions.get_or_create(SessionKey("chat", "alice"))
     verdict = {"verdict": "MATCH", "reason": "tickets are on sale for 40 EUR"}
     dashboard.fake.script(tool_calls=[("watch_verdict", verdict)])  # the first check's answer
-    task = await bruce.tasks.create_watch(
+    task = await bruce.tasks.planner.create_watch(
         NewWatch(
             session_id=session.id,
             channel="chat",

@@ -16,6 +16,7 @@ from typing import Any
 from bruce_bot.app import Bruce
 from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey, utcnow
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.tools.artifacts import ArtifactSaveTool
 from bruce_bot.tools.memory import memory_tools
 from bruce_bot.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
@@ -110,8 +111,8 @@ async def create_task(dashboard: Dashboard, chat_id: str, **values: Any) -> Any:
     assert bruce.tasks is not None and bruce.stores is not None
     session = await bruce.stores.sessions.get_or_create(SessionKey("chat", chat_id))
     defaults: dict[str, Any] = {"mode": "message", "run_at": None, "cron": None, "timezone": None}
-    return await bruce.tasks.create(
-        session_id=session.id, channel="chat", chat_id=chat_id, **{**defaults, **values}
+    return await bruce.tasks.planner.create(
+        NewTask(session_id=session.id, channel="chat", chat_id=chat_id, **{**defaults, **values})
     )
 
 

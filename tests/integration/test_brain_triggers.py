@@ -16,6 +16,7 @@ from typing import Any
 from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import SessionKey
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
@@ -150,14 +151,16 @@ async def test_a_scheduled_briefing_neither_wakes_the_brain_nor_counts_as_an_exc
         await exchange(console, LISBON[0])
         await settled(bruce)
         session = await bruce.stores.sessions.get_or_create(SessionKey("console", "local"))
-        await bruce.tasks.create(
-            session_id=session.id,
-            channel="console",
-            chat_id="local",
-            title="Digest",
-            mode="agent",
-            content="Sum up the Lisbon news",
-            run_at="+1s",
+        await bruce.tasks.planner.create(
+            NewTask(
+                session_id=session.id,
+                channel="console",
+                chat_id="local",
+                title="Digest",
+                mode="agent",
+                content="Sum up the Lisbon news",
+                run_at="+1s",
+            )
         )
         assert (await next_reply(console.replies)).startswith("📋 Digest")
         await settled(bruce)

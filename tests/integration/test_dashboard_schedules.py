@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from bruce_bot.domain import SessionKey, utcnow
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.scheduler.service import job_id
 from tests.conftest import wait_until
 from tests.integration.dashboard_support import Dashboard, running_dashboard
@@ -224,15 +225,17 @@ async def test_a_task_awaiting_confirmation_is_listed_as_such(
 ) -> None:
     tasks = dashboard.bruce.tasks
     assert tasks is not None
-    waiting = await tasks.create(
-        session_id=await alice(dashboard),
-        channel="chat",
-        chat_id="alice",
-        title="Fetch the page",
-        mode="agent",
-        content="Fetch https://example.com",
-        run_at="+3h",
-        confirmed=False,
+    waiting = await tasks.planner.create(
+        NewTask(
+            session_id=await alice(dashboard),
+            channel="chat",
+            chat_id="alice",
+            title="Fetch the page",
+            mode="agent",
+            content="Fetch https://example.com",
+            run_at="+3h",
+            confirmed=False,
+        )
     )
     listed = {t["id"]: t for t in (await client.get("/api/tasks")).json()["tasks"]}
     assert listed[waiting.id]["status"] == "unconfirmed"

@@ -16,6 +16,7 @@ import pytest
 
 from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.domain import SessionKey
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.tools.web_fetch import PinnedTransport
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import FakeAnthropicServer
@@ -168,20 +169,22 @@ async def test_a_scheduled_run_obeys_the_blocked_domains_too(
     async with running_bruce(config, channels=[console]) as bruce:
         assert bruce.stores is not None and bruce.tasks is not None
         session = await bruce.stores.sessions.get_or_create(SessionKey("console", "local"))
-        task = await bruce.tasks.create(
-            session_id=session.id,
-            channel="console",
-            chat_id="local",
-            title="News digest",
-            mode="agent",
-            content="Summarise http://www.blocked.example/news in one line",
-            run_at="+1h",
-            cron=None,
-            timezone=None,
+        task = await bruce.tasks.planner.create(
+            NewTask(
+                session_id=session.id,
+                channel="console",
+                chat_id="local",
+                title="News digest",
+                mode="agent",
+                content="Summarise http://www.blocked.example/news in one line",
+                run_at="+1h",
+                cron=None,
+                timezone=None,
+            )
         )
         anthropic_fake.script(tool_calls=[("web_fetch", {"url": "http://www.blocked.example/"})])
         anthropic_fake.script("That site is off limits, sorry.")
-        await bruce.tasks.fire(task.id)
+        await bruce.tasks.firing.fire(task.id)
         briefing = await next_reply(console.replies)
 
     assert "That site is off limits, sorry." in briefing

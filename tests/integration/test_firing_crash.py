@@ -419,7 +419,7 @@ async def test_a_briefing_run_left_open_by_another_process_closes_when_its_answe
         task = await create_direct(
             bruce, mode="agent", title="Digest", content="News", run_at="+1h"
         )
-        await bruce.tasks.run_now(task.id)
+        await bruce.tasks.editor.run_now(task.id)
         await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] == "delivered")
         # The state the killed process left: the answer out, its run still open.
         execute(tmp_path, "UPDATE task_runs SET status = 'running', delivered_at = NULL")
@@ -593,14 +593,14 @@ async def test_a_firing_whose_message_cannot_be_stored_leaves_nothing_half_done(
             " BEGIN SELECT RAISE(ABORT, 'the disk is full'); END",
         )
         with capture_logs() as logs:
-            await bruce.tasks.fire(task.id)
+            await bruce.tasks.firing.fire(task.id)
         assert [e["task_id"] for e in logs if e["event"] == "task_fire_failed"] == [task.id]
         # The claim and the advance went with the message: the firing is still owed.
         assert runs_of(tmp_path, task.id) == []
         assert task_row(tmp_path, task.id)["status"] == "active"
 
         execute(tmp_path, "DROP TRIGGER no_reminders")
-        await bruce.tasks.fire(task.id)
+        await bruce.tasks.firing.fire(task.id)
     assert channel.texts() == ["⏰ All or nothing"]
     [run] = runs_of(tmp_path, task.id)
     assert run["status"] == "delivered" and run["attempts"] == 1

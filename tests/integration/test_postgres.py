@@ -30,6 +30,7 @@ from bruce_bot.app import Bruce, StartupError
 from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import InboundMessage, SessionKey
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.scheduler.service import create_scheduler, start_paused
 from bruce_bot.storage import database
 from bruce_bot.storage.database import SCHEMA_HEAD, upgrade_schema
@@ -76,16 +77,18 @@ class ShoutTool(Tool):
 async def create_reminder(bruce: Bruce, content: str, run_at: str = "+1s") -> TaskRecord:
     assert bruce.stores is not None and bruce.tasks is not None
     session = await bruce.stores.sessions.get_or_create(SessionKey("console", "local"))
-    return await bruce.tasks.create(
-        session_id=session.id,
-        channel="console",
-        chat_id="local",
-        title="Reminder",
-        mode="message",
-        content=content,
-        run_at=run_at,
-        cron=None,
-        timezone=None,
+    return await bruce.tasks.planner.create(
+        NewTask(
+            session_id=session.id,
+            channel="console",
+            chat_id="local",
+            title="Reminder",
+            mode="message",
+            content=content,
+            run_at=run_at,
+            cron=None,
+            timezone=None,
+        )
     )
 
 

@@ -21,6 +21,7 @@ from bruce_bot.app import Bruce
 from bruce_bot.channels.policy import PRESS_NOT_ALLOWED
 from bruce_bot.domain import SessionKey
 from bruce_bot.sandbox.probe import probe
+from bruce_bot.scheduler.new_task import NewTask
 from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer, user_payload
@@ -189,18 +190,20 @@ async def test_a_briefings_run_waits_for_the_user_in_its_chat(
         await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
         session = await bruce.stores.sessions.find(SessionKey("telegram", str(ALICE.id)))
         assert session is not None
-        task = await bruce.tasks.create(
-            session_id=session.id,
-            channel="telegram",
-            chat_id=str(ALICE.id),
-            title="Daily number",
-            mode="agent",
-            content="Compute today's number",
-            run_at="+1h",
+        task = await bruce.tasks.planner.create(
+            NewTask(
+                session_id=session.id,
+                channel="telegram",
+                chat_id=str(ALICE.id),
+                title="Daily number",
+                mode="agent",
+                content="Compute today's number",
+                run_at="+1h",
+            )
         )
         anthropic_fake.script(tool_calls=[("run_code", RUN)])
         anthropic_fake.script("Today's number is 42.")
-        firing = asyncio.create_task(bruce.tasks.run_now(task.id))
+        firing = asyncio.create_task(bruce.tasks.editor.run_now(task.id))
         question = (await telegram.wait_for_messages(ALICE.id, 2, WITHIN))[1]
         assert CODE in question.plain and "scheduled task" in question.plain
         assert runs(tmp_path) == []

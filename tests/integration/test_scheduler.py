@@ -23,6 +23,7 @@ from bruce_bot.channels.base import DeliveryError, InboxPort
 from bruce_bot.config import Config
 from bruce_bot.domain import InboundMessage, OutboundMessage, SessionKey, utcnow
 from bruce_bot.scheduler import runs as task_runs
+from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.scheduler.timing import describe_lateness
 from bruce_bot.storage.tasks import TaskRecord
 from tests.conftest import running_bruce, wait_until
@@ -151,8 +152,10 @@ async def create_direct(bruce: Bruce, chat_id: str = "alice", **fields: Any) -> 
         "timezone": None,
         **fields,
     }
-    return await bruce.tasks.create(
-        session_id=await session_id(bruce, chat_id), channel="chat", chat_id=chat_id, **values
+    return await bruce.tasks.planner.create(
+        NewTask(
+            session_id=await session_id(bruce, chat_id), channel="chat", chat_id=chat_id, **values
+        )
     )
 
 
@@ -466,8 +469,8 @@ async def test_list_and_cancel_in_one_chat_only(
         assert job_ids(tmp_path) == {f"task-{call}"}
         clock.advance(timedelta(seconds=5))
         assert bruce.tasks is not None
-        await bruce.tasks.fire(plants)
-        await bruce.tasks.fire(call)
+        await bruce.tasks.firing.fire(plants)
+        await bruce.tasks.firing.fire(call)
         await wait_until(lambda: channel.texts_starting("⏰"), DUE_TIMEOUT)
         await wait_until(lambda: runs_of(tmp_path, call)[0]["status"] == "delivered")
 
@@ -610,8 +613,8 @@ async def test_the_same_firing_triggered_twice_is_delivered_once(
     ) as bruce:
         assert bruce.tasks is not None
         task = await create_direct(bruce, run_at="+1h", content="Once only")
-        await asyncio.gather(bruce.tasks.fire(task.id), bruce.tasks.fire(task.id))
-        await bruce.tasks.fire(task.id)  # and once more, later
+        await asyncio.gather(bruce.tasks.firing.fire(task.id), bruce.tasks.firing.fire(task.id))
+        await bruce.tasks.firing.fire(task.id)  # and once more, later
     assert channel.texts() == ["⏰ Once only"]
     [run] = runs_of(tmp_path, task.id)
     assert run["status"] == "delivered"
@@ -631,7 +634,7 @@ async def test_a_chat_that_refuses_delivery_pauses_the_task_without_retrying(
             once = await create_direct(bruce, chat_id="gone", run_at="+1s", content="Hello?")
             daily = await create_direct(bruce, chat_id="gone", cron="0 9 * * *", content="Daily")
             await wait_until(lambda: task_row(tmp_path, once.id)["status"] == "paused", DUE_TIMEOUT)
-            await bruce.tasks.fire(daily.id)
+            await bruce.tasks.firing.fire(daily.id)
             assert task_row(tmp_path, daily.id)["status"] == "paused"
             assert f"task-{daily.id}" not in job_ids(tmp_path)  # never fired again
             listed = await gateway(channel).describe_reminders("chat", "gone")
@@ -670,7 +673,7 @@ async def test_an_undelivered_reminder_closes_its_run_once_the_redelivery_gets_i
     async with running_bruce(config, channels=[channel]) as bruce:
         assert bruce.tasks is not None and bruce.outbox is not None
         task = await create_direct(bruce, run_at="+1h", content="Eventually")
-        await bruce.tasks.fire(task.id)
+        await bruce.tasks.firing.fire(task.id)
         [run] = runs_of(tmp_path, task.id)
         assert run["status"] == "undelivered"  # open: the outbox has not given up on it
         assert channel.sent == [] and len(channel.attempts) == 4
@@ -696,7 +699,7 @@ async def test_a_briefing_whose_answer_is_undelivered_closes_its_run_once_it_get
             bruce, title="Digest", mode="agent", run_at="+1h", content="Sum up the news"
         )
         anthropic_fake.script("All quiet.")
-        await bruce.tasks.fire(task.id)
+        await bruce.tasks.firing.fire(task.id)
         await wait_until(lambda: runs_of(tmp_path, task.id)[0]["status"] != "running")
         [run] = runs_of(tmp_path, task.id)
         assert run["status"] == "undelivered" and "undelivered" in run["error"]
@@ -767,16 +770,18 @@ async def test_a_process_without_the_tasks_channel_leaves_it_for_one_that_has_it
     async with running_bruce(config, channels=[ChatChannel(), daemon_channel]) as bruce:
         assert bruce.tasks is not None and bruce.stores is not None
         session = await bruce.stores.sessions.get_or_create(SessionKey("elsewhere", "bob"))
-        task = await bruce.tasks.create(
-            session_id=session.id,
-            channel="elsewhere",
-            chat_id="bob",
-            title="Call mum",
-            mode="message",
-            content="Call mum",
-            run_at="+2s",
-            cron=None,
-            timezone=None,
+        task = await bruce.tasks.planner.create(
+            NewTask(
+                session_id=session.id,
+                channel="elsewhere",
+                chat_id="bob",
+                title="Call mum",
+                mode="message",
+                content="Call mum",
+                run_at="+2s",
+                cron=None,
+                timezone=None,
+            )
         )
 
     # Like `bruce chat`: a process with another channel only. The task comes due meanwhile.
@@ -784,7 +789,7 @@ async def test_a_process_without_the_tasks_channel_leaves_it_for_one_that_has_it
     async with running_bruce(config, channels=[console_like]) as bruce:
         assert bruce.tasks is not None
         await wait_until(lambda: utcnow() > task.next_run_at + timedelta(seconds=1), 10)
-        await bruce.tasks.fire(task.id)  # as APScheduler would
+        await bruce.tasks.firing.fire(task.id)  # as APScheduler would
     assert task_row(tmp_path, task.id)["status"] == "active"  # not failed, not paused
     assert runs_of(tmp_path, task.id) == []
 

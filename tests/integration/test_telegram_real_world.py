@@ -21,6 +21,7 @@ from bruce_bot.channels.telegram.intake import DurableUpdateQueue
 from bruce_bot.channels.telegram.texts import ANONYMOUS_REPLY, UNREADABLE
 from bruce_bot.config import TelegramConfig
 from bruce_bot.domain import InboundMessage, SessionKey, Submission
+from bruce_bot.scheduler.new_task import NewTask
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
 from tests.fakes.telegram_server import BOT_ID, FakeTelegramServer, load_fixture
@@ -63,16 +64,18 @@ def sessions(tmp_path: Path) -> list[str]:
 async def reminder_for(bruce: Bruce, chat_id: str, content: str) -> Any:
     assert bruce.stores is not None and bruce.tasks is not None
     session = await bruce.stores.sessions.get_or_create(SessionKey("telegram", chat_id))
-    return await bruce.tasks.create(
-        session_id=session.id,
-        channel="telegram",
-        chat_id=chat_id,
-        title=content,
-        mode="message",
-        content=content,
-        run_at="+1d",
-        cron=None,
-        timezone=None,
+    return await bruce.tasks.planner.create(
+        NewTask(
+            session_id=session.id,
+            channel="telegram",
+            chat_id=chat_id,
+            title=content,
+            mode="message",
+            content=content,
+            run_at="+1d",
+            cron=None,
+            timezone=None,
+        )
     )
 
 
@@ -389,7 +392,7 @@ async def test_each_forum_topic_is_its_own_conversation_and_replies_stay_in_it(
 
         # A reminder for the topic is delivered into it.
         task = await reminder_for(bruce, f"{FORUM}/{topic}", "Ship it")
-        await bruce.tasks.fire(task.id)  # as the scheduler would, at its time
+        await bruce.tasks.firing.fire(task.id)  # as the scheduler would, at its time
         await telegram.wait_for(lambda: "⏰ Ship it" in telegram.texts_to(FORUM), WITHIN)
         telegram.group_text(FORUM, ALICE, "still there?", mention=True, topic=topic)
         await telegram.wait_for(
@@ -473,7 +476,7 @@ async def test_an_announced_upgrade_moves_the_conversation_and_its_reminders(
         telegram.replay(load_fixture("teloxide_migrate_to_chat_id"), ids=ids)
         telegram.replay(load_fixture("teloxide_migrate_from_chat_id"), ids=ids)
         await wait_until(lambda: sessions(tmp_path) == [str(NEW_SUPERGROUP)], WITHIN)
-        await bruce.tasks.fire(task.id)
+        await bruce.tasks.firing.fire(task.id)
         telegram.group_text(
             NEW_SUPERGROUP, ALICE, "what is the code?", mention=True, chat_type="supergroup"
         )
@@ -520,7 +523,7 @@ async def test_a_reply_that_hits_chat_migrated_is_resent_to_the_supergroup(
         upgraded.set()
         [answer] = await telegram.wait_for_messages(NEW_SUPERGROUP, 1, WITHIN)
         await settled_reply_count(tmp_path, 1)
-        await bruce.tasks.fire(task.id)
+        await bruce.tasks.firing.fire(task.id)
         await telegram.wait_for_messages(NEW_SUPERGROUP, 2, WITHIN)
         telegram.group_text(
             NEW_SUPERGROUP, ALICE, "and then?", mention=True, chat_type="supergroup"
@@ -566,7 +569,7 @@ async def test_an_upgrade_into_a_chat_that_already_has_a_session_keeps_both(
             ),
             WITHIN,
         )
-        await bruce.tasks.fire(task.id)
+        await bruce.tasks.firing.fire(task.id)
         await telegram.wait_for_messages(NEW_SUPERGROUP, 2, WITHIN)
         await still_answered(telegram)
     assert telegram.texts_to(NEW_SUPERGROUP)[-1] == "⏰ Renew the domain"

@@ -175,7 +175,7 @@ async def check_after(
     before = len(checks(data_dir, task_id))
     clock.advance(delta)
     assert bruce.tasks is not None
-    await bruce.tasks.fire(task_id)
+    await bruce.tasks.firing.fire(task_id)
     found = checks(data_dir, task_id)
     assert len(found) == before + 1, "the due check did not run once"
     return found[-1]
@@ -355,7 +355,7 @@ async def test_watch_list_shows_the_last_result_and_watch_cancel_stops_the_check
         )
         clock.advance(timedelta(hours=3))
         assert bruce.tasks is not None
-        await bruce.tasks.fire(task_id)
+        await bruce.tasks.firing.fire(task_id)
         empty = block_text(await use_tool(model, channel, "watch_list", {}, anthropic_fake))
     assert listed.startswith(
         f"#{task_id} Concert tickets — watches {web.url}/tickets every 2 hours"
@@ -444,7 +444,7 @@ async def test_a_watch_on_postgresql_alerts_once_per_change_and_keeps_its_state(
         web.extra_pages["/tickets"] = ("text/html", on_sale(40))
         for _ in range(2):  # a change, then the same page again
             clock.advance(INTERVAL)
-            await bruce.tasks.fire(task_id)
+            await bruce.tasks.firing.fire(task_id)
         await wait_until(lambda: len(channel.texts_starting(ALERT)) == 1)
 
     assert verdicts(task_id) == ["NO_MATCH", "MATCH", "MATCH"]

@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.cli import build_parser
-from bruce_bot.config import Config
+from bruce_bot.config import AppConfig, Config
 from bruce_bot.domain import ToolSpec, utcnow
 from bruce_bot.mcp_client.tools import McpTool
 from bruce_bot.parts import assemble_tools
@@ -300,7 +300,9 @@ def _flat(routes: list[BaseRoute]) -> Iterator[Route]:
 async def test_every_route_is_in_the_route_table_with_its_auth(tmp_path: Path) -> None:
     database = Database(f"sqlite+aiosqlite:///{tmp_path / 'bruce.db'}")
     try:
-        context = WebContext(Stores.open(database), WebChannel(), "t" * 43, data_dir=tmp_path)
+        context = WebContext(
+            Stores.open(database), WebChannel(), "t" * 43, app=AppConfig(data_dir=tmp_path)
+        )
         app = create_app(context)
         served = {
             (method, route.path)

@@ -219,13 +219,13 @@ async def delete_session(call: Call[SessionId, None]) -> DeletedSession:
                 if context.tasks is None:
                     continue  # no scheduler here: its start-up drops the jobs of missing tasks
                 try:
-                    await context.tasks.cancel(task.id, member)
+                    await context.tasks.planner.cancel(task.id, member)
                     cancelled += 1
                 except ScheduleError:  # it finished meanwhile: nothing left to fire
                     pass
     removed = await remove_session(stores, family)
     files = await asyncio.to_thread(
-        _remove_files, context.data_dir, removed.session_ids, removed.artifacts
+        _remove_files, context.app.data_dir, removed.session_ids, removed.artifacts
     )
     log.info(
         "session_deleted",

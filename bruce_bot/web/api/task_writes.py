@@ -137,17 +137,7 @@ async def create_task(call: Call[NoParams, TaskInput]) -> TaskWritten:
     service = _service(context)
     new = await _checked(context, call.body)
     try:
-        task = await service.create(
-            session_id=new.session_id,
-            channel=new.channel,
-            chat_id=new.chat_id,
-            title=new.title,
-            mode=new.mode,
-            content=new.content,
-            run_at=new.run_at,
-            cron=new.cron,
-            timezone=new.timezone,
-        )
+        task = await service.planner.create(new)
     except ScheduleError as exc:
         raise _refused(exc, new) from None
     return await _answer(context, task)
@@ -162,15 +152,15 @@ async def _act(call: Call[TaskId, None] | Call[TaskId, TaskInput], action: str) 
             assert isinstance(call.body, TaskInput)
             new = await _checked(context, call.body)
             try:
-                task = await service.edit(task_id, new)
+                task = await service.editor.edit(task_id, new)
             except ScheduleError as exc:
                 raise _refused(exc, new) from None
         elif action == "pause":
-            task = await service.pause(task_id)
+            task = await service.editor.pause(task_id)
         elif action == "resume":
-            task = await service.resume(task_id)
+            task = await service.editor.resume(task_id)
         else:
-            task = await service.run_now(task_id)
+            task = await service.editor.run_now(task_id)
     except TaskStateError as exc:
         raise ApiError(str(exc), 409) from None
     return await _answer(context, task)
@@ -198,7 +188,7 @@ async def delete_task(call: Call[TaskId, None]) -> DeletedTask:
     task = await existing_task(context, task_id)
     if task.status in ("active", "paused", "unconfirmed"):
         try:
-            await service.cancel(task_id, task.session_id)  # its job goes first
+            await service.planner.cancel(task_id, task.session_id)  # its job goes first
         except ScheduleError:
             pass  # it finished meanwhile: no job left
     await context.stores.tasks.delete(task_id)

@@ -127,7 +127,7 @@ async def task_answer(
     last_run: dict[str, Any] | None,
     watch: WatchRecord | None = None,
 ) -> TaskAnswer:
-    service = context.tasks
+    planner = context.tasks.planner if context.tasks is not None else None
     words = describe_schedule(task.cron, task.run_at, task.timezone)
     if watch is not None:
         words = f"checks {describe_interval(watch.interval_seconds)}"
@@ -136,7 +136,7 @@ async def task_answer(
         "schedule": f"cron {task.cron}" if task.cron else ("watch" if watch else "once"),
         "schedule_words": words,
         "awaiting_confirmation": task.status == UNCONFIRMED,
-        "next_run": await service.describe_next_run(task) if service else iso(task.next_run_at),
+        "next_run": await planner.describe_next_run(task) if planner else iso(task.next_run_at),
         "last_run": last_run,
         "watch": watch_answer(watch) if watch is not None else None,
     }
@@ -183,7 +183,7 @@ async def cancel_task(call: Call[TaskId, None]) -> CancelledTask:
             f"task {task_id} is {task.status}; only active or paused tasks can be cancelled", 409
         )
     try:
-        await context.tasks.cancel(task_id, task.session_id)
+        await context.tasks.planner.cancel(task_id, task.session_id)
     except ScheduleError:  # it finished (or was cancelled) in the meantime
         raise ApiError(f"task {task_id} is no longer active; reload the list", 409) from None
     cancelled = await existing_task(context, task_id)

@@ -120,7 +120,7 @@ def _rows(groups: Sequence[UsageGroup], prices: PriceTable) -> dict[tuple[date, 
 
 async def budget_answer(context: WebContext) -> BudgetAnswer:
     zone = await context.display_zone()
-    budget = context.monthly_budget
+    budget = context.usage.monthly_budget
     status = await month_status(
         context.stores, context.prices, budget or 1.0, zone, context.clock()
     )
