@@ -31,6 +31,7 @@ from bruce_bot.web.artifacts import artifact_routes
 from bruce_bot.web.auth import AuthGate, WebAuth
 from bruce_bot.web.chat_stream import chat_stream_routes
 from bruce_bot.web.context import WebContext
+from bruce_bot.web.credentials import SignInPolicy
 from bruce_bot.web.hosts import AllowedHosts, HostCheck
 from bruce_bot.web.lazy_routes import LazyRoutes
 from bruce_bot.web.pages import LOGIN_PAGE, page_routes
@@ -66,13 +67,16 @@ def healthz_route(storage: StorageHealth | None) -> Route:
 
 
 def create_app(context: WebContext) -> Starlette:
-    auth = WebAuth(
-        context.auth_token,
-        context.stores.web_sessions,
-        clock=context.clock,
+    policy = SignInPolicy(
         max_age=timedelta(days=context.web.session_max_age_days),
         secure_cookie=urlsplit(context.app.public_url).scheme == "https",
         login_page=LOGIN_PAGE,
+    )
+    auth = WebAuth(
+        context.auth_token,
+        context.stores.web_sessions,
+        policy,
+        clock=context.clock,
         one_time=context.login_link,
     )
     routes = [

@@ -43,6 +43,7 @@ from starlette.routing import BaseRoute, Route
 from bruce_bot.config import token_weakness
 from bruce_bot.storage.web_sessions import WebSessionRecord, WebSessionStore
 from bruce_bot.web.credentials import (
+    SignInPolicy,
     bearer_credentials,
     client_address,
     form_token,
@@ -79,11 +80,9 @@ class WebAuth:
         self,
         token: str,
         store: WebSessionStore,
+        policy: SignInPolicy,
         *,
         clock: Callable[[], datetime],
-        max_age: timedelta,
-        secure_cookie: bool,
-        login_page: str,
         one_time: OneTimeLogin | None = None,
     ) -> None:
         self.token = token
@@ -94,9 +93,7 @@ class WebAuth:
         self.fingerprint = token_fingerprint(token) if token else ""
         self.store = store
         self.clock = clock
-        self.max_age = max_age
-        self.secure_cookie = secure_cookie
-        self.login_page = login_page  # the HTML of the sign-in form
+        self.policy = policy
         self.throttle = AuthThrottle(lambda: clock().timestamp())
 
     # ---- browser sessions --------------------------------------------------------------------
@@ -121,18 +118,18 @@ class WebAuth:
         now = self.clock()
         if now - record.last_seen_at < RENEW_EVERY:
             return False
-        await self.store.renew(record.id, now, now + self.max_age)
+        await self.store.renew(record.id, now, now + self.policy.max_age)
         return True
 
     def _set_cookie(self, response: Response, request: Request, value: str) -> None:
         response.set_cookie(
             COOKIE_NAME,
             value,
-            max_age=int(self.max_age.total_seconds()),
+            max_age=int(self.policy.max_age.total_seconds()),
             path="/",
             httponly=True,
             samesite="strict",
-            secure=self.secure_cookie or request.url.scheme == "https",
+            secure=self.policy.secure_cookie or request.url.scheme == "https",
         )
 
     # ---- the middleware's decision -----------------------------------------------------------
@@ -200,7 +197,7 @@ class WebAuth:
             return RedirectResponse("/chat", status_code=303)
         if "token" in request.query_params:
             return await self._redeem_link(request)
-        return HTMLResponse(self.login_page, headers=PAGE_HEADERS)
+        return HTMLResponse(self.policy.login_page, headers=PAGE_HEADERS)
 
     async def _redeem_link(self, request: Request) -> Response:
         """`GET /login?token=<nonce>`: the one-time link signs in once, then is spent."""
@@ -255,7 +252,7 @@ class WebAuth:
             client_address=address,
             created_at=now,
             last_seen_at=now,
-            expires_at=now + self.max_age,
+            expires_at=now + self.policy.max_age,
         )
         await self.store.add(record)
         log.info("web_signed_in", client=address, web_session=record.public_id, via=via)
@@ -276,7 +273,7 @@ class WebAuth:
             path="/",
             httponly=True,
             samesite="strict",
-            secure=self.secure_cookie or request.url.scheme == "https",
+            secure=self.policy.secure_cookie or request.url.scheme == "https",
         )
         return response
 

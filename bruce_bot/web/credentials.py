@@ -1,11 +1,14 @@
 """The dashboard's credentials, read off a request: the browser session's row key, the token's
 stored fingerprint, the constant-time comparison, the bearer header, the login form's token, and
-the 429 a throttled attempt gets (web/auth.py uses them to admit or refuse)."""
+the 429 a throttled attempt gets (web/auth.py uses them to admit or refuse); how a browser's
+session cookie is issued (`SignInPolicy`)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
@@ -16,6 +19,16 @@ from bruce_bot.web.wire import capped_body, error_response
 
 MAX_LOGIN_BYTES = 4096
 FINGERPRINT_ROUNDS = 100_000  # the fingerprint is stored: make guessing the token from it slow
+
+
+@dataclass(frozen=True, slots=True)
+class SignInPolicy:
+    """How a browser signs in: how long its session lasts, whether its cookie is sent over
+    HTTPS only (the dashboard's public address is https), and the sign-in form's HTML."""
+
+    max_age: timedelta
+    secure_cookie: bool
+    login_page: str
 
 
 def session_key(cookie: str) -> str:

@@ -22,7 +22,6 @@ EXEMPT_FROM_FUNCTION_LIMIT = {"bruce_bot/config/schema.py"}
 KNOWN: dict[str, int] = {
     "constructor bruce_bot/live_channels.py:LiveToken": 9,
     "constructor bruce_bot/live_llm.py:LiveLLMSettings": 7,
-    "constructor bruce_bot/web/auth.py:WebAuth": 7,
 }
 
 
