@@ -12,7 +12,7 @@ from bruce_bot.channels.discord.channel import DiscordChannel
 from tests.conftest import web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer
-from tests.integration.test_discord import OWNER, OWNER_ID, bruce_on_discord
+from tests.integration.channels.test_discord import OWNER, OWNER_ID, bruce_on_discord
 
 JSON = {"Content-Type": "application/json"}  # API writes must say so
 OLD, NEW = "old-discord-token-aaaa", "new-discord-token-bbbb"

@@ -20,8 +20,8 @@ from bruce_bot.channels.telegram.channel import TelegramChannel
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+from tests.integration.channels.test_telegram import ALICE, GROUP, WITHIN
 from tests.integration.support import messages_of
-from tests.integration.test_telegram import ALICE, GROUP, WITHIN
 
 REPORT = "<html><body><h1>Rain in Lisbon</h1><p>Umbrellas all week.</p></body></html>"
 PREAMBLE = "Let me put that into a report for you."

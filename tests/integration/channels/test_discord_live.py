@@ -20,8 +20,8 @@ from bruce_bot.channels.discord.channel import DiscordChannel
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer
+from tests.integration.channels.test_discord import OWNER, OWNER_ID
 from tests.integration.support import messages_of
-from tests.integration.test_discord import OWNER, OWNER_ID
 
 WITHIN = 15.0
 REPORT = "<html><body><h1>Rain in Lisbon</h1></body></html>"

@@ -26,9 +26,9 @@ from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer, la
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.discord_server import load_fixture as discord_fixture
 from tests.fakes.telegram_server import FakeTelegramServer, load_fixture
+from tests.integration.channels.test_discord import OWNER, OWNER_ID
+from tests.integration.channels.test_telegram import ALICE, WITHIN, telegram_config
 from tests.integration.support import db_rows, messages_of, untrusted_body, user_texts
-from tests.integration.test_discord import OWNER, OWNER_ID
-from tests.integration.test_telegram import ALICE, WITHIN, telegram_config
 
 RX_USER = 215983066  # the private chat of the RxTelegram capture (and the forwards built on it)
 TELOXIDE_USER = 250918540  # the private chat of teloxide's captures

@@ -24,8 +24,7 @@ from bruce_bot.domain import InboundMessage, SessionKey, Submission
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
 from tests.fakes.telegram_server import BOT_ID, FakeTelegramServer, load_fixture
-from tests.integration.support import awaiting, db_rows, messages_of, user_texts
-from tests.integration.test_telegram import (
+from tests.integration.channels.test_telegram import (
     ALICE,
     MALLORY,
     WITHIN,
@@ -34,6 +33,7 @@ from tests.integration.test_telegram import (
     free_port,
     settled_reply_count,
 )
+from tests.integration.support import awaiting, db_rows, messages_of, user_texts
 
 # Ids as recorded, mapped to the test's people and chats.
 TELEGRAPH_USER = 521070000  # defstudio/telegraph#753

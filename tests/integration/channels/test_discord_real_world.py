@@ -27,8 +27,7 @@ from bruce_bot.tools.registry import as_untrusted
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of
 from tests.fakes.discord_server import FakeDiscordServer, adapt_ids, load_fixture, user_payload
-from tests.integration.support import db_rows
-from tests.integration.test_discord import (
+from tests.integration.channels.test_discord import (
     FRIEND_ID,
     OWNER,
     OWNER_ID,
@@ -36,6 +35,7 @@ from tests.integration.test_discord import (
     bruce_on_discord,
     user_rows,
 )
+from tests.integration.support import db_rows
 
 GUILD = FakeDiscordServer.GUILD_ID
 BOT_ID = FakeDiscordServer.BOT_ID

@@ -16,8 +16,8 @@ from bruce_bot.outbox import MAX_ATTEMPTS
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, load_fixture, utf16_len
+from tests.integration.channels.test_telegram import ALICE, WITHIN, telegram, telegram_config
 from tests.integration.support import db_rows, messages_of
-from tests.integration.test_telegram import ALICE, WITHIN, telegram, telegram_config
 
 __all__ = ["telegram"]  # the fake Bot API fixture
 

@@ -25,6 +25,7 @@ from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_us
 from tests.fakes.openai_server import FakeOpenAIServer, FakeTranscriptionServer
 from tests.fakes.openai_server import images_of as openai_images_of
 from tests.fakes.telegram_server import FakeTelegramServer, load_fixture
+from tests.integration.channels.test_telegram import ALICE, WITHIN
 from tests.integration.support import (
     db_rows,
     form_bomb_pdf,
@@ -33,7 +34,6 @@ from tests.integration.support import (
     untrusted_body,
     user_texts,
 )
-from tests.integration.test_telegram import ALICE, WITHIN
 from tests.unit.test_bruce_bot_media import EPS
 
 TELOXIDE_USER = 250918540  # the private chat of teloxide's captures (and of the PTB-built ones)
