@@ -4,7 +4,7 @@ real Anthropic provider against the fake Messages API, and the SQLite file on di
 The brain runs only after exchanges where it can change something (a session without a name,
 a topic shift, every N exchanges), not after scheduled briefings, once for a burst of exchanges,
 and it reads what is new since its last run. The fake tells the agent and the brain apart by
-model name (tests/integration/test_brain.py's `FakeModels`); each test waits for the brain to
+model name (tests/integration/agent/test_brain.py's `FakeModels`); each test waits for the brain to
 settle (`settled`) before it counts the runs, never for a fixed time.
 """
 
@@ -19,8 +19,7 @@ from bruce_bot.domain import SessionKey
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
-from tests.integration.support import next_reply, user_texts
-from tests.integration.test_brain import (
+from tests.integration.agent.test_brain import (
     READY,
     FakeModels,
     agent_requests,
@@ -30,6 +29,7 @@ from tests.integration.test_brain import (
     session_row,
     settled,
 )
+from tests.integration.support import next_reply, user_texts
 
 LISBON = (
     "Plan a weekend in Lisbon: hotels near the trams and good food.",

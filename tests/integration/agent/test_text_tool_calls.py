@@ -30,7 +30,7 @@ from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.integration.support import config_for, db_rows, next_reply
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "openai"
 SYSTEM = SystemPrompt(stable=("You are Bruce.",))
 HELLO = (ChatMessage(role="user", text="What does this page do?"),)
 

@@ -26,7 +26,7 @@ from bruce_bot.llm.base import (
 from bruce_bot.llm.openai import OpenAICompatibleLLM
 from tests.fakes.openai_server import FakeOpenAIServer
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openai"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "openai"
 API_KEY = "sk-local-0123456789abcdef"
 MODEL = "qwen3:8b"
 SYSTEM = SystemPrompt(stable=("You are Bruce.",))
