@@ -10,7 +10,7 @@ from bruce_bot.channels.base import DeliveryError
 from bruce_bot.domain import InboundMessage, OutboundMessage
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
-from tests.integration.test_outbox import FlakyChannel, _rows
+from tests.integration.messaging.test_outbox import FlakyChannel, _rows
 
 
 async def test_replies_owed_to_several_chats_are_redelivered_side_by_side(
