@@ -44,9 +44,7 @@ from tests.integration.crash_judge import (
     uptime_between,
     utc_seconds,
 )
-from tests.integration.support import db_rows
-from tests.integration.test_restart import free_port
-from tests.integration.test_scheduler import (
+from tests.integration.scheduler.test_scheduler import (
     DUE_TIMEOUT,
     ChatChannel,
     ahead,
@@ -56,6 +54,8 @@ from tests.integration.test_scheduler import (
     scheduler_config,
     task_row,
 )
+from tests.integration.support import db_rows
+from tests.integration.test_restart import free_port
 
 START_TIMEOUT = 30.0
 ALICE = 1001

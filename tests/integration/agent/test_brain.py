@@ -4,8 +4,8 @@ provider against the fake Messages API, and the SQLite file on disk.
 The fake answers the agent (the main model) with "ack: <last user text>" and the brain (the
 background model) from a per-test plan of tool calls; it tells them apart by model name. The brain
 runs in the background after the replies that call for it (here: the first two exchanges of a
-session without a title; tests/integration/test_brain_triggers.py has the rules), so the tests
-wait for its effects (a title, a row), never for a fixed time.
+session without a title; tests/integration/scheduler/test_brain_triggers.py has the rules), so
+the tests wait for its effects (a title, a row), never for a fixed time.
 """
 
 from __future__ import annotations
