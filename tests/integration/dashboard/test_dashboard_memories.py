@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.integration.dashboard.test_dashboard_api import AUTH, JSON, TOKEN, client_error, get_json
 from tests.integration.dashboard_support import Dashboard, running_dashboard
 from tests.integration.support import db_rows, system_text
-from tests.integration.test_dashboard_api import AUTH, JSON, TOKEN, client_error, get_json
 
 
 @pytest.fixture
