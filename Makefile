@@ -67,7 +67,7 @@ test: $(VENV)/.installed-dev chromium postgres sandbox
 
 # The chaos tests: the real daemon killed a dozen times at seeded moments (BRUCE_CHAOS_SEED=N).
 chaos: $(VENV)/.installed-dev
-	$(BIN)/pytest -q -p no:cacheprovider tests/integration/test_chaos.py -s
+	$(BIN)/pytest -q -p no:cacheprovider tests/integration/crash/test_chaos.py -s
 
 # The clock tests need libfaketime; install Debian's faketime when it is missing.
 faketime:

@@ -24,8 +24,8 @@ from bruce_bot.sandbox.probe import probe
 from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, load_fixture
+from tests.integration.crash.test_restart import Daemon, chat_messages, post
 from tests.integration.support import db_rows
-from tests.integration.test_restart import Daemon, chat_messages, post
 
 pytestmark = pytest.mark.skipif(not probe().works, reason=f"no sandbox: {probe().detail}")
 

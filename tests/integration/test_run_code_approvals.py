@@ -26,8 +26,8 @@ from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer, user_payload
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
 from tests.fakes.web_server import FakeWebServer
+from tests.integration.crash.test_restart import Daemon
 from tests.integration.support import block_text, db_rows, last_tool_results, tool_uses
-from tests.integration.test_restart import Daemon
 
 pytestmark = pytest.mark.skipif(
     not probe().works, reason="bubblewrap cannot run here (`make test` installs it)"

@@ -17,8 +17,8 @@ from bruce_bot.tools.proactive import proactive_tools
 from bruce_bot.tools.registry import ToolContext, ToolRegistry
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
+from tests.integration.crash.test_restart import Daemon, chat_messages, post
 from tests.integration.support import config_for, db_rows, last_tool_results, tool_uses
-from tests.integration.test_restart import Daemon, chat_messages, post
 
 REMINDER = {"title": "Stretch", "execution_mode": "message", "content": "Stretch!", "run_at": "+1h"}
 

@@ -28,9 +28,9 @@ from aiohttp import web
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, is_temporal_context
 from tests.fakes.telegram_server import FakeTelegramServer, SendLimits, SentMessage
+from tests.integration.crash.test_restart import Daemon
 from tests.integration.crash_judge import CommitWindow, in_flight_excuse, sent_rows
 from tests.integration.support import db_rows
-from tests.integration.test_restart import Daemon
 
 ALICE = FakeTelegramServer.user(1001, "Alice", "alice")
 BOB = FakeTelegramServer.user(1002, "Bob")

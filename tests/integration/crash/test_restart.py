@@ -1,7 +1,7 @@
 """Crash recovery and graceful stop of the real daemon process (`python -m bruce_bot run`), talking
 to a fake Messages API in the test process and to the test through its web API. `Daemon` runs it
-in its own process group, which `kill` ends with SIGKILL (tests/integration/test_delivery_crash.py
-uses it too)."""
+in its own process group, which `kill` ends with SIGKILL (test_delivery_crash.py beside it uses
+it too)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer
+from tests.integration.crash.test_restart import Daemon
 from tests.integration.support import db_rows
-from tests.integration.test_restart import Daemon
 
 ALICE = FakeTelegramServer.user(1001, "Alice", "alice")
 WITHIN = 30.0

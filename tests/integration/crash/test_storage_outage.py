@@ -33,9 +33,9 @@ from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.fakes.discord_server import FakeDiscordServer, user_payload
 from tests.fakes.telegram_server import FakeTelegramServer
+from tests.integration.crash.test_restart import Daemon, free_port
 from tests.integration.postgres import PostgresServer
 from tests.integration.support import messages_of
-from tests.integration.test_restart import Daemon, free_port
 
 DISK_SIZE = "24m"
 OUTAGE = 3.0  # seconds storage stays down, by Bruce's clock (its /healthz says since when)

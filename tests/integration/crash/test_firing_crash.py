@@ -35,6 +35,7 @@ from structlog.testing import capture_logs
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+from tests.integration.crash.test_restart import free_port
 from tests.integration.crash_judge import (
     LATE_LIMIT,
     CommitWindow,
@@ -55,7 +56,6 @@ from tests.integration.scheduler.test_scheduler import (
     task_row,
 )
 from tests.integration.support import db_rows
-from tests.integration.test_restart import free_port
 
 START_TIMEOUT = 30.0
 ALICE = 1001
