@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.chaos_support import run_scenario
-from tests.integration.cluster_support import run_cluster_chaos
+from tests.integration.postgres.cluster_support import run_cluster_chaos
 
 SEED = int(os.environ.get("BRUCE_CHAOS_SEED") or random.SystemRandom().randrange(1, 1_000_000))
 

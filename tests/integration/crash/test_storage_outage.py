@@ -34,7 +34,7 @@ from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.fakes.discord_server import FakeDiscordServer, user_payload
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.integration.crash.test_restart import Daemon, free_port
-from tests.integration.postgres import PostgresServer
+from tests.integration.postgres.server import PostgresServer
 from tests.integration.support import messages_of
 
 DISK_SIZE = "24m"

@@ -19,7 +19,7 @@ from bruce_bot.scheduler.service import job_id
 from tests.conftest import wait_until
 from tests.fakes.anthropic_server import last_user_text
 from tests.integration.dashboard_support import Dashboard, create_task, running_dashboard
-from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
+from tests.integration.postgres.server import postgres_server, postgres_url  # noqa: F401 (fixtures)
 from tests.integration.support import db_rows
 
 TOKEN = "hF3kY8wq2Zp0Lr5Tn7Vb1Xc4Md6Js9Ga-QeUuIoP0aS"

@@ -22,6 +22,7 @@ from bruce_bot.config import Config
 from tests.conftest import running_bruce, wait_until
 from tests.fakes.anthropic_server import AnthropicReply, FakeAnthropicServer
 from tests.fakes.web_server import FakeWebServer
+from tests.integration.postgres.test_postgres import rows
 from tests.integration.scheduler.test_scheduler import ChatChannel, say, stored_utc, tool_names
 from tests.integration.support import (
     ManualClock,
@@ -33,7 +34,6 @@ from tests.integration.support import (
     untrusted_body,
     user_texts,
 )
-from tests.integration.test_postgres import rows
 
 INTERVAL = timedelta(minutes=10)
 ALERT = "🔔 "

@@ -2,8 +2,8 @@
 (several processes sharing the database, and their election of the one that runs the scheduler,
 are in test_cluster.py).
 
-Each test gets a fresh database on the server of `tests/integration/postgres.py`; Bruce talks to
-it through asyncpg (and APScheduler's job store through psycopg), the model is the fake Messages
+Each test gets a fresh database on the server of `tests/integration/postgres/server.py`; Bruce talks
+to it through asyncpg (and APScheduler's job store through psycopg), the model is the fake Messages
 API, and the test reads the rows back with psycopg. Every wait is a condition with a deadline.
 """
 

@@ -1,10 +1,10 @@
 """Several Bruce processes on one PostgreSQL database keep their caches true through the change
 feed (LISTEN/NOTIFY): what one writes, the others see.
 
-Each test gets a fresh database on the server of `tests/integration/postgres.py` and plays two
-processes in one event loop: two `Stores`, each on an engine and a `PostgresFeed` of its own with
-its own origin. A third set of stores without a feed stands for a writer whose notices were lost.
-The listener's connection is killed with `pg_terminate_backend`, and a relay in front of the
+Each test gets a fresh database on the server of `tests/integration/postgres/server.py` and plays
+two processes in one event loop: two `Stores`, each on an engine and a `PostgresFeed` of its own
+with its own origin. A third set of stores without a feed stands for a writer whose notices were
+lost. The listener's connection is killed with `pg_terminate_backend`, and a relay in front of the
 server goes silent (nothing passes, nothing closes) to stand for a server that is gone. Every wait
 is a condition with a deadline.
 """

@@ -1,7 +1,7 @@
 """Memories on a real PostgreSQL server: the tsvector search (GIN index of migration 0010) finds
 a person's memories by their words in any language, reads the person's own search syntax, falls
 back to any word, keeps each person to their own, and follows edits. The server is the one of
-`tests/integration/postgres.py`; Bruce reaches it through asyncpg as in production."""
+`tests/integration/postgres/server.py`; Bruce reaches it through asyncpg as in production."""
 
 from __future__ import annotations
 

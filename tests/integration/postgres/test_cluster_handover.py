@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.chaos_support import Ask
-from tests.integration.cluster_support import (
+from tests.integration.postgres.cluster_support import (
     LEASE_SECONDS,
     START_TIMEOUT,
     cluster_of,

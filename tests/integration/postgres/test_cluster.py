@@ -30,7 +30,7 @@ import pytest
 
 from bruce_bot.scheduler.leader import LEADER_LOCK_KEY
 from tests.integration.chaos_support import Ask
-from tests.integration.cluster_support import (
+from tests.integration.postgres.cluster_support import (
     LEADER_RETRY_SECONDS,
     START_TIMEOUT,
     Cluster,

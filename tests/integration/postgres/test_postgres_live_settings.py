@@ -24,7 +24,7 @@ from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.storage.settings import TOPIC
 from bruce_bot.storage.stores import Stores
 from tests.conftest import wait_until
-from tests.integration.test_postgres_changes import processes  # noqa: F401 (fixture)
+from tests.integration.postgres.test_postgres_changes import processes  # noqa: F401 (fixture)
 
 OLD, NEW = "111:OLD-token", "222:NEW-token"
 CONFIGURED = LLMConfig(provider="anthropic", api_key="sk-ant-old-0000", model="claude-sonnet-4-6")

@@ -1,6 +1,6 @@
-"""The cluster tests' machinery (tests/integration/test_cluster.py): several `bruce run` processes
-on one PostgreSQL database, behind the fake Bot API's load balancer, judged by what the users
-received.
+"""The cluster tests' machinery (tests/integration/postgres/test_cluster.py): several `bruce run`
+processes on one PostgreSQL database, behind the fake Bot API's load balancer, judged by what the
+users received.
 
 Each process (`ClusterProcess`, a `ChaosDaemon` of chaos_support.py) has its own data dir, web
 port and webhook port, the same database, short leases (`database.lease_seconds`) and a quick
@@ -69,7 +69,7 @@ from tests.integration.chaos_support import (
     some_of,
 )
 from tests.integration.chaos_support import USER_IDS as CHAOS_USER_IDS
-from tests.integration.cluster_sends import RepeatJudge, SendBook
+from tests.integration.postgres.cluster_sends import RepeatJudge, SendBook
 
 LEASE_SECONDS = 2.0  # database.lease_seconds: a dead process's sessions are taken over after it
 LEADER_RETRY_SECONDS = 0.5  # scheduler.leader_retry_seconds
