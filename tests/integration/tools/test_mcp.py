@@ -24,7 +24,7 @@ from tests.integration.support import block_text, db_rows, last_tool_results, un
 
 TOKEN = "mcp-dashboard-token-7f3a9c1e5b"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT = 30.0  # a child's start on a loaded CI machine
 
 
