@@ -30,8 +30,8 @@ from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.fakes.telegram_server import FakeTelegramServer, SentMessage
+from tests.integration.cli.test_cli import bruce as run_cli
 from tests.integration.support import db_rows, messages_of
-from tests.integration.test_cli import bruce as run_cli
 
 ALICE = FakeTelegramServer.user(1001, "Alice", "alice")
 MALLORY = FakeTelegramServer.user(6666, "Mallory", "mallory")

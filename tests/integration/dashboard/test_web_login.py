@@ -26,7 +26,7 @@ from bruce_bot.config import ConfigError, validate
 from bruce_bot.web.auth import COOKIE_NAME
 from tests.conftest import make_config, running_bruce, wait_until, web_auth, web_token
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
-from tests.integration.test_cli import bruce, write_config
+from tests.integration.cli.test_cli import bruce, write_config
 
 STRONG = "Zq8Xv2Lm5Rt9Wb3Nc7Kd1Hf6Jg4Ps0Ya-Eu_IoTrWqS"
 

@@ -27,8 +27,8 @@ from bruce_bot.storage.settings import SettingsStore
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer
+from tests.integration.cli.test_cli import Finished, bruce, write_config
 from tests.integration.postgres.server import postgres_server, postgres_url  # noqa: F401 (fixtures)
-from tests.integration.test_cli import Finished, bruce, write_config
 
 SECRET_KEY = "sk-test-cli-key"
 
