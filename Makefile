@@ -67,7 +67,7 @@ test: $(VENV)/.installed-dev chromium postgres sandbox
 
 # The chaos tests: the real daemon killed a dozen times at seeded moments (BRUCE_CHAOS_SEED=N).
 chaos: $(VENV)/.installed-dev
-	$(BIN)/pytest -q -p no:cacheprovider tests/integration/test_chaos.py -s
+	$(BIN)/pytest -q -p no:cacheprovider tests/integration/crash/test_chaos.py -s
 
 # The clock tests need libfaketime; install Debian's faketime when it is missing.
 faketime:
@@ -96,9 +96,11 @@ faketime:
 # tests/conftest.py works around its other bug, time.sleep failing with EINVAL.
 CLOCK_START ?= 2026-03-28 23:58:00 -0300
 CLOCK_TESTS ?= tests/unit --ignore=tests/unit/test_typing.py \
-  $(addprefix tests/integration/test_,$(addsuffix .py,scheduler watches firing_crash summaries \
-    dashboard_schedules dashboard_api usage_budget usage_api brain_triggers pairing web_login \
-    web_security postgres_leases telegram_real_world)) \
+  $(addprefix tests/integration/,$(addsuffix .py,scheduler/test_scheduler scheduler/test_watches \
+    crash/test_firing_crash agent/test_summaries dashboard/test_dashboard_schedules \
+    dashboard/test_dashboard_api dashboard/test_usage_budget dashboard/test_usage_api \
+    scheduler/test_brain_triggers channels/test_pairing dashboard/test_web_login \
+    dashboard/test_web_security postgres/test_postgres_leases channels/test_telegram_real_world)) \
   tests/browser/test_schedules_page.py tests/browser/test_usage_page.py
 test-clock: $(VENV)/.installed-dev faketime postgres chromium
 	@start=$$(date -d "$(CLOCK_START)" +%s) || exit 1; offset=$$((start - $$(date +%s))); \

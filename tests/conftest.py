@@ -1,5 +1,6 @@
 """Shared test helpers: configs on temporary SQLite files, a running Bruce, waiting on conditions,
-and a real PostgreSQL server with a fresh database per test (`tests/integration/postgres.py`).
+and a real PostgreSQL server with a fresh database per test
+(`tests/integration/postgres/server.py`).
 
 Tests wait for conditions with a deadline (`wait_until`), never for fixed sleeps. The dashboard
 always has a login (a token Bruce makes when config.yml sets none): `web_client`, `web_auth` and
@@ -25,7 +26,7 @@ from bruce_bot.app import Bruce
 from bruce_bot.config import Config, validate
 from bruce_bot.web.login_token import read_token
 from tests.fakes.anthropic_server import FakeAnthropicServer
-from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
+from tests.integration.postgres.server import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 
 def _sleep_on_select(seconds: float) -> None:

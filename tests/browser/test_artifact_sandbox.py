@@ -15,7 +15,7 @@ from bruce_bot.domain import SessionKey
 from tests.browser.conftest import needs_chromium
 from tests.conftest import running_bruce
 from tests.fakes.web_server import FakeWebServer
-from tests.integration.test_artifacts import Running, artifact_config
+from tests.integration.tools.test_artifacts import Running, artifact_config
 
 pytestmark = needs_chromium
 

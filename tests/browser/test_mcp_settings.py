@@ -12,7 +12,7 @@ from tests.browser.conftest import needs_chromium
 from tests.browser.screenshots import at_both_widths, screenshot_dir
 from tests.browser.test_llm_setup import TIMEOUT_MS
 from tests.integration.dashboard_support import running_dashboard
-from tests.integration.test_mcp import TOKEN, failing_server, stdio_server, wait_for_state
+from tests.integration.tools.test_mcp import TOKEN, failing_server, stdio_server, wait_for_state
 
 pytestmark = needs_chromium
 expect.set_options(timeout=TIMEOUT_MS)

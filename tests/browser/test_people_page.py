@@ -15,7 +15,7 @@ from playwright.async_api import Browser, Page, expect
 
 from tests.browser.conftest import needs_chromium
 from tests.fakes.anthropic_server import FakeAnthropicServer
-from tests.integration.test_pairing import ALICE, MALLORY, TOKEN, WITHIN, Running, running
+from tests.integration.channels.test_pairing import ALICE, MALLORY, TOKEN, WITHIN, Running, running
 
 pytestmark = needs_chromium
 

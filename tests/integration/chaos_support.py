@@ -1,4 +1,4 @@
-"""The chaos test's machinery (tests/integration/test_chaos.py): a seeded plan of Telegram
+"""The chaos test's machinery (tests/integration/crash/test_chaos.py): a seeded plan of Telegram
 messages, a model that answers each one by naming it, the real daemon in its own process group
 stopped by a signal at seeded moments and started again over the same SQLite file, and the
 ledger that counts what reached the fake Bot API (with Telegram's sending limits on) against the

@@ -1,7 +1,7 @@
 """The change feed on SQLite: one process, so nothing is sent, nothing is heard, and the stores over
 it keep serving their caches without asking anyone. And what the caching stores do with a notice
 from another process, delivered here by hand (the real feed is tested on PostgreSQL in
-tests/integration/test_postgres_changes.py)."""
+tests/integration/postgres/test_postgres_changes.py)."""
 
 from __future__ import annotations
 

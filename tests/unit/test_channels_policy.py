@@ -214,7 +214,7 @@ async def test_with_pairing_a_full_channel_says_later_and_a_broken_store_admits_
 
 class FakeAllowlist:
     """The AllowlistPort a policy asks (the real one, over `settings`:
-    integration/test_live_allowlists.py)."""
+    integration/dashboard/test_live_allowlists.py)."""
 
     def __init__(self, ids: set[int]) -> None:
         self.ids = ids

@@ -1,0 +1,1 @@
+"""Integration tests of the dashboard area (tests/README.md, "Where a test goes")."""
