@@ -47,7 +47,6 @@ from bruce_bot.domain import (
     MessageKind,
     MessageStatus,
     OutboundFile,
-    OutboundMessage,
     SystemPrompt,
     utcnow,
 )
@@ -56,6 +55,7 @@ from bruce_bot.llm.context_windows import context_window
 from bruce_bot.media.preparation import MediaStep, PreparedMedia
 from bruce_bot.messaging.inbox import QueuedMessage
 from bruce_bot.messaging.outbox import Outbox
+from bruce_bot.messaging.turn_end import Ending, TurnEnd
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.memories import owner_key
 from bruce_bot.storage.messages import StoredMessage
@@ -232,6 +232,7 @@ class TurnRunner:
         self._llm = llm
         self._tools = tools
         self._outbox = outbox
+        self._end = TurnEnd(stores, outbox)
         self._listeners = tuple(support.listeners)
         self._summarizer = Summarizer(
             llm, settings.llm, settings.agent, stores.messages, stores.summaries, stores.audit
@@ -245,9 +246,7 @@ class TurnRunner:
         turn.live = self._outbox.live(session.channel, session.chat_id, batch[-1].metadata)
         reply, status, shortened = await self._reply(turn)
         reply_kind: MessageKind = turn.kind.reply_kind if status == "done" else "notice"
-        message_id, at = await self._stores.messages.finish_turn(
-            session.id,
-            turn.ids,
+        ending = Ending(
             status,
             reply,
             reply_kind,
@@ -255,23 +254,7 @@ class TurnRunner:
             files=turn.files,
             untrusted=turn.untrusted,
         )
-        self._stores.sessions.touch(session.id, at)
-        delivery: DeliveryStatus = "sent"
-        if reply is not None and message_id is not None:
-            delivery = await self._outbox.deliver(
-                OutboundMessage(
-                    session.channel,
-                    session.chat_id,
-                    reply,
-                    message_id,
-                    reply_kind,
-                    batch[-1].metadata,
-                    files=turn.files,
-                ),
-                live=turn.live,
-            )
-        elif turn.live is not None:
-            await turn.live.abandon()  # nothing to tell: what was shown goes
+        delivery = await self._end.end(session, batch, ending, turn.live)
         answered = status == "done"
         finished = TurnFinished(
             session.id,

@@ -30,6 +30,7 @@ import structlog
 from bruce_bot.domain import Choice, OutboundMessage
 from bruce_bot.messaging.inbox import QueuedMessage
 from bruce_bot.messaging.outbox import Outbox
+from bruce_bot.messaging.turn_end import Ending, TurnEnd
 from bruce_bot.scheduler.new_task import NewTask, NewWatch
 from bruce_bot.scheduler.planner import TaskPlanner
 from bruce_bot.scheduler.timing import ScheduleError, describe_interval
@@ -163,6 +164,7 @@ class TaskConfirmations:
         self._planner = planner
         self._stores = stores
         self._outbox = outbox
+        self._end = TurnEnd(stores, outbox)
         self._turns = turns
         # The actions the agent loop holds, asked about and answered here too (None: no action
         # is ever held).
@@ -294,15 +296,7 @@ class TaskConfirmations:
                 await self.ask_unasked(session)
             return
         reply = await self._answer(session, batch, answer, waiting)
-        message_id, at = await self._stores.messages.finish_turn(
-            session.id, [item.id for item in batch], "done", reply, "chat"
-        )
-        self._stores.sessions.touch(session.id, at)
-        await self._outbox.deliver(
-            OutboundMessage(
-                session.channel, session.chat_id, reply, message_id, "chat", batch[-1].metadata
-            )
-        )
+        await self._end.end(session, batch, Ending("done", reply, "chat"))
 
     async def _answer(
         self,
