@@ -47,13 +47,9 @@ from bruce_bot.parts import Overrides, Parts, build_parts
 from bruce_bot.private_files import secure_data_dir
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.service import TaskService
+from bruce_bot.settings.editable import editable_overrides
 from bruce_bot.storage.changes import ChangeFeed
 from bruce_bot.storage.database import Database, upgrade_schema
-from bruce_bot.storage.settings import (
-    MAX_TURNS_SETTING,
-    SYSTEM_PROMPT_SETTING,
-    TIMEZONE_SETTING,
-)
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.registry import ToolRegistry
 from bruce_bot.web.login_token import OneTimeLogin, load_or_create, token_path
@@ -275,11 +271,7 @@ class Bruce:
                 data_dir=config.app.data_dir,
                 tasks=parts.tasks,
                 timezone=config.app.timezone,
-                config_settings={
-                    SYSTEM_PROMPT_SETTING: config.agent.system_prompt,
-                    TIMEZONE_SETTING: config.app.timezone,
-                    MAX_TURNS_SETTING: str(config.agent.max_turns),
-                },
+                settings=editable_overrides(config),
                 public_url=config.app.public_url,
                 allowed_hosts=tuple(web.allowed_hosts),
                 session_max_age_days=web.session_max_age_days,

@@ -56,6 +56,7 @@ from bruce_bot.llm.base import LLMContextOverflowError, LLMService
 from bruce_bot.llm.context_windows import context_window
 from bruce_bot.media.preparation import MediaStep, PreparedMedia
 from bruce_bot.outbox import Outbox
+from bruce_bot.settings.editable import max_turns, system_prompt, timezone
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.memories import owner_key
 from bruce_bot.storage.messages import StoredMessage
@@ -464,7 +465,7 @@ class TurnRunner:
             turn.tools,
             system_prompt,
             messages,
-            await self._stores.settings.max_turns(self._settings.agent.max_turns),
+            await max_turns(self._settings.agent.max_turns).value(self._stores.settings),
             context=turn.context,
             observer=turn.recorder,
             max_tokens=self._settings.budget.reply_reserve(),
@@ -477,14 +478,15 @@ class TurnRunner:
     async def _system_prompt(
         self, session: SessionRecord, summary: Summary | None, tools: ToolRegistry, memories: str
     ) -> SystemPrompt:
-        base_prompt = await self._stores.settings.system_prompt(self._settings.agent.system_prompt)
+        configured = self._settings.agent.system_prompt
+        base_prompt = await system_prompt(configured).value(self._stores.settings)
         skills, workflow, goals = await self._kept_by_brain(session)
         return build_system_prompt(
             base_prompt=base_prompt,
             summary=summary.content if summary else None,
             tool_names=tools.names(),
             now=self._settings.clock(),
-            zone=await self._stores.settings.zone(self._settings.zone),
+            zone=await timezone(self._settings.zone).value(self._stores.settings),
             last_message_at=session.last_message_at,
             skills=skills,
             workflow=workflow,

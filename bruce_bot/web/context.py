@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from bruce_bot.channels.web.channel import WebChannel
-from bruce_bot.config import ChannelsConfig
+from bruce_bot.config import ChannelsConfig, Config
 from bruce_bot.domain import utcnow
 from bruce_bot.faults import StorageHealth
+from bruce_bot.settings import editable
+from bruce_bot.settings.override import Override
 from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 
@@ -41,8 +43,11 @@ class WebContext:
     # Cancelling a task goes through the service so that its scheduler job goes too.
     tasks: TaskService | None = None
     timezone: str = "UTC"  # app.timezone in config.yml; the Settings page's timezone wins
-    # The YAML values of the settings the dashboard edits (what "reset" goes back to).
-    config_settings: Mapping[str, Any] = field(default_factory=dict)
+    # The overrides of the Settings page's text settings, over the YAML values (what "reset" goes
+    # back to); the default config's when not given (tests).
+    settings: Mapping[str, Override[Any]] = field(
+        default_factory=lambda: editable.editable_overrides(Config())
+    )
     # The Host check answers to loopback, the host of app.public_url and web.allowed_hosts; an
     # https public_url also makes the login cookie Secure.
     public_url: str = ""
@@ -70,7 +75,7 @@ class WebContext:
 
     async def display_zone(self) -> ZoneInfo:
         """The timezone the pages show times (and count days) in now."""
-        return await self.stores.settings.zone(ZoneInfo(self.timezone))
+        return await editable.timezone(ZoneInfo(self.timezone)).value(self.stores.settings)
 
     async def display_timezone(self) -> str:
         """`display_zone`'s IANA name."""
