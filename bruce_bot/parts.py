@@ -37,7 +37,6 @@ from bruce_bot.domain import utcnow
 from bruce_bot.fix_hints import FailureHints
 from bruce_bot.gateway import ChoiceAnswerer, Gateway
 from bruce_bot.inbox import Inbox
-from bruce_bot.live_allowlists import LiveAllowlists
 from bruce_bot.live_channels import LiveToken, LiveTokens
 from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.base import LLMService
@@ -54,6 +53,7 @@ from bruce_bot.pairing import PairingService
 from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
+from bruce_bot.settings.allowlists import Allowlists
 from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
@@ -112,7 +112,7 @@ class Parts:
     # The Telegram and Discord tokens the dashboard changes (None: tests put their own channels
     # in place), and the allowlists it edits.
     live_tokens: LiveTokens | None = None
-    live_allowlists: LiveAllowlists | None = None
+    live_allowlists: Allowlists | None = None
     # Where the LLM settings a failure reply names come from, and the dashboard's address.
     hints: FailureHints = field(default_factory=lambda: FailureHints(None))
     # The MCP servers of `mcp.servers` (None: none configured); started once Bruce is ready.
@@ -337,7 +337,7 @@ def _pair(
     outbox: Outbox,
     platform: Sequence[ChannelAdapter],
     clock: Callable[[], datetime],
-    allowlists: LiveAllowlists,
+    allowlists: Allowlists,
 ) -> PairingService:
     """The pairing service, injected into each platform channel with `pairing: true` (channels
     never see the database: they ask this port)."""
@@ -373,7 +373,7 @@ def _live_tokens(
     channels: dict[str, ChannelAdapter],
     adapters: list[ChannelAdapter],
     pairing: PairingService,
-    allowlists: LiveAllowlists,
+    allowlists: Allowlists,
 ) -> LiveTokens:
     """The token of each platform channel, changed from the dashboard (a new adapter gets the
     ports the first one got)."""
@@ -466,7 +466,7 @@ def build_parts(
         files=_file_sending(config),
     )
     brain = _brain(config, llm, stores, library)
-    allowlists = LiveAllowlists(pairing_allowlists(config), stores.settings)
+    allowlists = Allowlists(pairing_allowlists(config), stores.settings)
     pairing = _pair(config, stores, outbox, platform, overrides.clock, allowlists)
     live_tokens = None
     if overrides.channels is None:
