@@ -11,11 +11,11 @@ else the address it bound).
 from __future__ import annotations
 
 from bruce_bot.agent.failures import FixHints, Origin
-from bruce_bot.live_llm import LiveLLMSettings
+from bruce_bot.settings.llm import LLMSettings
 
 
 class FailureHints:
-    def __init__(self, live_llm: LiveLLMSettings | None, public_url: str | None = None) -> None:
+    def __init__(self, live_llm: LLMSettings | None, public_url: str | None = None) -> None:
         self._live_llm = live_llm  # None: the LLM is not the dashboard's to set (tests)
         self._public_url = public_url.rstrip("/") if public_url else None
         self._dashboard_url: str | None = None

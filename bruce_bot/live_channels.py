@@ -28,8 +28,8 @@ from bruce_bot import platforms
 from bruce_bot.channels.base import ChannelAdapter, InboxPort
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config import ChannelsConfig
-from bruce_bot.live_llm import mask
 from bruce_bot.platforms import BotIdentity, PlatformSection
+from bruce_bot.settings.llm import mask
 from bruce_bot.storage.changes import EVERYTHING, Refresh
 from bruce_bot.storage.settings import SettingsStore, token_setting
 

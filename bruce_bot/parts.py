@@ -38,7 +38,6 @@ from bruce_bot.fix_hints import FailureHints
 from bruce_bot.gateway import ChoiceAnswerer, Gateway
 from bruce_bot.inbox import Inbox
 from bruce_bot.live_channels import LiveToken, LiveTokens
-from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
@@ -54,6 +53,7 @@ from bruce_bot.scheduler.confirmations import TaskConfirmations
 from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
 from bruce_bot.settings.allowlists import Allowlists
+from bruce_bot.settings.llm import LLMSettings
 from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
@@ -108,7 +108,7 @@ class Parts:
     prices: PriceTable = field(default_factory=PriceTable.built_in)
     budget: BudgetWatch | None = None  # usage.monthly_budget is set
     # The dashboard's LLM settings (None: a test put its own LLM in place).
-    live_llm: LiveLLMSettings | None = None
+    live_llm: LLMSettings | None = None
     # The Telegram and Discord tokens the dashboard changes (None: tests put their own channels
     # in place), and the allowlists it edits.
     live_tokens: LiveTokens | None = None
@@ -438,7 +438,7 @@ def build_parts(
     claimant = Claimant(new_owner(), config.database.lease_seconds)
     feed = open_feed(config.database_url, claimant.owner)
     stores = Stores.open(database, feed, claimant=claimant)
-    live_llm: LiveLLMSettings | None = None
+    live_llm: LLMSettings | None = None
     llm: LLMService
     if overrides.llm is not None:
         llm = overrides.llm
@@ -446,12 +446,8 @@ def build_parts(
         switchable = SwitchableLLM(
             LazyLLM(lambda: create_llm(config.llm), config.llm.model), config.llm
         )
-        live_llm = LiveLLMSettings(
-            config.llm,
-            stores.settings,
-            switchable,
-            explicit=config.llm.model_fields_set,
-            secret_seen=scrubber.add_secret,
+        live_llm = LLMSettings(
+            config.llm, stores.settings, switchable, secret_seen=scrubber.add_secret
         )
         llm = switchable
     platform = build_channels(config) if overrides.channels is None else list(overrides.channels)

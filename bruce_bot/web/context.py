@@ -25,11 +25,11 @@ from bruce_bot.usage.prices import PriceTable
 if TYPE_CHECKING:
     from bruce_bot.approval_desk import ApprovalDesk
     from bruce_bot.live_channels import LiveTokens
-    from bruce_bot.live_llm import LiveLLMSettings
     from bruce_bot.mcp_client.manager import McpManager
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
     from bruce_bot.settings.allowlists import Allowlists
+    from bruce_bot.settings.llm import LLMSettings
     from bruce_bot.web.login_token import OneTimeLogin
 
 
@@ -63,7 +63,7 @@ class WebContext:
     monthly_budget: float | None = None
     budget_chat: tuple[str, str] | None = None
     # The LLM settings the Settings page and the chat's setup card change (None: not offered).
-    live_llm: LiveLLMSettings | None = None
+    live_llm: LLMSettings | None = None
     # The channels' config, for "Test connection" of a Telegram or Discord token.
     channels_config: ChannelsConfig | None = None
     # The Telegram and Discord tokens the Settings page changes (None: not offered), and the

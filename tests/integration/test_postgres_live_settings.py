@@ -17,10 +17,10 @@ from bruce_bot.channels.base import ChannelAdapter, InboxPort
 from bruce_bot.config import ChannelsConfig, LLMConfig
 from bruce_bot.domain import OutboundMessage
 from bruce_bot.live_channels import BotIdentity, LiveToken
-from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.settings.allowlists import Allowlists
+from bruce_bot.settings.llm import LLMSettings
 from bruce_bot.storage.settings import TOPIC
 from bruce_bot.storage.stores import Stores
 from tests.conftest import wait_until
@@ -65,7 +65,7 @@ class Process:
 
     def __init__(self, stores: Stores) -> None:
         self.llm = SwitchableLLM(LazyLLM(self._refuse, CONFIGURED.model), CONFIGURED)
-        self.live_llm = LiveLLMSettings(
+        self.live_llm = LLMSettings(
             CONFIGURED,
             stores.settings,
             self.llm,
