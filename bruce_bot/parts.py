@@ -37,7 +37,6 @@ from bruce_bot.domain import utcnow
 from bruce_bot.fix_hints import FailureHints
 from bruce_bot.gateway import ChoiceAnswerer, Gateway
 from bruce_bot.inbox import Inbox
-from bruce_bot.live_channels import LiveToken, LiveTokens
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
@@ -54,6 +53,7 @@ from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
 from bruce_bot.settings.allowlists import Allowlists
 from bruce_bot.settings.llm import LLMSettings
+from bruce_bot.settings.tokens import AdapterSlot, PlatformToken, PlatformTokens
 from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
@@ -111,7 +111,7 @@ class Parts:
     live_llm: LLMSettings | None = None
     # The Telegram and Discord tokens the dashboard changes (None: tests put their own channels
     # in place), and the allowlists it edits.
-    live_tokens: LiveTokens | None = None
+    live_tokens: PlatformTokens | None = None
     live_allowlists: Allowlists | None = None
     # Where the LLM settings a failure reply names come from, and the dashboard's address.
     hints: FailureHints = field(default_factory=lambda: FailureHints(None))
@@ -374,26 +374,24 @@ def _live_tokens(
     adapters: list[ChannelAdapter],
     pairing: PairingService,
     allowlists: Allowlists,
-) -> LiveTokens:
+) -> PlatformTokens:
     """The token of each platform channel, changed from the dashboard (a new adapter gets the
     ports the first one got)."""
-    tokens: dict[str, LiveToken] = {}
+    tokens: dict[str, PlatformToken] = {}
     for name in platforms.names():
         pairs = name in pairing.enabled
 
         def prepare(adapter: ChannelAdapter, pairs: bool = pairs) -> None:
             _give_ports(adapter, pairing if pairs else None, allowlists)
 
-        tokens[name] = LiveToken(
-            name,
+        tokens[name] = PlatformToken(
             config.channels,
             stores.settings,
-            channels,
-            adapters,
+            AdapterSlot(name, channels, adapters),
             prepare=prepare,
             secret_seen=scrubber.add_secret,
         )
-    return LiveTokens(tokens)
+    return PlatformTokens(tokens)
 
 
 def _budget(

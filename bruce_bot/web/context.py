@@ -24,12 +24,12 @@ from bruce_bot.usage.prices import PriceTable
 
 if TYPE_CHECKING:
     from bruce_bot.approval_desk import ApprovalDesk
-    from bruce_bot.live_channels import LiveTokens
     from bruce_bot.mcp_client.manager import McpManager
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
     from bruce_bot.settings.allowlists import Allowlists
     from bruce_bot.settings.llm import LLMSettings
+    from bruce_bot.settings.tokens import PlatformTokens
     from bruce_bot.web.login_token import OneTimeLogin
 
 
@@ -68,7 +68,7 @@ class WebContext:
     channels_config: ChannelsConfig | None = None
     # The Telegram and Discord tokens the Settings page changes (None: not offered), and the
     # allowlists it edits (None: not offered).
-    live_tokens: LiveTokens | None = None
+    live_tokens: PlatformTokens | None = None
     live_allowlists: Allowlists | None = None
     # Whether incoming messages can be stored now (the inbox's): /healthz says degraded if not.
     storage_health: StorageHealth | None = None

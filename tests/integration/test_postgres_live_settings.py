@@ -16,11 +16,11 @@ from typing import Any, cast
 from bruce_bot.channels.base import ChannelAdapter, InboxPort
 from bruce_bot.config import ChannelsConfig, LLMConfig
 from bruce_bot.domain import OutboundMessage
-from bruce_bot.live_channels import BotIdentity, LiveToken
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.settings.allowlists import Allowlists
 from bruce_bot.settings.llm import LLMSettings
+from bruce_bot.settings.tokens import AdapterSlot, BotIdentity, Connector, PlatformToken
 from bruce_bot.storage.settings import TOPIC
 from bruce_bot.storage.stores import Stores
 from tests.conftest import wait_until
@@ -74,14 +74,11 @@ class Process:
         )
         first = Adapter(OLD)
         self.channels: dict[str, ChannelAdapter] = {"telegram": first}
-        self.token = LiveToken(
-            "telegram",
+        self.token = PlatformToken(
             CHANNELS,
             stores.settings,
-            self.channels,
-            [first],
-            probe=self._bot,
-            build=Adapter,
+            AdapterSlot("telegram", self.channels, [first]),
+            connector=Connector(self._bot, Adapter),
         )
         self.allowlists = Allowlists({"telegram": [1001]}, stores.settings)
         stores.feed.subscribe(TOPIC, self.live_llm.changed_elsewhere)

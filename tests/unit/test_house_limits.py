@@ -26,7 +26,6 @@ KNOWN: dict[str, int] = {
     "constructor bruce_bot/agent/turn.py:TurnRunner": 8,
     "constructor bruce_bot/channels/live.py:LiveText": 7,
     "constructor bruce_bot/inbox.py:Inbox": 8,
-    "constructor bruce_bot/live_channels.py:LiveToken": 9,
     "constructor bruce_bot/pairing.py:PairingService": 7,
     "constructor bruce_bot/scheduler/service.py:TaskService": 9,
     "constructor bruce_bot/web/auth.py:WebAuth": 7,
