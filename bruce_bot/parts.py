@@ -34,7 +34,6 @@ from bruce_bot.channels.policy import AllowlistPort, PairingPort
 from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import utcnow
-from bruce_bot.fix_hints import FailureHints
 from bruce_bot.gateway import ChoiceAnswerer, Gateway
 from bruce_bot.inbox import Inbox
 from bruce_bot.llm.base import LLMService
@@ -53,6 +52,7 @@ from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.service import TaskService, create_scheduler
 from bruce_bot.settings.allowlists import Allowlists
 from bruce_bot.settings.llm import LLMSettings
+from bruce_bot.settings.sources import SettingSources
 from bruce_bot.settings.tokens import AdapterSlot, PlatformToken, PlatformTokens
 from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url
@@ -114,7 +114,7 @@ class Parts:
     live_tokens: PlatformTokens | None = None
     live_allowlists: Allowlists | None = None
     # Where the LLM settings a failure reply names come from, and the dashboard's address.
-    hints: FailureHints = field(default_factory=lambda: FailureHints(None))
+    hints: SettingSources = field(default_factory=lambda: SettingSources(None))
     # The MCP servers of `mcp.servers` (None: none configured); started once Bruce is ready.
     mcp: McpManager | None = None
     # Bruce's own web address, never fetched (tools/own_address.py).
@@ -509,8 +509,8 @@ def build_parts(
     media = build_media(config, stores, channels, transcriber)
     # The configured public URL, when the config sets one; else the address the web server binds.
     public_url = config.app.public_url if "public_url" in config.app.model_fields_set else None
-    hints = FailureHints(live_llm, public_url)
-    turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media, hints.current)
+    hints = SettingSources(live_llm, public_url)
+    turns = TurnRunner(settings, stores, llm, tools, outbox, listeners, media, hints.fix_hints)
     # After outside content, what is not a plain read waits for the user (agent/approvals.py).
     approvals = ActionApprovals(stores.approvals, stores.audit, tools)
     turns.gate_actions(approvals)

@@ -33,7 +33,7 @@ from bruce_bot.agent.context import (
     memories_layer,
     to_chat_messages,
 )
-from bruce_bot.agent.failures import FixHints, OutageMemory, notice_for
+from bruce_bot.agent.failures import OutageMemory, notice_for
 from bruce_bot.agent.guard import ClaimKind, correction_request, find_unbacked_claim
 from bruce_bot.agent.loop import AgentRun, ApprovalPort, run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
@@ -57,6 +57,7 @@ from bruce_bot.llm.context_windows import context_window
 from bruce_bot.media.preparation import MediaStep, PreparedMedia
 from bruce_bot.outbox import Outbox
 from bruce_bot.settings.editable import max_turns, system_prompt, timezone
+from bruce_bot.settings.sources import FixHints
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.memories import owner_key
 from bruce_bot.storage.messages import StoredMessage

@@ -171,6 +171,10 @@ class LLMSettings:
             )
         return views
 
+    async def sources(self) -> dict[str, FieldSource]:
+        """Where each field in use comes from."""
+        return {view.name: view.source for view in await self.view()}
+
     async def candidate(self, changes: Mapping[str, str | None]) -> LLMConfig:
         """The settings `changes` would give (a missing or empty key keeps the current one,
         only for the same server: `KeyNeeded` when another one needs a key)."""
