@@ -39,10 +39,6 @@ from bruce_bot.channels.policy import AllowlistPort, PairingPort
 from bruce_bot.channels.web.channel import WebChannel
 from bruce_bot.config import Config
 from bruce_bot.domain import LLMCallRecord, utcnow
-from bruce_bot.fix_hints import FailureHints
-from bruce_bot.live_allowlists import LiveAllowlists
-from bruce_bot.live_channels import LiveToken, LiveTokens
-from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.base import LLMService
 from bruce_bot.llm.factory import create_llm
 from bruce_bot.llm.lazy import LazyLLM
@@ -64,16 +60,16 @@ from bruce_bot.scheduler.leader import SchedulerLeadership
 from bruce_bot.scheduler.runs import TaskRuns
 from bruce_bot.scheduler.service import TaskService
 from bruce_bot.scheduler.watching import WatchChecker
+from bruce_bot.settings.allowlists import Allowlists
+from bruce_bot.settings.editable import editable_overrides
+from bruce_bot.settings.llm import LLMSettings
+from bruce_bot.settings.sources import SettingSources
+from bruce_bot.settings.tokens import AdapterSlot, PlatformToken, PlatformTokens
 from bruce_bot.storage.changes import ChangeFeed, open_feed
 from bruce_bot.storage.database import Database, sync_url
 from bruce_bot.storage.leases import Claimant, new_owner, open_leases
 from bruce_bot.storage.messages import UsageListener
 from bruce_bot.storage.sessions import SessionRecord
-from bruce_bot.storage.settings import (
-    MAX_TURNS_SETTING,
-    SYSTEM_PROMPT_SETTING,
-    TIMEZONE_SETTING,
-)
 from bruce_bot.storage.settings import TOPIC as SETTINGS_TOPIC
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.approval import Approver
@@ -127,13 +123,13 @@ class Parts:
     prices: PriceTable = field(default_factory=PriceTable.built_in)
     budget: BudgetWatch | None = None  # usage.monthly_budget is set
     # The dashboard's LLM settings (None: a test put its own LLM in place).
-    live_llm: LiveLLMSettings | None = None
+    live_llm: LLMSettings | None = None
     # The Telegram and Discord tokens the dashboard changes (None: tests put their own channels
     # in place), and the allowlists it edits.
-    live_tokens: LiveTokens | None = None
-    live_allowlists: LiveAllowlists | None = None
+    live_tokens: PlatformTokens | None = None
+    live_allowlists: Allowlists | None = None
     # Where the LLM settings a failure reply names come from, and the dashboard's address.
-    hints: FailureHints = field(default_factory=lambda: FailureHints(None))
+    hints: SettingSources = field(default_factory=lambda: SettingSources(None))
     # The MCP servers of `mcp.servers` (None: none configured); started once Bruce is ready.
     mcp: McpManager | None = None
     # Bruce's own web address, never fetched (tools/own_address.py).
@@ -172,9 +168,9 @@ class _Reach:
     adapters: list[ChannelAdapter]  # the web chat first, then the platforms
     channels: dict[str, ChannelAdapter]
     outbox: Outbox
-    allowlists: LiveAllowlists
+    allowlists: Allowlists
     pairing: PairingService
-    live_tokens: LiveTokens | None  # None: tests put their own channels in place
+    live_tokens: PlatformTokens | None  # None: tests put their own channels in place
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +184,7 @@ class _Agent:
     turns: TurnRunner
     brain: AnalyticalBrain | None
     transcriber: Transcriber | None
-    hints: FailureHints
+    hints: SettingSources
 
 
 class _Circle:
@@ -334,7 +330,7 @@ def _storage(config: Config, usage_recorded: UsageListener) -> _Storage:
 
 def _llm(
     config: Config, stores: Stores, override: LLMService | None
-) -> tuple[LLMService, LiveLLMSettings | None]:
+) -> tuple[LLMService, LLMSettings | None]:
     """The LLM client, switched when the dashboard's LLM settings change (the SDK is imported
     on the first call, or in the background once Bruce is ready); a test's own as it is."""
     if override is not None:
@@ -342,13 +338,7 @@ def _llm(
     switchable = SwitchableLLM(
         LazyLLM(lambda: create_llm(config.llm), config.llm.model), config.llm
     )
-    live_llm = LiveLLMSettings(
-        config.llm,
-        stores.settings,
-        switchable,
-        explicit=config.llm.model_fields_set,
-        secret_seen=scrubber.add_secret,
-    )
+    live_llm = LLMSettings(config.llm, stores.settings, switchable, secret_seen=scrubber.add_secret)
     return switchable, live_llm
 
 
@@ -367,7 +357,7 @@ def _reach(
         shared=storage.shared,
         files=_file_sending(config),
     )
-    allowlists = LiveAllowlists(pairing_allowlists(config), stores.settings)
+    allowlists = Allowlists(pairing_allowlists(config), stores.settings)
     pairing = _pair(config, stores, outbox, platform, overrides.clock, allowlists)
     live_tokens = None
     if overrides.channels is None:
@@ -483,7 +473,7 @@ def _pair(
     outbox: Outbox,
     platform: Sequence[ChannelAdapter],
     clock: Callable[[], datetime],
-    allowlists: LiveAllowlists,
+    allowlists: Allowlists,
 ) -> PairingService:
     """The pairing service, injected into each platform channel with `pairing: true` (channels
     never see the database: they ask this port)."""
@@ -518,27 +508,25 @@ def _live_tokens(
     channels: dict[str, ChannelAdapter],
     adapters: list[ChannelAdapter],
     pairing: PairingService,
-    allowlists: LiveAllowlists,
-) -> LiveTokens:
+    allowlists: Allowlists,
+) -> PlatformTokens:
     """The token of each platform channel, changed from the dashboard (a new adapter gets the
     ports the first one got)."""
-    tokens: dict[str, LiveToken] = {}
+    tokens: dict[str, PlatformToken] = {}
     for name in platforms.names():
         pairs = name in pairing.enabled
 
         def prepare(adapter: ChannelAdapter, pairs: bool = pairs) -> None:
             _give_ports(adapter, pairing if pairs else None, allowlists)
 
-        tokens[name] = LiveToken(
-            name,
+        tokens[name] = PlatformToken(
             config.channels,
             stores.settings,
-            channels,
-            adapters,
+            AdapterSlot(name, channels, adapters),
             prepare=prepare,
             secret_seen=scrubber.add_secret,
         )
-    return LiveTokens(tokens)
+    return PlatformTokens(tokens)
 
 
 def _budget(
@@ -563,7 +551,7 @@ def _agent(
     overrides: Overrides,
     storage: _Storage,
     reach: _Reach,
-    llm: tuple[LLMService, LiveLLMSettings | None],
+    llm: tuple[LLMService, LLMSettings | None],
     tasks: TaskService,
     own_address: OwnAddress,
     circle: _Circle,
@@ -591,7 +579,7 @@ def _agent(
     mcp = build_mcp(config, tools)
     # The configured public URL, when the config sets one; else the address the web server binds.
     public_url = config.app.public_url if "public_url" in config.app.model_fields_set else None
-    hints = FailureHints(live_llm, public_url)
+    hints = SettingSources(live_llm, public_url)
     transcriber = overrides.transcriber or build_transcriber(config)
     # The confirmations hear which turns read outside content: only those can leave
     # something waiting to be asked about.
@@ -601,7 +589,7 @@ def _agent(
     support = TurnSupport(
         listeners,
         build_media(config, stores, reach.channels, transcriber),
-        hints.current,
+        hints.fix_hints,
         approvals,
     )
     turns = TurnRunner(
@@ -622,8 +610,8 @@ def _connect_feed(
     inbox: Inbox,
     web_channel: WebChannel | None,
     shared: bool,
-    live_llm: LiveLLMSettings | None,
-    live_tokens: LiveTokens | None,
+    live_llm: LLMSettings | None,
+    live_tokens: PlatformTokens | None,
 ) -> None:
     """What other processes tell this one: a session's new message, a web chat's reply, a
     setting saved there (a new LLM client, a channel reconnected with its token)."""
@@ -649,11 +637,7 @@ def web_context(
         app=config.app,
         web=config.web,
         tasks=parts.tasks,
-        config_settings={
-            SYSTEM_PROMPT_SETTING: config.agent.system_prompt,
-            TIMEZONE_SETTING: config.app.timezone,
-            MAX_TURNS_SETTING: str(config.agent.max_turns),
-        },
+        settings=editable_overrides(config),
         clock=parts.clock,
         pairing=parts.pairing,
         prices=parts.prices,

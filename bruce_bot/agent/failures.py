@@ -2,9 +2,10 @@
 
 Each failure the core understands has one short reply that says what happened and names the fix
 (the setting to check, the account to top up), never a traceback or the server's raw JSON. The
-fix names where the setting really comes from (`FixHints`): a key saved in the dashboard is
-checked in its Settings, with no restart; one from config.yml is checked there (a restart reads
-it), and when the dashboard runs the reply says it can set one at once instead.
+fix names where the setting really comes from (`FixHints`, settings/sources.py): a key saved
+in the dashboard is checked in its Settings, with no restart; one from config.yml is checked
+there (a restart reads it), and when the dashboard runs the reply says it can set one at once
+instead.
 While one outage lasts, a chat is told once: the same failure again in the same chat, before a
 turn there has succeeded, is recorded (the messages stay in the history, the log has the ids)
 but not repeated to the user. Scheduled briefings always report their failure: nobody is
@@ -14,7 +15,6 @@ waiting in the chat to have seen the first notice.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import structlog
 
@@ -28,11 +28,11 @@ from bruce_bot.llm.base import (
     LLMRequestError,
     LLMUnavailableError,
 )
+from bruce_bot.settings.sources import FixHints
 
 log = structlog.get_logger(__name__)
 
-# Where a setting comes from: saved in the dashboard's Settings, or config.yml (or its default).
-Origin = Literal["dashboard", "config", "default"]
+NO_HINTS = FixHints()  # no dashboard, every setting from config.yml
 
 # The replies without a dashboard to point to (web.enabled: false), all from config.yml.
 NOT_CONFIGURED = (
@@ -103,15 +103,6 @@ INTERNAL = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class FixHints:
-    """Where the LLM settings a reply's fix names come from, and where the dashboard is."""
-
-    api_key: Origin = "config"
-    model: Origin = "config"
-    dashboard_url: str | None = None  # e.g. http://127.0.0.1:8080; None: no dashboard runs
-
-
 def not_configured(hints: FixHints) -> str:
     url = hints.dashboard_url
     return NOT_CONFIGURED_DASHBOARD.format(url=url) if url else NOT_CONFIGURED
@@ -148,7 +139,7 @@ class FailureNotice:
     text: str
 
 
-def notice_for(exc: Exception, session_id: int, hints: FixHints = FixHints()) -> FailureNotice:
+def notice_for(exc: Exception, session_id: int, hints: FixHints = NO_HINTS) -> FailureNotice:
     """The reply a person gets for `exc`, logged with the ids needed to find it; `hints`: where
     the settings its fix names come from."""
     if isinstance(exc, LLMNotConfiguredError):

@@ -26,6 +26,7 @@ from bruce_bot.agent.recorder import AuditRecorder
 from bruce_bot.config import Config
 from bruce_bot.domain import ChatMessage, SessionKey, SystemPrompt, utcnow
 from bruce_bot.llm.base import LLMError, LLMService
+from bruce_bot.settings.editable import max_turns, system_prompt, timezone
 from bruce_bot.storage.sessions import SessionRecord
 from bruce_bot.storage.stores import Stores
 from bruce_bot.tools.memory import MEMORY_TOOLS
@@ -107,7 +108,7 @@ class SpawnSubagentTool(Tool):
                 tools,
                 system_prompt,
                 [ChatMessage("user", task)],
-                await stores.settings.max_turns(self._config.agent.max_turns),
+                await max_turns(self._config.agent.max_turns).value(stores.settings),
                 context=_child_context(child, context),
                 observer=AuditRecorder(stores.audit, child.id),
                 purpose=PURPOSE,
@@ -138,13 +139,13 @@ class SpawnSubagentTool(Tool):
     async def _system_prompt(self, tools: ToolRegistry) -> SystemPrompt:
         """The parent's prompt layers with the sub-agent note, for the child's `tools`."""
         stores = self._stores
-        base_prompt = await stores.settings.system_prompt(self._config.agent.system_prompt)
+        base_prompt = await system_prompt(self._config.agent.system_prompt).value(stores.settings)
         return build_system_prompt(
             base_prompt=f"{base_prompt.strip()}\n\n{SUBAGENT_NOTE}",
             summary=None,
             tool_names=tools.names(),
             now=self._clock(),
-            zone=await stores.settings.zone(self._config.app.zone),
+            zone=await timezone(self._config.app.zone).value(stores.settings),
             last_message_at=None,
         )
 

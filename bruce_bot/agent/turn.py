@@ -33,7 +33,7 @@ from bruce_bot.agent.context import (
     to_chat_messages,
 )
 from bruce_bot.agent.context_budget import ContextBudget, newest_within, shrink_to
-from bruce_bot.agent.failures import FixHints, OutageMemory, notice_for
+from bruce_bot.agent.failures import OutageMemory, notice_for
 from bruce_bot.agent.guard import ClaimKind, correction_request, find_unbacked_claim
 from bruce_bot.agent.loop import AgentRun, ApprovalPort, run_agent_loop
 from bruce_bot.agent.recorder import AuditRecorder
@@ -56,6 +56,8 @@ from bruce_bot.media.preparation import MediaStep, PreparedMedia
 from bruce_bot.messaging.inbox import QueuedMessage
 from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.messaging.turn_end import Ending, TurnEnd
+from bruce_bot.settings.editable import max_turns, system_prompt, timezone
+from bruce_bot.settings.sources import FixHints
 from bruce_bot.storage.goals import Goal
 from bruce_bot.storage.memories import owner_key
 from bruce_bot.storage.messages import StoredMessage
@@ -451,7 +453,7 @@ class TurnRunner:
             turn.tools,
             system_prompt,
             messages,
-            await self._stores.settings.max_turns(self._settings.agent.max_turns),
+            await max_turns(self._settings.agent.max_turns).value(self._stores.settings),
             context=turn.context,
             observer=turn.recorder,
             max_tokens=self._settings.budget.reply_reserve(),
@@ -464,14 +466,15 @@ class TurnRunner:
     async def _system_prompt(
         self, session: SessionRecord, summary: Summary | None, tools: ToolRegistry, memories: str
     ) -> SystemPrompt:
-        base_prompt = await self._stores.settings.system_prompt(self._settings.agent.system_prompt)
+        configured = self._settings.agent.system_prompt
+        base_prompt = await system_prompt(configured).value(self._stores.settings)
         skills, workflow, goals = await self._kept_by_brain(session)
         return build_system_prompt(
             base_prompt=base_prompt,
             summary=summary.content if summary else None,
             tool_names=tools.names(),
             now=self._settings.clock(),
-            zone=await self._stores.settings.zone(self._settings.zone),
+            zone=await timezone(self._settings.zone).value(self._stores.settings),
             last_message_at=session.last_message_at,
             skills=skills,
             workflow=workflow,

@@ -102,7 +102,7 @@ class PairingPort(Protocol):
 
 
 class AllowlistPort(Protocol):
-    """The allowlist in use (the dashboard's over config.yml's: live_allowlists.py, injected by
+    """The allowlist in use (the dashboard's over config.yml's: settings/allowlists.py, injected by
     parts.py), read for each message."""
 
     async def allowed_user_ids(self, channel: str) -> frozenset[int]: ...

@@ -18,9 +18,9 @@ from datetime import datetime
 
 from bruce_bot.cli.common import load
 from bruce_bot.config import Config
-from bruce_bot.live_allowlists import LiveAllowlists
 from bruce_bot.pairing import PairingError, PairingService, shown, who
 from bruce_bot.parts import pairing_allowlists, pairing_enabled
+from bruce_bot.settings.allowlists import Allowlists
 from bruce_bot.storage.database import Database, upgrade_schema
 from bruce_bot.storage.stores import Stores
 
@@ -42,7 +42,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
             allowlists,
             enabled=pairing_enabled(config),
             # The allowlists in use: a list saved in the dashboard wins over config.yml's.
-            allowlist=LiveAllowlists(allowlists, stores.settings),
+            allowlist=Allowlists(allowlists, stores.settings),
         )
         command: dict[str, Callable[[], Awaitable[None]]] = {
             "list": lambda: _list(service),

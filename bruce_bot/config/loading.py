@@ -93,7 +93,7 @@ def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
     elif web.enabled:
         problems += _exposed_without_login(config)
     # An enabled platform without a token is allowed: its channel waits for the token the
-    # dashboard saves (Settings, live_channels.py), and start-up logs that it waits.
+    # dashboard saves (Settings, settings/tokens.py), and start-up logs that it waits.
     problems += _web_search_problems(config.tools.web_search)
     problems += mcp_problems(config.mcp)
     if problems:

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from bruce_bot.config import SchedulerConfig
 from bruce_bot.scheduler.job_store import TaskJobs
 from bruce_bot.scheduler.runs import TaskRuns
+from bruce_bot.settings.editable import timezone
 from bruce_bot.storage.stores import Stores
 
 
@@ -31,7 +32,7 @@ class SchedulerContext:
 
     async def user_zone(self) -> ZoneInfo:
         """The user's timezone now: a task without one gets it, next runs are told in it."""
-        return await self.stores.settings.zone(self.app_zone)
+        return await timezone(self.app_zone).value(self.stores.settings)
 
     @property
     def grace(self) -> timedelta:

@@ -1,14 +1,15 @@
-"""The settings store: run-time key/value settings that win over the YAML file (docs/design.md).
+"""The settings store: the rows of the `settings` table, a value (JSON) under a key.
 
-Values are cached after the first read. This process's writes go through this store, so they keep
-the cache true; another process sharing the database announces its writes on the change feed
-(topic `settings`, the key), and the cached value is forgotten to be read again.
+What a key means, how its value is checked and where the value in use comes from (the row, or
+config.yml) is its `Override`'s (bruce_bot/settings/). Values are cached after the first read.
+This process's writes go through this store, so they keep the cache true; another process
+sharing the database announces its writes on the change feed (topic `settings`, the key), and
+the cached value is forgotten to be read again.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,14 +22,8 @@ TOPIC = "settings"
 _UNSET = object()
 
 
-# The dashboard's base system prompt; the config's `agent.system_prompt` when unset.
-SYSTEM_PROMPT_SETTING = "agent.system_prompt"
-# The timezone turns are told the time in (an IANA name), over `app.timezone`.
-TIMEZONE_SETTING = "app.timezone"
-# The most model calls one turn may make, over `agent.max_turns` (stored as text, 1-50).
-MAX_TURNS_SETTING = "agent.max_turns"
-MAX_TURNS_RANGE = range(1, 51)
-# The LLM settings the dashboard changes, each stored as `llm.<field>` over config.yml's.
+# The keys `bruce doctor` reads too (checkup.py), so they are named here: the LLM settings the
+# dashboard changes, each stored as `llm.<field>` over config.yml's, and a platform's token.
 LLM_FIELDS = ("provider", "model", "background_model", "base_url", "api_key")
 
 
@@ -96,27 +91,3 @@ class SettingsStore:
             await connection.execute(delete(SettingRow).where(SettingRow.key == key))
             await self._feed.publish_with(connection, TOPIC, key)
         self._keep(key, None, epoch)
-
-    async def zone(self, configured: ZoneInfo) -> ZoneInfo:
-        """The timezone of turns: the dashboard's, else `configured` (also when the stored
-        name is no longer known to this system's tz database)."""
-        name = await self.get(TIMEZONE_SETTING)
-        if not name:
-            return configured
-        try:
-            return ZoneInfo(str(name))
-        except (ZoneInfoNotFoundError, ValueError):
-            return configured
-
-    async def max_turns(self, configured: int) -> int:
-        """The most model calls of one turn: the dashboard's, else `configured`."""
-        value = await self.get(MAX_TURNS_SETTING)
-        try:
-            turns = int(str(value))
-        except ValueError:
-            return configured
-        return turns if turns in MAX_TURNS_RANGE else configured
-
-    async def system_prompt(self, configured: str) -> str:
-        """The base system prompt: the dashboard's, else `configured` (the config's)."""
-        return str(await self.get(SYSTEM_PROMPT_SETTING, configured))

@@ -26,6 +26,7 @@ import structlog
 
 from bruce_bot.domain import LLMCallRecord, OutboundMessage, SessionKey, utcnow
 from bruce_bot.messaging.outbox import Outbox
+from bruce_bot.settings.editable import timezone
 from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.costs import priced_cost
 from bruce_bot.usage.prices import PriceTable
@@ -202,7 +203,7 @@ class BudgetWatch:
 
     async def check(self) -> BudgetStatus:
         """Read the month's cost, and tell the owner of a level reached and not yet told."""
-        self._zone = await self._stores.settings.zone(self._configured_zone)
+        self._zone = await timezone(self._configured_zone).value(self._stores.settings)
         status = await month_status(
             self._stores, self.prices, self.budget, self._zone, self._clock()
         )

@@ -15,20 +15,22 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from bruce_bot.channels.web.channel import WebChannel
-from bruce_bot.config import AppConfig, ChannelsConfig, UsageConfig, WebConfig
+from bruce_bot.config import AppConfig, ChannelsConfig, Config, UsageConfig, WebConfig
 from bruce_bot.domain import utcnow
 from bruce_bot.faults import StorageHealth
+from bruce_bot.settings import editable
+from bruce_bot.settings.override import Override
 from bruce_bot.storage.stores import Stores
 from bruce_bot.usage.prices import PriceTable
 
 if TYPE_CHECKING:
     from bruce_bot.approval_desk import ApprovalDesk
-    from bruce_bot.live_allowlists import LiveAllowlists
-    from bruce_bot.live_channels import LiveTokens
-    from bruce_bot.live_llm import LiveLLMSettings
     from bruce_bot.mcp_client.manager import McpManager
     from bruce_bot.pairing import PairingService
     from bruce_bot.scheduler.service import TaskService
+    from bruce_bot.settings.allowlists import Allowlists
+    from bruce_bot.settings.llm import LLMSettings
+    from bruce_bot.settings.tokens import PlatformTokens
     from bruce_bot.web.login_token import OneTimeLogin
 
 
@@ -45,8 +47,11 @@ class WebContext:
     # Cancelling a task goes through the scheduler's planner so that its job goes too; the
     # dashboard's edits through its editor (None: no scheduler here).
     tasks: TaskService | None = None
-    # The YAML values of the settings the dashboard edits (what "reset" goes back to).
-    config_settings: Mapping[str, Any] = field(default_factory=dict)
+    # The overrides of the Settings page's text settings, over the YAML values (what "reset" goes
+    # back to); the default config's when not given (tests).
+    settings: Mapping[str, Override[Any]] = field(
+        default_factory=lambda: editable.editable_overrides(Config())
+    )
     # Sign-in sessions, the failed-sign-in throttle and which days the usage page counts.
     clock: Callable[[], datetime] = utcnow
     # Who may talk on the chat platforms and the pairing codes waiting (the People page).
@@ -57,13 +62,13 @@ class WebContext:
     usage: UsageConfig = field(default_factory=UsageConfig)
     budget_chat: tuple[str, str] | None = None
     # The LLM settings the Settings page and the chat's setup card change (None: not offered).
-    live_llm: LiveLLMSettings | None = None
+    live_llm: LLMSettings | None = None
     # The channels' config, for "Test connection" of a Telegram or Discord token.
     channels_config: ChannelsConfig | None = None
     # The Telegram and Discord tokens the Settings page changes (None: not offered), and the
     # allowlists it edits (None: not offered).
-    live_tokens: LiveTokens | None = None
-    live_allowlists: LiveAllowlists | None = None
+    live_tokens: PlatformTokens | None = None
+    live_allowlists: Allowlists | None = None
     # Whether incoming messages can be stored now (the inbox's): /healthz says degraded if not.
     storage_health: StorageHealth | None = None
     # The MCP servers, their state and tools (None: none configured).
@@ -78,7 +83,7 @@ class WebContext:
 
     async def display_zone(self) -> ZoneInfo:
         """The timezone the pages show times (and count days) in now."""
-        return await self.stores.settings.zone(ZoneInfo(self.app.timezone))
+        return await editable.timezone(ZoneInfo(self.app.timezone)).value(self.stores.settings)
 
     async def display_timezone(self) -> str:
         """`display_zone`'s IANA name."""

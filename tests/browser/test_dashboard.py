@@ -18,7 +18,7 @@ from playwright.async_api import Browser, Page, expect
 from bruce_bot.domain import SessionKey
 from bruce_bot.scheduler.new_task import NewTask
 from bruce_bot.scheduler.service import job_id
-from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING, TIMEZONE_SETTING
+from bruce_bot.settings.editable import SYSTEM_PROMPT_SETTING, TIMEZONE_SETTING
 from bruce_bot.storage.tasks import TaskRecord
 from bruce_bot.web.auth import COOKIE_NAME
 from tests.browser.conftest import needs_chromium

@@ -1,7 +1,7 @@
 """`/api/channels/{channel}/allowlist`: who may talk to Bruce on Telegram or Discord, as the
-Settings page edits it (live_allowlists.py): the ids in use and where they come from, a new list
-(from the next message on, no restart), or back to config.yml's. Ids travel as text: a Discord
-id is larger than the numbers a browser keeps exactly."""
+Settings page edits it (settings/allowlists.py): the ids in use and where they come from, a new
+list (from the next message on, no restart), or back to config.yml's. Ids travel as text: a
+Discord id is larger than the numbers a browser keeps exactly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bruce_bot.live_allowlists import MAX_IDS, AllowlistRefused, AllowlistView, LiveAllowlists
+from bruce_bot.settings.allowlists import MAX_IDS, AllowlistRefused, Allowlists, AllowlistView
 from bruce_bot.web.api.channel_tests import ChannelName
 from bruce_bot.web.api.endpoint import Call, Endpoint
 from bruce_bot.web.wire import ApiError
@@ -43,7 +43,7 @@ def _answer(view: AllowlistView) -> AllowlistAnswer:
     )
 
 
-def _allowlists(call: Call[ChannelName, Any]) -> LiveAllowlists:
+def _allowlists(call: Call[ChannelName, Any]) -> Allowlists:
     allowlists = call.context.live_allowlists
     if allowlists is None:
         raise ApiError("allowlists cannot be changed in this process", 503)

@@ -3,7 +3,7 @@
 doctor`), answering with the bot's name and its link (t.me/<username>; Discord's invite URL with
 the application id) or the platform's words; a token given in the body is tried, never stored
 (none: the one in use, the dashboard's or config.yml's). `/api/channels/{channel}/token`: the
-token in use (masked), changed (tried, stored, the channel reconnected: live_channels.py) or
+token in use (masked), changed (tried, stored, the channel reconnected: settings/tokens.py) or
 reset to config.yml's."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.live_channels import try_token
+from bruce_bot.settings.tokens import try_token
 from bruce_bot.web.api.endpoint import Call, Endpoint
 from bruce_bot.web.wire import ApiError, PlatformName
 
 if TYPE_CHECKING:
-    from bruce_bot.live_channels import LiveToken
+    from bruce_bot.settings.tokens import PlatformToken
 
 
 class ChannelName(BaseModel):
@@ -47,8 +47,8 @@ async def try_channel(call: Call[ChannelName, TokenToTry]) -> ChannelTestAnswer:
     name = call.params.channel
     token = call.body.token
     if not token:  # the token in use: the one saved in the dashboard, else config.yml's
-        live = call.context.live_tokens.get(name) if call.context.live_tokens else None
-        token = await live.current() if live is not None else configured.section(name).token
+        platform = call.context.live_tokens.get(name) if call.context.live_tokens else None
+        token = await platform.current() if platform is not None else configured.section(name).token
     try:
         bot = await try_token(name, configured, token)
     except ProbeError as exc:
@@ -80,22 +80,21 @@ def _not_enabled(channel: str) -> ApiError:
     )
 
 
-def _live_token(call: Call[ChannelName, Any]) -> LiveToken:
+def _platform_token(call: Call[ChannelName, Any]) -> PlatformToken:
     tokens = call.context.live_tokens
-    live = tokens.get(call.params.channel) if tokens is not None else None
-    if live is None or not live.available:
+    platform = tokens.get(call.params.channel) if tokens is not None else None
+    if platform is None or not platform.available:
         raise _not_enabled(call.params.channel)
-    return live
+    return platform
 
 
 async def _token_answer(call: Call[ChannelName, Any]) -> TokenAnswer:
     tokens = call.context.live_tokens
-    live = tokens.get(call.params.channel) if tokens is not None else None
-    if live is None or not live.available:
+    platform = tokens.get(call.params.channel) if tokens is not None else None
+    if platform is None or not platform.available:
         return TokenAnswer(enabled=False, token="", source="config")
-    view = await live.view()
-    source: Literal["config", "dashboard"] = "dashboard" if view.source == "dashboard" else "config"
-    return TokenAnswer(enabled=True, token=view.value, source=source)
+    view = await platform.view()
+    return TokenAnswer(enabled=True, token=view.value, source=view.source)
 
 
 async def channel_token(call: Call[ChannelName, None]) -> TokenAnswer:
@@ -103,9 +102,9 @@ async def channel_token(call: Call[ChannelName, None]) -> TokenAnswer:
 
 
 async def put_channel_token(call: Call[ChannelName, NewToken]) -> TokenAnswer:
-    live = _live_token(call)
+    platform = _platform_token(call)
     try:
-        bot = await live.change(call.body.token.strip())
+        bot = await platform.change(call.body.token.strip())
     except ProbeError as exc:
         raise ApiError(f"not saved, the old token stays: {exc.detail} ({exc.fix})") from None
     answer = await _token_answer(call)
@@ -113,7 +112,7 @@ async def put_channel_token(call: Call[ChannelName, NewToken]) -> TokenAnswer:
 
 
 async def reset_channel_token(call: Call[ChannelName, None]) -> TokenAnswer:
-    await _live_token(call).reset()
+    await _platform_token(call).reset()
     return await _token_answer(call)
 
 

@@ -1,5 +1,5 @@
 """`/api/llm`: the LLM settings the Settings page and the chat's setup card change while Bruce
-runs (provider, model, background model, base URL, API key; see `live_llm.py`).
+runs (provider, model, background model, base URL, API key; see `settings/llm.py`).
 
 A save is tried first with one tiny call and refused (400, the provider's words) when the
 provider says no; the old settings stay. The API key is write-only: answers show it masked. The
@@ -14,15 +14,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bruce_bot.live_llm import (
+from bruce_bot.llm.model_list import ModelListError, list_models
+from bruce_bot.settings.llm import (
     KeyNeeded,
-    LiveLLMSettings,
+    LLMSettings,
     SettingsRefused,
     destination,
     key_needed,
     server_url,
 )
-from bruce_bot.llm.model_list import ModelListError, list_models
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 from bruce_bot.web.context import WebContext
 from bruce_bot.web.wire import ApiError
@@ -89,15 +89,15 @@ class ModelsQuery(BaseModel):
     api_key: str | None = Field(default=None, max_length=500, description="empty: the saved one")
 
 
-def _live(context: WebContext) -> LiveLLMSettings:
-    live = context.live_llm
-    if live is None:
+def _settings(context: WebContext) -> LLMSettings:
+    llm = context.live_llm
+    if llm is None:
         raise ApiError("the LLM settings cannot be changed in this process", 503)
-    return live
+    return llm
 
 
-async def _answer(live: LiveLLMSettings) -> LLMSettingsAnswer:
-    settings = await live.effective()
+async def _answer(llm: LLMSettings) -> LLMSettingsAnswer:
+    settings = await llm.effective()
     fields = [
         FieldAnswer(
             name=view.name,
@@ -106,7 +106,7 @@ async def _answer(live: LiveLLMSettings) -> LLMSettingsAnswer:
             config_value=view.config_value,
             secret=view.secret,
         )
-        for view in await live.view()
+        for view in await llm.view()
     ]
     return LLMSettingsAnswer(
         configured=settings.is_configured,
@@ -117,23 +117,23 @@ async def _answer(live: LiveLLMSettings) -> LLMSettingsAnswer:
 
 
 async def get_llm(call: Call[NoParams, None]) -> LLMSettingsAnswer:
-    return await _answer(_live(call.context))
+    return await _answer(_settings(call.context))
 
 
 async def put_llm(call: Call[NoParams, LLMChange]) -> LLMSettingsAnswer:
-    live = _live(call.context)
+    llm = _settings(call.context)
     try:
-        await live.save(call.body.changes())
+        await llm.save(call.body.changes())
     except SettingsRefused as exc:
         raise ApiError(f"not saved, the old settings stay: {exc}") from None
-    return await _answer(live)
+    return await _answer(llm)
 
 
 async def try_llm(call: Call[NoParams, LLMChange]) -> TestAnswer:
-    live = _live(call.context)
+    llm = _settings(call.context)
     try:
-        settings, withheld_for = await live.trial(call.body.changes())
-        await live.test(settings, withheld_for=withheld_for)
+        settings, withheld_for = await llm.trial(call.body.changes())
+        await llm.test(settings, withheld_for=withheld_for)
     except KeyNeeded as exc:
         raise ApiError(str(exc)) from None
     except SettingsRefused as exc:
@@ -142,14 +142,14 @@ async def try_llm(call: Call[NoParams, LLMChange]) -> TestAnswer:
 
 
 async def reset_llm(call: Call[NoParams, None]) -> LLMSettingsAnswer:
-    live = _live(call.context)
-    await live.reset()
-    return await _answer(live)
+    llm = _settings(call.context)
+    await llm.reset()
+    return await _answer(llm)
 
 
 async def post_models(call: Call[NoParams, ModelsQuery]) -> ModelsAnswer:
-    live, query = _live(call.context), call.body
-    current = await live.effective()
+    llm, query = _settings(call.context), call.body
+    current = await llm.effective()
     url = server_url(query.provider, query.base_url or None)
     kept_for = destination(current)[1]
     key = query.api_key or ""

@@ -18,8 +18,8 @@ import pytest
 
 from bruce_bot.domain import utcnow
 from bruce_bot.scheduler.service import job_id
+from bruce_bot.settings.editable import MAX_TURNS_SETTING, SYSTEM_PROMPT_SETTING, TIMEZONE_SETTING
 from bruce_bot.storage.models import LLMCallRow
-from bruce_bot.storage.settings import MAX_TURNS_SETTING, SYSTEM_PROMPT_SETTING, TIMEZONE_SETTING
 from bruce_bot.web.api import MAX_LIMIT, usage_days
 from tests.conftest import clock_from, days_ahead_at, wait_until
 from tests.integration.dashboard_support import (

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from starlette.routing import Route
 
-from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
+from bruce_bot.settings.editable import SYSTEM_PROMPT_SETTING
 from bruce_bot.web.app import create_app
 from bruce_bot.web.context import WebContext
 from bruce_bot.web.lazy_routes import LazyRoutes

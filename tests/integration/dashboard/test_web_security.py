@@ -24,7 +24,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
-from bruce_bot.storage.settings import SYSTEM_PROMPT_SETTING
+from bruce_bot.settings.editable import SYSTEM_PROMPT_SETTING
 from bruce_bot.web.auth import COOKIE_NAME
 from bruce_bot.web.hosts import AllowedHosts, parse_host
 from tests.conftest import make_config, running_bruce

@@ -16,11 +16,11 @@ from typing import Any, cast
 from bruce_bot.channels.base import ChannelAdapter, InboxPort
 from bruce_bot.config import ChannelsConfig, LLMConfig
 from bruce_bot.domain import OutboundMessage
-from bruce_bot.live_allowlists import LiveAllowlists
-from bruce_bot.live_channels import BotIdentity, LiveToken
-from bruce_bot.live_llm import LiveLLMSettings
 from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.switchable import SwitchableLLM
+from bruce_bot.settings.allowlists import Allowlists
+from bruce_bot.settings.llm import LLMSettings
+from bruce_bot.settings.tokens import AdapterSlot, BotIdentity, Connector, PlatformToken
 from bruce_bot.storage.settings import TOPIC
 from bruce_bot.storage.stores import Stores
 from tests.conftest import wait_until
@@ -65,7 +65,7 @@ class Process:
 
     def __init__(self, stores: Stores) -> None:
         self.llm = SwitchableLLM(LazyLLM(self._refuse, CONFIGURED.model), CONFIGURED)
-        self.live_llm = LiveLLMSettings(
+        self.live_llm = LLMSettings(
             CONFIGURED,
             stores.settings,
             self.llm,
@@ -74,16 +74,13 @@ class Process:
         )
         first = Adapter(OLD)
         self.channels: dict[str, ChannelAdapter] = {"telegram": first}
-        self.token = LiveToken(
-            "telegram",
+        self.token = PlatformToken(
             CHANNELS,
             stores.settings,
-            self.channels,
-            [first],
-            probe=self._bot,
-            build=Adapter,
+            AdapterSlot("telegram", self.channels, [first]),
+            connector=Connector(self._bot, Adapter),
         )
-        self.allowlists = LiveAllowlists({"telegram": [1001]}, stores.settings)
+        self.allowlists = Allowlists({"telegram": [1001]}, stores.settings)
         stores.feed.subscribe(TOPIC, self.live_llm.changed_elsewhere)
         stores.feed.subscribe(TOPIC, self.token.changed_elsewhere)
 
@@ -137,5 +134,5 @@ async def test_a_setting_saved_in_one_process_is_applied_in_the_other(
     assert first_adapter(other).running
 
 
-async def _allows(allowlists: LiveAllowlists, user_id: int) -> bool:
+async def _allows(allowlists: Allowlists, user_id: int) -> bool:
     return user_id in await allowlists.allowed_user_ids("telegram")

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any
 
 import structlog
 
+from bruce_bot.settings.override import Override, Source
 from bruce_bot.storage.settings import SettingsStore
 
 log = structlog.get_logger(__name__)
 
 MAX_IDS = 1000
 MAX_ID = 2**63 - 1  # Discord's snowflakes and Telegram's ids both fit a signed 64-bit integer
-Source = Literal["config", "dashboard"]
 
 
 def allowlist_setting(channel: str) -> str:
@@ -52,6 +52,21 @@ def parse_ids(values: Sequence[object], field: str = "allowed_user_ids") -> list
     return sorted(ids)
 
 
+def _stored_ids(value: Any) -> frozenset[int]:
+    if not isinstance(value, list):
+        raise AllowlistRefused("allowed_user_ids: not a list of user ids")
+    return frozenset(parse_ids(value))
+
+
+def _as_stored(ids: frozenset[int]) -> list[str]:
+    return [str(i) for i in sorted(ids)]
+
+
+def allowlist(channel: str, configured: Iterable[int]) -> Override[frozenset[int]]:
+    """`channel`'s allowlist over config.yml's `allowed_user_ids` (`configured`)."""
+    return Override(allowlist_setting(channel), frozenset(configured), _stored_ids, _as_stored)
+
+
 @dataclass(frozen=True, slots=True)
 class AllowlistView:
     channel: str
@@ -60,50 +75,39 @@ class AllowlistView:
     config_user_ids: list[int]  # config.yml's, what a reset goes back to
 
 
-class LiveAllowlists:
+class Allowlists:
     def __init__(self, configured: Mapping[str, Iterable[int]], store: SettingsStore) -> None:
         """`configured`: config.yml's `allowed_user_ids` per platform channel."""
-        self._configured = {name: frozenset(ids) for name, ids in configured.items()}
+        self._overrides = {name: allowlist(name, ids) for name, ids in configured.items()}
         self._store = store
 
     @property
     def channels(self) -> tuple[str, ...]:
-        return tuple(self._configured)
+        return tuple(self._overrides)
 
-    async def _stored(self, channel: str) -> frozenset[int] | None:
-        value = await self._store.get(allowlist_setting(channel))
-        if not isinstance(value, list):
-            return None
-        try:
-            return frozenset(parse_ids(value))
-        except AllowlistRefused as exc:  # written by hand in the database: config.yml's then
-            log.warning("allowlist_setting_ignored", channel=channel, error=str(exc))
-            return None
+    def _override(self, channel: str) -> Override[frozenset[int]]:
+        return self._overrides.get(channel) or allowlist(channel, ())
 
     async def allowed_user_ids(self, channel: str) -> frozenset[int]:
         """The ids let in on `channel`: the dashboard's list, else config.yml's."""
-        stored = await self._stored(channel)
-        return stored if stored is not None else self._configured.get(channel, frozenset())
+        return await self._override(channel).value(self._store)
 
     async def view(self, channel: str) -> AllowlistView:
-        stored = await self._stored(channel)
-        configured = sorted(self._configured.get(channel, ()))
-        if stored is None:
-            return AllowlistView(channel, configured, "config", configured)
-        return AllowlistView(channel, sorted(stored), "dashboard", configured)
+        override = self._override(channel)
+        current = await override.current(self._store)
+        return AllowlistView(
+            channel, sorted(current.value), current.source, sorted(override.default)
+        )
 
     async def save(self, channel: str, values: Sequence[object]) -> AllowlistView:
         """Store `values` as `channel`'s allowlist (the same as config.yml's: follow the file
         again); AllowlistRefused when one is not a user id, and nothing is stored."""
         ids = parse_ids(values)
-        if frozenset(ids) == self._configured.get(channel, frozenset()):
-            await self._store.unset(allowlist_setting(channel))
-        else:
-            await self._store.set(allowlist_setting(channel), [str(i) for i in ids])
+        await self._override(channel).save(self._store, frozenset(ids))
         log.info("allowlist_saved", channel=channel, count=len(ids))
         return await self.view(channel)
 
     async def reset(self, channel: str) -> AllowlistView:
-        await self._store.unset(allowlist_setting(channel))
+        await self._override(channel).reset(self._store)
         log.info("allowlist_reset", channel=channel)
         return await self.view(channel)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bruce_bot.live_allowlists import MAX_IDS, AllowlistRefused, parse_ids
+from bruce_bot.settings.allowlists import MAX_IDS, AllowlistRefused, parse_ids
 
 
 def test_ids_as_numbers_or_digits_are_kept_sorted_once() -> None:

@@ -1,8 +1,8 @@
-"""live_llm.py on its own: how a key is shown."""
+"""settings/llm.py on its own: how a key is shown."""
 
 from __future__ import annotations
 
-from bruce_bot.live_llm import mask
+from bruce_bot.settings.llm import mask
 
 
 def test_a_key_is_shown_by_its_ends_only() -> None:

@@ -18,7 +18,7 @@ them again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,14 +32,16 @@ from bruce_bot.llm.lazy import LazyLLM
 from bruce_bot.llm.model_list import ANTHROPIC_URL, OPENAI_URL
 from bruce_bot.llm.probe import llm_failure, probe_llm
 from bruce_bot.llm.switchable import SwitchableLLM
-from bruce_bot.storage.changes import EVERYTHING, Refresh
+from bruce_bot.settings.override import Override, changed_elsewhere
+from bruce_bot.storage.changes import Refresh
 from bruce_bot.storage.settings import LLM_FIELDS, SettingsStore, llm_setting
 
 log = structlog.get_logger(__name__)
 
 FIELDS = LLM_FIELDS
 SECRET_FIELDS = frozenset({"api_key"})
-Source = Literal["config", "dashboard", "default"]
+# "default": config.yml does not set it, the schema's default is in use.
+FieldSource = Literal["config", "dashboard", "default"]
 
 
 setting_key = llm_setting
@@ -86,7 +88,7 @@ class FieldView:
 
     name: str
     value: str | None
-    source: Source
+    source: FieldSource
     config_value: str | None
     secret: bool
 
@@ -95,36 +97,44 @@ def _as_text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-class LiveLLMSettings:
+class LLMSettings:
     def __init__(
         self,
         configured: LLMConfig,
         store: SettingsStore,
         llm: SwitchableLLM,
         *,
-        explicit: Iterable[str] = FIELDS,
         probe: Callable[[LLMConfig], Awaitable[None]] = probe_llm,
         build: Callable[[LLMConfig], LLMService] = create_llm,
         secret_seen: Callable[[str], None] = lambda _secret: None,
     ) -> None:
         self._configured = configured
-        # The fields config.yml sets (the rest are defaults, shown as such).
-        self._explicit = frozenset(explicit)
         self._store = store
         self._llm = llm
         self._probe = probe
         self._build = build
         self._secret_seen = secret_seen
         self.following = Refresh(self._follow, "llm-settings-follow")
+        # One override a field; a change of any (in another process) rebuilds the client once.
+        self._fields = {
+            name: Override(
+                setting_key(name), _as_text(getattr(configured, name)), str, apply=self.following
+            )
+            for name in FIELDS
+        }
+
+    def _explicit(self, name: str) -> bool:
+        """Whether config.yml sets the field (else its default is in use, shown as such)."""
+        return name in self._configured.model_fields_set
 
     async def _stored(self) -> dict[str, str]:
         found: dict[str, str] = {}
-        for name in FIELDS:
-            value = await self._store.get(setting_key(name))
-            if value is not None:
-                found[name] = str(value)
+        for name, override in self._fields.items():
+            current = await override.current(self._store)
+            if current.source == "dashboard" and current.value is not None:
+                found[name] = current.value
                 if name in SECRET_FIELDS:
-                    self._secret_seen(str(value))
+                    self._secret_seen(current.value)
         return found
 
     def _merged(self, values: Mapping[str, str | None]) -> LLMConfig:
@@ -147,8 +157,8 @@ class LiveLLMSettings:
         for name in FIELDS:
             configured = _as_text(getattr(self._configured, name))
             value = stored.get(name, configured)
-            source: Source = (
-                "dashboard" if name in stored else "config" if name in self._explicit else "default"
+            source: FieldSource = (
+                "dashboard" if name in stored else "config" if self._explicit(name) else "default"
             )
             secret = name in SECRET_FIELDS
             views.append(
@@ -161,6 +171,10 @@ class LiveLLMSettings:
                 )
             )
         return views
+
+    async def sources(self) -> dict[str, FieldSource]:
+        """Where each field in use comes from."""
+        return {view.name: view.source for view in await self.view()}
 
     async def candidate(self, changes: Mapping[str, str | None]) -> LLMConfig:
         """The settings `changes` would give (a missing or empty key keeps the current one,
@@ -214,18 +228,16 @@ class LiveLLMSettings:
             value = getattr(settings, name)
             if name in SECRET_FIELDS and value:
                 self._secret_seen(str(value))
-            if _as_text(value) == _as_text(getattr(self._configured, name)):
-                await self._store.unset(setting_key(name))  # the same as config.yml: follow it
-            else:
-                await self._store.set(setting_key(name), value)
+            # A value the same as config.yml's is not kept: the field follows the file again.
+            await self._fields[name].save(self._store, value)
         await self._use(settings)
         log.info("llm_settings_saved", provider=settings.provider, model=settings.model)
         return settings
 
     async def reset(self) -> LLMConfig:
         """Back to config.yml's settings."""
-        for name in FIELDS:
-            await self._store.unset(setting_key(name))
+        for override in self._fields.values():
+            await override.reset(self._store)
         await self._use(self._configured)
         return self._configured
 
@@ -245,9 +257,7 @@ class LiveLLMSettings:
     def changed_elsewhere(self, key: str) -> None:
         """A change-feed notice of the `settings` topic: when it names an LLM setting (or
         anything), read them again and switch to what they make now."""
-        if key != EVERYTHING and key not in {setting_key(name) for name in FIELDS}:
-            return
-        self.following()
+        changed_elsewhere(self._fields.values(), key)
 
     async def _follow(self) -> None:
         stored = await self._stored()
