@@ -52,8 +52,11 @@ from bruce_bot.logs import configure_logging, scrubber
 from bruce_bot.platforms import PlatformSection, PlatformSpec, names
 from bruce_bot.sandbox.network import available as slirp_available
 from bruce_bot.sandbox.probe import probe as probe_sandbox
+from bruce_bot.settings.llm import FIELDS as LLM_FIELDS
+from bruce_bot.settings.llm import setting_key as llm_setting
+from bruce_bot.settings.tokens import token_setting
 from bruce_bot.storage.database import SCHEMA_HEAD
-from bruce_bot.storage.settings import LLM_FIELDS, SettingsStore, llm_setting, token_setting
+from bruce_bot.storage.settings import SettingsStore
 
 log = structlog.get_logger(__name__)
 

@@ -34,17 +34,20 @@ from bruce_bot.llm.probe import llm_failure, probe_llm
 from bruce_bot.llm.switchable import SwitchableLLM
 from bruce_bot.settings.override import Override, changed_elsewhere
 from bruce_bot.storage.changes import Refresh
-from bruce_bot.storage.settings import LLM_FIELDS, SettingsStore, llm_setting
+from bruce_bot.storage.settings import SettingsStore
 
 log = structlog.get_logger(__name__)
 
-FIELDS = LLM_FIELDS
+# The LLM settings the dashboard changes, each stored as `llm.<field>` over config.yml's.
+FIELDS = ("provider", "model", "background_model", "base_url", "api_key")
 SECRET_FIELDS = frozenset({"api_key"})
 # "default": config.yml does not set it, the schema's default is in use.
 FieldSource = Literal["config", "dashboard", "default"]
 
 
-setting_key = llm_setting
+def setting_key(field: str) -> str:
+    """Where an LLM field saved in the dashboard is kept."""
+    return f"llm.{field}"
 
 
 def mask(secret: str) -> str:

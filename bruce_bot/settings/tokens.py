@@ -34,9 +34,15 @@ from bruce_bot.platforms import BotIdentity, PlatformSection
 from bruce_bot.settings.llm import mask
 from bruce_bot.settings.override import Current, Override, Source, changed_elsewhere
 from bruce_bot.storage.changes import Refresh
-from bruce_bot.storage.settings import SettingsStore, token_setting
+from bruce_bot.storage.settings import SettingsStore
 
 log = structlog.get_logger(__name__)
+
+
+def token_setting(channel: str) -> str:
+    """Where a platform's bot token saved in the dashboard is kept."""
+    return f"channels.{channel}.token"
+
 
 PROBE_TIMEOUT_SECONDS = 10.0
 

@@ -22,20 +22,6 @@ TOPIC = "settings"
 _UNSET = object()
 
 
-# The keys `bruce doctor` reads too (checkup.py), so they are named here: the LLM settings the
-# dashboard changes, each stored as `llm.<field>` over config.yml's, and a platform's token.
-LLM_FIELDS = ("provider", "model", "background_model", "base_url", "api_key")
-
-
-def llm_setting(field: str) -> str:
-    return f"llm.{field}"
-
-
-def token_setting(channel: str) -> str:
-    """Where a platform's bot token saved in the dashboard is kept."""
-    return f"channels.{channel}.token"
-
-
 class SettingsStore:
     def __init__(self, engine: AsyncEngine, feed: ChangeFeed | None = None) -> None:
         self._engine = engine
