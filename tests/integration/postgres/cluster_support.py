@@ -979,7 +979,10 @@ def due_in_window(
 # ---- chaos on the cluster ------------------------------------------------------------------
 
 CHAOS_KILLS = 14  # SIGKILLs in the chaos phase (both processes at once count two)
-CHAOS_PHASE_SECONDS = 75.0  # the chaos phase ends after CHAOS_KILLS, or after this
+# The chaos phase ends after CHAOS_KILLS, or after this: a guard against a hang, not a budget.
+# Under load a start takes 6-10 s and most kills wait for both processes to be ready, so 75 s
+# once ended a run at 13 of its 14 kills (seed 667689, the full suite beside other jobs).
+CHAOS_PHASE_SECONDS = 150.0
 CHAOS_QUIET_SECONDS = 40.0  # then at most this long for everything to arrive and settle
 RESTART_TIMEOUT = 20.0  # a process started again (over a database that stands) is ready by then
 
