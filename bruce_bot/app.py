@@ -155,17 +155,17 @@ class Bruce:
         if built is not None:
             built()
         await parts.feed.start()
-        if parts.live_llm is not None:
-            await parts.live_llm.load()  # the dashboard's LLM settings win over config.yml
+        if parts.llm_settings is not None:
+            await parts.llm_settings.load()  # the dashboard's LLM settings win over config.yml
         # Leases are renewed from before the first is taken: a slow start-up (a backlog of
         # replies to redeliver) must not let them lapse under running turns.
         self._start_background(parts)
         await parts.inbox.recover()
-        if parts.live_tokens is not None:
-            await parts.live_tokens.load()  # a token saved in the dashboard wins
+        if parts.platform_tokens is not None:
+            await parts.platform_tokens.load()  # a token saved in the dashboard wins
         await self._start_channels(parts)
-        if parts.live_tokens is not None:
-            parts.live_tokens.started(parts.gateway)
+        if parts.platform_tokens is not None:
+            parts.platform_tokens.started(parts.gateway)
         await parts.outbox.redeliver()
         # What a crash left between storing a held action (or task) and asking about it.
         await parts.confirmations.ask_everywhere()
@@ -174,14 +174,18 @@ class Bruce:
         await parts.tasks.start()
         if web is not None:
             await self._start_web(web)
-        self.ready_seconds = time.perf_counter() - started
+        self.ready_seconds = seconds = time.perf_counter() - started
+        self._after_ready(parts, seconds)
+
+    def _after_ready(self, parts: Parts, seconds: float) -> None:
+        """What waits until Bruce is ready, so that it competes with nothing at start-up."""
         if isinstance(parts.llm, LazyLLM | SwitchableLLM):
-            parts.llm.preload()  # after ready: the SDK import must not compete with start-up
+            parts.llm.preload()  # the SDK import
         if parts.mcp is not None:
             parts.mcp.start()  # in the background: a slow or broken server delays nothing
         log.info(
             "bruce_ready",
-            seconds=round(self.ready_seconds, 3),
+            seconds=round(seconds, 3),
             web=self.web_url,
             channels=sorted(parts.channels),
             tools=parts.tools.names(),
@@ -224,7 +228,7 @@ class Bruce:
 
     async def _start_channels(self, parts: Parts) -> None:
         # Enabled without a token (none in config.yml, none saved): it starts once one is saved.
-        waiting = parts.live_tokens.waiting() if parts.live_tokens is not None else set()
+        waiting = parts.platform_tokens.waiting() if parts.platform_tokens is not None else set()
         for adapter in parts.adapters:
             if adapter.name in waiting:
                 log.warning(

@@ -123,11 +123,11 @@ class Parts:
     prices: PriceTable = field(default_factory=PriceTable.built_in)
     budget: BudgetWatch | None = None  # usage.monthly_budget is set
     # The dashboard's LLM settings (None: a test put its own LLM in place).
-    live_llm: LLMSettings | None = None
+    llm_settings: LLMSettings | None = None
     # The Telegram and Discord tokens the dashboard changes (None: tests put their own channels
     # in place), and the allowlists it edits.
-    live_tokens: PlatformTokens | None = None
-    live_allowlists: Allowlists | None = None
+    platform_tokens: PlatformTokens | None = None
+    allowlists: Allowlists | None = None
     # Where the LLM settings a failure reply names come from, and the dashboard's address.
     hints: SettingSources = field(default_factory=lambda: SettingSources(None))
     # The MCP servers of `mcp.servers` (None: none configured); started once Bruce is ready.
@@ -170,7 +170,7 @@ class _Reach:
     outbox: Outbox
     allowlists: Allowlists
     pairing: PairingService
-    live_tokens: PlatformTokens | None  # None: tests put their own channels in place
+    platform_tokens: PlatformTokens | None  # None: tests put their own channels in place
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,8 +338,10 @@ def _llm(
     switchable = SwitchableLLM(
         LazyLLM(lambda: create_llm(config.llm), config.llm.model), config.llm
     )
-    live_llm = LLMSettings(config.llm, stores.settings, switchable, secret_seen=scrubber.add_secret)
-    return switchable, live_llm
+    llm_settings = LLMSettings(
+        config.llm, stores.settings, switchable, secret_seen=scrubber.add_secret
+    )
+    return switchable, llm_settings
 
 
 def _reach(
@@ -359,10 +361,10 @@ def _reach(
     )
     allowlists = Allowlists(pairing_allowlists(config), stores.settings)
     pairing = _pair(config, stores, outbox, platform, overrides.clock, allowlists)
-    live_tokens = None
+    platform_tokens = None
     if overrides.channels is None:
-        live_tokens = _live_tokens(config, stores, channels, adapters, pairing, allowlists)
-    return _Reach(adapters, channels, outbox, allowlists, pairing, live_tokens)
+        platform_tokens = _platform_tokens(config, stores, channels, adapters, pairing, allowlists)
+    return _Reach(adapters, channels, outbox, allowlists, pairing, platform_tokens)
 
 
 def _inbox(config: Config, storage: _Storage, reach: _Reach, circle: _Circle) -> Inbox:
@@ -502,7 +504,7 @@ def _give_ports(
         adapter.use_allowlist(allowlists)
 
 
-def _live_tokens(
+def _platform_tokens(
     config: Config,
     stores: Stores,
     channels: dict[str, ChannelAdapter],
@@ -560,7 +562,7 @@ def _agent(
     content waits in `approvals`, which the confirmations ask about; the tools (the scheduling
     ones talk to the confirmations) join its registry once those exist."""
     stores, clock = storage.stores, overrides.clock
-    client, live_llm = llm
+    client, llm_settings = llm
     # A tool that asks before it runs (run_code) asks in the chat, with Run / Deny buttons.
     approver = ChatApprover(
         stores, reach.outbox, storage.feed, config.tools.run_code.approval_timeout_seconds, clock
@@ -579,7 +581,7 @@ def _agent(
     mcp = build_mcp(config, tools)
     # The configured public URL, when the config sets one; else the address the web server binds.
     public_url = config.app.public_url if "public_url" in config.app.model_fields_set else None
-    hints = SettingSources(live_llm, public_url)
+    hints = SettingSources(llm_settings, public_url)
     transcriber = overrides.transcriber or build_transcriber(config)
     # The confirmations hear which turns read outside content: only those can leave
     # something waiting to be asked about.
@@ -606,23 +608,23 @@ def _turn_settings(
 
 
 def _connect_feed(
-    feed: ChangeFeed,
+    storage: _Storage,
     inbox: Inbox,
     web_channel: WebChannel | None,
-    shared: bool,
-    live_llm: LLMSettings | None,
-    live_tokens: PlatformTokens | None,
+    llm_settings: LLMSettings | None,
+    platform_tokens: PlatformTokens | None,
 ) -> None:
     """What other processes tell this one: a session's new message, a web chat's reply, a
     setting saved there (a new LLM client, a channel reconnected with its token)."""
+    feed = storage.feed
     feed.subscribe(INBOX_TOPIC, lambda key: inbox.poke(int(key) if key.isdigit() else None))
-    if web_channel is not None and shared:
+    if web_channel is not None and storage.shared:
         web_channel.relay(lambda chat_id: feed.publish(WEB_TOPIC, chat_id))
         feed.subscribe(WEB_TOPIC, web_channel.changed_elsewhere)
-    if live_llm is not None:
-        feed.subscribe(SETTINGS_TOPIC, live_llm.changed_elsewhere)
-    if live_tokens is not None:
-        feed.subscribe(SETTINGS_TOPIC, live_tokens.changed_elsewhere)
+    if llm_settings is not None:
+        feed.subscribe(SETTINGS_TOPIC, llm_settings.changed_elsewhere)
+    if platform_tokens is not None:
+        feed.subscribe(SETTINGS_TOPIC, platform_tokens.changed_elsewhere)
 
 
 def web_context(
@@ -643,10 +645,10 @@ def web_context(
         prices=parts.prices,
         usage=config.usage,
         budget_chat=config.budget_chat(),
-        live_llm=parts.live_llm,
+        llm_settings=parts.llm_settings,
         channels_config=config.channels,
-        live_tokens=parts.live_tokens,
-        live_allowlists=parts.live_allowlists,
+        platform_tokens=parts.platform_tokens,
+        allowlists=parts.allowlists,
         storage_health=parts.inbox.health,
         mcp=parts.mcp,
         login_link=login.link,
@@ -667,18 +669,18 @@ def build_parts(
     circle = _Circle()
     storage = _storage(config, circle.usage_recorded)
     stores = storage.stores
-    llm, live_llm = _llm(config, stores, overrides.llm)
+    llm, llm_settings = _llm(config, stores, overrides.llm)
     reach = _reach(config, storage, overrides, web_channel)
     inbox = _inbox(config, storage, reach, circle)
     own_address = OwnAddress.from_config(config)  # the web server tells it its port (app.py)
     tasks = _tasks(config, storage, inbox, reach, llm, own_address, overrides.clock)
     agent = _agent(
-        config, library, overrides, storage, reach, (llm, live_llm), tasks, own_address, circle
+        config, library, overrides, storage, reach, (llm, llm_settings), tasks, own_address, circle
     )
     circle.confirmations, circle.turns = agent.confirmations, agent.turns
     choices = _chooser(agent.approver, agent.confirmations)
     gateway = Gateway(inbox, stores, reminders=tasks.planner.describe_session, choices=choices)
-    _connect_feed(storage.feed, inbox, web_channel, storage.shared, live_llm, reach.live_tokens)
+    _connect_feed(storage, inbox, web_channel, llm_settings, reach.platform_tokens)
     prices = PriceTable.from_config(config.usage, config.llm)
     circle.budget = _budget(config, stores, reach.outbox, prices, overrides.clock)
     parts = Parts(
@@ -702,9 +704,9 @@ def build_parts(
         transcriber=agent.transcriber,
         prices=prices,
         budget=circle.budget,
-        live_llm=live_llm,
-        live_tokens=reach.live_tokens,
-        live_allowlists=reach.allowlists,
+        llm_settings=llm_settings,
+        platform_tokens=reach.platform_tokens,
+        allowlists=reach.allowlists,
         hints=agent.hints,
         mcp=agent.mcp,
         own_address=own_address,

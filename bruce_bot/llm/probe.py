@@ -2,7 +2,7 @@
 how it failed: the server's own when it refused the call.
 
 `bruce doctor` checks the configured model with it (cli/doctor.py), and the dashboard tries new
-LLM settings with it before it saves them (live_llm.py).
+LLM settings with it before it saves them (settings/llm.py).
 """
 
 from __future__ import annotations

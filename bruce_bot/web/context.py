@@ -62,13 +62,13 @@ class WebContext:
     usage: UsageConfig = field(default_factory=UsageConfig)
     budget_chat: tuple[str, str] | None = None
     # The LLM settings the Settings page and the chat's setup card change (None: not offered).
-    live_llm: LLMSettings | None = None
+    llm_settings: LLMSettings | None = None
     # The channels' config, for "Test connection" of a Telegram or Discord token.
     channels_config: ChannelsConfig | None = None
     # The Telegram and Discord tokens the Settings page changes (None: not offered), and the
     # allowlists it edits (None: not offered).
-    live_tokens: PlatformTokens | None = None
-    live_allowlists: Allowlists | None = None
+    platform_tokens: PlatformTokens | None = None
+    allowlists: Allowlists | None = None
     # Whether incoming messages can be stored now (the inbox's): /healthz says degraded if not.
     storage_health: StorageHealth | None = None
     # The MCP servers, their state and tools (None: none configured).

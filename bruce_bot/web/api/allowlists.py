@@ -44,7 +44,7 @@ def _answer(view: AllowlistView) -> AllowlistAnswer:
 
 
 def _allowlists(call: Call[ChannelName, Any]) -> Allowlists:
-    allowlists = call.context.live_allowlists
+    allowlists = call.context.allowlists
     if allowlists is None:
         raise ApiError("allowlists cannot be changed in this process", 503)
     return allowlists

@@ -47,7 +47,7 @@ async def try_channel(call: Call[ChannelName, TokenToTry]) -> ChannelTestAnswer:
     name = call.params.channel
     token = call.body.token
     if not token:  # the token in use: the one saved in the dashboard, else config.yml's
-        platform = call.context.live_tokens.get(name) if call.context.live_tokens else None
+        platform = call.context.platform_tokens.get(name) if call.context.platform_tokens else None
         token = await platform.current() if platform is not None else configured.section(name).token
     try:
         bot = await try_token(name, configured, token)
@@ -81,7 +81,7 @@ def _not_enabled(channel: str) -> ApiError:
 
 
 def _platform_token(call: Call[ChannelName, Any]) -> PlatformToken:
-    tokens = call.context.live_tokens
+    tokens = call.context.platform_tokens
     platform = tokens.get(call.params.channel) if tokens is not None else None
     if platform is None or not platform.available:
         raise _not_enabled(call.params.channel)
@@ -89,7 +89,7 @@ def _platform_token(call: Call[ChannelName, Any]) -> PlatformToken:
 
 
 async def _token_answer(call: Call[ChannelName, Any]) -> TokenAnswer:
-    tokens = call.context.live_tokens
+    tokens = call.context.platform_tokens
     platform = tokens.get(call.params.channel) if tokens is not None else None
     if platform is None or not platform.available:
         return TokenAnswer(enabled=False, token="", source="config")

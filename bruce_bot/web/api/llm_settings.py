@@ -90,7 +90,7 @@ class ModelsQuery(BaseModel):
 
 
 def _settings(context: WebContext) -> LLMSettings:
-    llm = context.live_llm
+    llm = context.llm_settings
     if llm is None:
         raise ApiError("the LLM settings cannot be changed in this process", 503)
     return llm
