@@ -1,9 +1,9 @@
 """The house limits of docs/development.md, kept by a ratchet: no function over 60 lines (the
 config schema aside), no constructor (`__init__`) over six parameters, no module in web/ over 300
-lines, `Bruce.start` no longer than 40. The code over a limit today is listed with its size: a new offender, or a listed one
-growing, fails; a listed one brought under the bar fails too until it leaves the list, so the
-list only ever shrinks. Value records (dataclasses, pydantic models) carry data, not
-collaborators, and are not constructors in this sense.
+lines, `Bruce.start` no longer than 40. The code over a limit today is listed with its size: a
+new offender, or a listed one growing, fails; a listed one brought under the bar fails too until
+it leaves the list, so the list only ever shrinks. Value records (dataclasses, pydantic models)
+carry data, not collaborators, and are not constructors in this sense.
 """
 
 from __future__ import annotations

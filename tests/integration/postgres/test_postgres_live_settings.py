@@ -65,7 +65,7 @@ class Process:
 
     def __init__(self, stores: Stores) -> None:
         self.llm = SwitchableLLM(LazyLLM(self._refuse, CONFIGURED.model), CONFIGURED)
-        self.live_llm = LLMSettings(
+        self.llm_settings = LLMSettings(
             CONFIGURED,
             stores.settings,
             self.llm,
@@ -81,7 +81,7 @@ class Process:
             connector=Connector(self._bot, Adapter),
         )
         self.allowlists = Allowlists({"telegram": [1001]}, stores.settings)
-        stores.feed.subscribe(TOPIC, self.live_llm.changed_elsewhere)
+        stores.feed.subscribe(TOPIC, self.llm_settings.changed_elsewhere)
         stores.feed.subscribe(TOPIC, self.token.changed_elsewhere)
 
     async def start(self) -> None:
@@ -115,7 +115,7 @@ async def test_a_setting_saved_in_one_process_is_applied_in_the_other(
     for process in (one, other):
         await process.start()
 
-    await one.live_llm.save({"model": "claude-haiku-4-5"})
+    await one.llm_settings.save({"model": "claude-haiku-4-5"})
     await wait_until(lambda: other.llm.config.model == "claude-haiku-4-5", timeout=5)
 
     await one.token.change(NEW)
@@ -127,7 +127,7 @@ async def test_a_setting_saved_in_one_process_is_applied_in_the_other(
     # The other's settings cache forgets the old list, so its policy reads the new one.
     await wait_until(lambda: _allows(other.allowlists, 2002), timeout=5)
 
-    await one.live_llm.reset()
+    await one.llm_settings.reset()
     await one.token.reset()
     await wait_until(lambda: other.llm.config.model == CONFIGURED.model, timeout=5)
     await wait_until(lambda: first_adapter(other).token == OLD, timeout=5)
