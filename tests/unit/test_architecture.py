@@ -3,15 +3,21 @@
 Bruce's parts import one way: the core (domain, text, storage) knows no channel, tool or
 agent; channel adapters see only the domain and their port, never the inbox, the outbox or a
 database; tools and the web dashboard never reach into the agent. No two parts import each
-other, directly or through others. A rule broken here names the chain that breaks it.
+other, directly or through others. A rule broken here names the chain that breaks it. And the
+table of docs/architecture.md is the truth: every module has its row, and a part imports only
+what its "may import" column names (its own part aside).
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
+from fnmatch import fnmatch
 from functools import cache
+from pathlib import Path
 
 import grimp
 import pytest
@@ -138,3 +144,79 @@ def test_each_platform_sdk_is_imported_by_its_own_modules_only(
     strays = sorted(module for module in importers if not module.startswith(owners))
     assert not strays, f"{sdk} is imported outside {', '.join(owners)}*: {strays}"
     assert importers, f"nothing imports {sdk}: is the rule still needed?"
+
+
+# ---- the table of docs/architecture.md, enforced --------------------------------------------
+
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+NAMED = re.compile(r"`([^`]+)`")
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One row of "The parts and what they may import": its parts and what they may import
+    (None: everything)."""
+
+    parts: tuple[str, ...]
+    allowed: tuple[str, ...] | None
+
+
+def _module_name(named: str) -> str:
+    return f"{PACKAGE}.{named.removesuffix('/').removesuffix('.py').replace('/', '.')}"
+
+
+@cache
+def table() -> tuple[TableRow, ...]:
+    rows: list[TableRow] = []
+    lines = ARCHITECTURE.read_text().splitlines()
+    start = lines.index("| part | its job | may import |")
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        first, _job, may_import = (cell.strip() for cell in line.strip("|").split("|"))
+        parts = tuple(_module_name(named) for named in NAMED.findall(first))
+        allowed_text = may_import.split("never")[0]
+        allowed: tuple[str, ...] | None = (
+            None
+            if allowed_text.strip().startswith("everything")
+            else tuple(_module_name(named) for named in NAMED.findall(allowed_text))
+        )
+        rows.append(TableRow(parts, allowed))
+    return tuple(rows)
+
+
+def _within(module: str, part: str) -> bool:
+    return module == part or module.startswith(part + ".") or fnmatch(module, part)
+
+
+def row_of(module: str) -> TableRow | None:
+    """The row naming the module's part (the most specific one)."""
+    owning = [(len(part), row) for row in table() for part in row.parts if _within(module, part)]
+    return max(owning, key=lambda found: found[0])[1] if owning else None
+
+
+def test_every_module_has_its_row_in_the_table() -> None:
+    # Precondition: the table is read (a changed header would leave nothing to check).
+    assert len(table()) > 15 and all(row.parts for row in table())
+    homeless = sorted(
+        module
+        for module in graph().modules
+        if module != PACKAGE and not module.endswith("__main__") and row_of(module) is None
+    )
+    assert not homeless, f"modules no row of docs/architecture.md's table names: {homeless}"
+
+
+def test_a_part_imports_only_what_its_row_allows() -> None:
+    strays: list[str] = []
+    for module in sorted(graph().modules):
+        row = row_of(module)
+        if row is None or row.allowed is None:
+            continue
+        for imported in sorted(graph().find_modules_directly_imported_by(module) - {PACKAGE}):
+            if row_of(imported) is row or any(_within(imported, a) for a in row.allowed):
+                continue
+            strays.append(f"{module} -> {imported}")
+    assert not strays, (
+        "imports docs/architecture.md's 'may import' column does not allow (add the part to "
+        "the column if the dependency is meant, else remove it): " + "; ".join(strays)
+    )
