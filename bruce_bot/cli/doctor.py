@@ -449,7 +449,7 @@ def clock_check(date_header: str | None, now: float, source: str) -> Check:
 
 def _no_token(channel: str) -> list[Check]:
     """An enabled platform without a token in config.yml: the daemon waits for one saved in
-    the dashboard (live_channels.py), which this check-up does not read."""
+    the dashboard (settings/tokens.py), which this check-up does not read."""
     return [
         Check(
             channel,
