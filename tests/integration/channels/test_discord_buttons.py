@@ -47,12 +47,6 @@ async def discord_fake() -> AsyncIterator[FakeDiscordServer]:
         yield server
 
 
-@pytest.fixture
-async def page() -> AsyncIterator[FakeWebServer]:
-    async with FakeWebServer() as server:
-        yield server
-
-
 @contextlib.asynccontextmanager
 async def bruce_on_discord(
     tmp_path: Path, discord_fake: FakeDiscordServer, llm: FakeAnthropicServer

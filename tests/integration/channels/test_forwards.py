@@ -61,12 +61,6 @@ def obliging(body: dict[str, Any]) -> AnthropicReply | str:
 
 
 @pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def discord_fake() -> AsyncIterator[FakeDiscordServer]:
     async with FakeDiscordServer() as server:
         yield server

@@ -11,7 +11,6 @@ import base64
 import io
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,6 @@ TELOXIDE_USER = 250918540  # the private chat of teloxide's captures (and of the
 PHOTO_LARGEST = "AgADAgAD36sxG-PX0UvQSXIn9rccdw-ACA4ABAEAAwIAA3kAAyTcBAABFgQ"  # 962×719
 VOICE_ID = "5a3128a4d2a04750b5b58397f3b5e812"
 PDF_ID = "BQACAgIAAxkBAAIDZmVpdf0001"
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
 
 
 def jpeg(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 40)) -> bytes:

@@ -36,12 +36,6 @@ GROUP = -500
 WITHIN = 15.0
 
 
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
 def echo(body: dict[str, Any]) -> str:
     return f"You said: {last_user_text(body)}"
 

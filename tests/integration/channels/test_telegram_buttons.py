@@ -12,8 +12,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from bruce_bot.app import Bruce
 from bruce_bot.channels.policy import BUTTON_INACTIVE, PRESS_NOT_ALLOWED
 from bruce_bot.domain import Choice, OutboundMessage
@@ -37,18 +35,6 @@ INJECTED_TASK = {
 }
 # The captured press (tests/fixtures/telegram/README.md): its user, chat and bot made ours.
 CAPTURED_IDS = {136563129: ALICE.id, 1540757891: BOT_ID}
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[FakeWebServer]:
-    async with FakeWebServer() as server:
-        yield server
 
 
 @contextlib.asynccontextmanager

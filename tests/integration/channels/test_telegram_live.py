@@ -13,8 +13,6 @@ import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 from bruce_bot.app import Bruce
 from bruce_bot.channels.telegram.channel import TelegramChannel
 from tests.conftest import make_config, running_bruce, wait_until
@@ -28,12 +26,6 @@ PREAMBLE = "Let me put that into a report for you."
 STATUS = "💾 Saving lisbon.html …"
 ANSWER = "Your **report** on the rain in Lisbon is saved: umbrellas advised all week long."
 SHOWN_ANSWER = "Your report on the rain in Lisbon is saved: umbrellas advised all week long."
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
 
 
 @contextlib.asynccontextmanager

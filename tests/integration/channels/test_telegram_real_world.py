@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +44,6 @@ OLD_GROUP, NEW_SUPERGROUP = -599075523, -1001555296434  # teloxide issue 427
 MIGRATOR = 729497414
 CAPTION = "Which of these three is the sharpest?"
 MENTION = {"type": "mention", "offset": 0, "length": len("@bruce_test_bot")}
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
 
 
 def private_chat(user: Any) -> dict[str, Any]:

@@ -23,12 +23,6 @@ ANSWER = " ".join(f"Sentence {n} of a long answer about the rain in Lisbon." for
 
 
 @pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def daemon(
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, telegram: FakeTelegramServer
 ) -> AsyncIterator[Daemon]:

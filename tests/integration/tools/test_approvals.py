@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
-import pytest
 
 from bruce_bot.agent.asking import APPROVED, EXPIRED, WAITING_LINE, spoken
 from bruce_bot.app import Bruce
@@ -76,18 +75,6 @@ class AskingTool(Tool):
                 raise ToolError(f"not run: {verdict.why}")
         self.runs.append(code)
         return "42"
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[FakeWebServer]:
-    async with FakeWebServer() as server:
-        yield server
 
 
 @contextlib.asynccontextmanager

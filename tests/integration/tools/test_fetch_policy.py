@@ -7,7 +7,6 @@ that the environment names as a proxy."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,6 @@ from tests.integration.support import (
 )
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[FakeWebServer]:
-    async with FakeWebServer() as server:
-        yield server
 
 
 class ListeningSocket:

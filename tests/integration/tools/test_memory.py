@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
-
-import pytest
 
 from bruce_bot.channels.console.channel import ConsoleChannel
 from bruce_bot.config import Config
@@ -44,12 +41,6 @@ BOB = FakeTelegramServer.user(1002, "Bob")
 GROUP = -500
 WITHIN = 15.0
 FACT = "Is vegetarian and allergic to peanuts"
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
 
 
 def memory_config(tmp_path: Path, telegram: FakeTelegramServer, llm_url: str) -> Config:

@@ -40,18 +40,6 @@ CODE = "print(6 * 7)"
 RUN = {"language": "python", "code": CODE}
 
 
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[FakeWebServer]:
-    async with FakeWebServer() as server:
-        yield server
-
-
 @contextlib.asynccontextmanager
 async def bruce_on_telegram(
     tmp_path: Path, telegram: FakeTelegramServer, llm: FakeAnthropicServer, wait: int = 300
