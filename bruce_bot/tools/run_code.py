@@ -72,14 +72,17 @@ def approval_reason(config: RunCodeConfig, context: ToolContext, network: bool) 
     """Why this run must wait for the user, or None when it need not."""
     if config.sandbox == "none":
         return "the code would run without a sandbox (tools.run_code.sandbox: none)"
-    if config.approval == "never":
-        return None
-    if config.approval == "always":
-        return "every run asks first (tools.run_code.approval: always)"
-    reasons = []
+    # Outside content never runs code on its own say: `approval: never` spares the user's own
+    # turns the question, not a turn that read a page, a document or a tool's answer.
+    untrusted = None
     if context.untrusted_input:
         what = context.untrusted_source or "outside content"
-        reasons.append(f"this turn read {what}, which may have asked for it")
+        untrusted = f"this turn read {what}, which may have asked for it"
+    if config.approval == "never":
+        return untrusted
+    if config.approval == "always":
+        return "every run asks first (tools.run_code.approval: always)"
+    reasons = [untrusted] if untrusted else []
     if network:
         reasons.append("it asks for the network")
     if context.task_run:

@@ -67,7 +67,15 @@ def test_offered_where_the_sandbox_works(
         ({}, {"task_run": True}, False, "scheduled"),
         ({}, {"subagent": True}, False, "sub-agent"),
         ({"approval": "always"}, {}, False, "always"),
-        ({"approval": "never"}, {"untrusted_input": True}, True, None),
+        ({"approval": "never"}, {}, True, None),
+        ({"approval": "never"}, {"task_run": True, "subagent": True}, False, None),
+        # Outside content never runs code on its own say, whatever approval says.
+        (
+            {"approval": "never"},
+            {"untrusted_input": True, "untrusted_source": "a page"},
+            False,
+            "a page",
+        ),
         ({"sandbox": "none", "allow_unsandboxed": True, "approval": "never"}, {}, False, "none"),
     ],
 )

@@ -123,12 +123,20 @@ async def test_a_csv_the_user_sent_is_read_and_the_png_written_comes_back_as_a_d
     anthropic_fake.responder = echo_tool_result
     async with FakeTelegramServer() as telegram:
         telegram.add_file(message["document"]["file_id"], csv_data, "documents/file_9.csv")
-        # A document is outside content: `risky` would ask; here the owner chose never.
+        # A document is outside content: even with approval `never` the run waits for Run
+        # (what a document says never runs code without the user).
         config = on_telegram(tmp_path, telegram, anthropic_fake, approval="never")
         async with running_bruce(config):
             telegram.replay(message, ids={TELOXIDE_USER: ALICE.id})
+            [question] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            assert question.plain.startswith("⏳ Waiting for your approval"), question.plain
+            assert [b["text"] for b in question.buttons] == ["Run", "Deny"]
+            assert not telegram.documents.get(ALICE.id)  # nothing ran before the press
+            query = telegram.press(question, ALICE, "Run")
+            await telegram.wait_for(lambda: query in telegram.callback_answers, WITHIN)
             await telegram.wait_for(lambda: telegram.documents.get(ALICE.id), WITHIN)
-            [reply] = await telegram.wait_for_messages(ALICE.id, 1, WITHIN)
+            sent = await telegram.wait_for_messages(ALICE.id, 3, WITHIN)
+            reply = sent[-1]
     assert "total 42" in reply.plain, reply.plain
     assert "out/plot.png" in reply.plain and "sent to the user" in reply.plain
     [document] = telegram.documents[ALICE.id]
