@@ -160,7 +160,7 @@ class Outbox:
     async def deliver(
         self,
         message: OutboundMessage,
-        skip_parts: Set[int] = frozenset(),
+        skip_parts: Set[int] | None = frozenset(),
         *,
         live: LiveReply | None = None,
         resume: Mapping[int, int] | None = None,
@@ -176,13 +176,50 @@ class Outbox:
         if channel is None:
             return await self._no_channel(message)
         with_files = self._files is not None and getattr(channel, "sends_files", False)
-        pieces = _parts_of(message, channel.max_message_chars, resume or {}, with_files)
         # One message at a time per chat, each part sent and recorded before the next send to
         # that chat: a chat's messages arrive whole and in order, a send waiting out a rate
         # limit keeps its place in the line, and a later send to a chat means the earlier ones
-        # are on disk.
-        async with self._chat_turn(message.channel, message.chat_id):
-            return await self._deliver_parts(message, pieces, skip_parts, live)
+        # are on disk. Meanwhile the reply stays this process's (its claim kept).
+        async with (
+            self._claim_kept(message.message_id),
+            self._chat_turn(message.channel, message.chat_id),
+        ):
+            if skip_parts is None and message.message_id is not None:
+                # A redelivery: what is recorded sent is read now that it is this chat's turn
+                # (a delivery of the same reply ahead in the line may have sent parts of it).
+                skip_parts = await self._deliveries.sent_parts(message.message_id)
+                resume = await self._deliveries.sent_pieces(message.message_id)
+            pieces = _parts_of(message, channel.max_message_chars, resume or {}, with_files)
+            return await self._deliver_parts(message, pieces, skip_parts or frozenset(), live)
+
+    @contextlib.asynccontextmanager
+    async def _claim_kept(self, message_id: int | None) -> AsyncIterator[None]:
+        """With other processes on the database: the stored reply's claim extended every third
+        of its life while it waits for its chat's turn and is sent. A reply waiting behind a
+        chat's rate limit outlived its claim, and a redelivery sweep (another process's, or
+        this one's) took it and sent it a second time."""
+        if not self._shared or message_id is None:
+            yield
+            return
+        period = self._messages.claim_seconds / 3
+
+        async def keep() -> None:
+            while True:
+                await asyncio.sleep(period)
+                try:
+                    await self._messages.extend_claim(message_id)
+                except Exception as exc:  # the database is away: the next round tries again
+                    log.warning(
+                        "delivery_claim_not_extended", message_id=message_id, error=repr(exc)
+                    )
+
+        keeper = asyncio.create_task(keep(), name=f"claim-{message_id}")
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
 
     async def _no_channel(self, message: OutboundMessage) -> DeliveryStatus:
         """The message's channel is not enabled here: recorded as failed, never sent."""
@@ -351,8 +388,6 @@ class Outbox:
         if session is None:
             return False
         log.info("redelivering", message_id=row.id, channel=session.channel)
-        skip = await self._deliveries.sent_parts(row.id)
-        resume = await self._deliveries.sent_pieces(row.id)
         message = OutboundMessage(
             session.channel,
             session.chat_id,
@@ -361,7 +396,8 @@ class Outbox:
             row.kind,
             files=files_of(row),
         )
-        return await self.deliver(message, skip_parts=skip, resume=resume) == "sent"
+        # The parts recorded sent are read under the chat's turn (skip_parts None).
+        return await self.deliver(message, skip_parts=None) == "sent"
 
     async def show_typing(self, channel_name: str, chat_id: str) -> None:
         """A best-effort typing indicator; failures are logged at debug and ignored."""

@@ -375,6 +375,11 @@ class MessageStore:
             rows = [_stored(row) for row in await connection.execute(claim)]
         return sorted(rows, key=lambda row: row.id)
 
+    @property
+    def claim_seconds(self) -> float:
+        """How long this process's claim on a reply lasts without being extended."""
+        return self._claimant.seconds
+
     async def extend_claim(self, message_id: int) -> None:
         """Keep a reply this process is still delivering (retries that take a while) its own."""
         params = {"mid": message_id, "me": self._claimant.owner, "until": self._claimant.until()}
