@@ -454,7 +454,7 @@ class AllowlistChannel(Protocol):
     def use_allowlist(self, allowlist: AllowlistPort) -> None: ...
 
 
-def pairing_allowlists(config: Config) -> dict[str, list[int]]:
+def pairing_allowlists(config: Config) -> dict[str, list[int | str]]:
     """config.yml's `allowed_user_ids` of each platform channel, enabled or not."""
     return {
         spec.name: list(config.channels.section(spec.name).allowed_user_ids)
