@@ -112,6 +112,16 @@ BUILT_IN: tuple[PlatformSpec, ...] = (
         capabilities=frozenset({"buttons", "edits", "files"}),
         loggers=("discord",),
     ),
+    PlatformSpec(
+        name="matrix",
+        title="Matrix",
+        section="bruce_bot.config.matrix:MatrixConfig",
+        adapter="bruce_bot.channels.matrix.channel:MatrixChannel",
+        identify="bruce_bot.channels.matrix.probe:identify",
+        token_help="set channels.matrix.password (or an access_token) of Bruce's Matrix account",
+        pairing=False,  # Matrix ids are text; the pairing tables keep numbers (for now)
+        loggers=("nio",),
+    ),
 )
 
 _registry: dict[str, PlatformSpec] = {spec.name: spec for spec in BUILT_IN}

@@ -63,5 +63,6 @@ class MatrixConfig(Section):
 
     @property
     def token(self) -> str:
-        """What logs in: the access token when one is given (the registry's `token`)."""
-        return self.access_token
+        """The secret that logs in (the registry's `token`: empty means "waiting for one"):
+        the access token when one is given, else the password."""
+        return self.access_token or self.password

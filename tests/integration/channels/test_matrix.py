@@ -1,0 +1,250 @@
+"""The Matrix channel end to end: Bruce (real matrix-nio inside a running Bruce) against a real
+Synapse homeserver (tests/integration/channels/synapse.py), a second nio client as the person,
+and the fake Anthropic server as the model. One Synapse serves the whole file (it takes seconds
+to start); each test registers its own users, so tests do not see each other's rooms. Nothing
+sleeps for a fixed time except to show that something does NOT happen, and then briefly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nio import AsyncClient, RoomCreateResponse, RoomMessagesResponse
+
+from bruce_bot.app import Bruce
+from bruce_bot.channels.matrix.texts import ENCRYPTED_REFUSAL
+from bruce_bot.tools.registry import ToolRegistry
+from tests.conftest import make_config, running_bruce, wait_until
+from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
+from tests.integration.channels.synapse import MatrixUser, Synapse, synapse_python
+
+QUIET_SECONDS = 2.0  # how long "nothing is answered" is watched for
+
+
+@pytest.fixture(scope="module")
+def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    python = synapse_python()
+    if python is None:
+        pytest.skip("no Synapse venv: run `make synapse` (or set BRUCE_SYNAPSE_PYTHON)")
+    server = Synapse(tmp_path_factory.mktemp("synapse"), python)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def echo(body: dict[str, Any]) -> str:
+    return f"You said: {last_user_text(body)}"
+
+
+def fresh(synapse: Synapse, name: str) -> MatrixUser:
+    return synapse.register(f"{name}-{uuid.uuid4().hex[:8]}")
+
+
+@contextlib.asynccontextmanager
+async def person(synapse: Synapse, user: MatrixUser) -> AsyncIterator[AsyncClient]:
+    client = AsyncClient(synapse.url, user.user_id, device_id=user.device_id)
+    client.restore_login(user.user_id, user.device_id, user.access_token)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def bruce_on_matrix(
+    data_dir: Path,
+    anthropic_fake: FakeAnthropicServer,
+    synapse: Synapse,
+    bot: MatrixUser,
+    allowed: list[str],
+) -> AsyncIterator[Bruce]:
+    if anthropic_fake.responder is None:
+        anthropic_fake.responder = echo
+    section = {
+        "enabled": True,
+        "homeserver": synapse.url,
+        "user_id": bot.user_id,
+        "password": bot.password,
+        "allowed_user_ids": allowed,
+    }
+    config = make_config(data_dir, anthropic_fake.base_url, channels={"matrix": section})
+    async with running_bruce(config, tools=ToolRegistry()) as bruce:
+        await wait_until(lambda: bruce.channels["matrix"].connected, timeout=20)  # type: ignore[attr-defined]
+        yield bruce
+
+
+async def create_room(
+    client: AsyncClient, invite: list[str], *, direct: bool, encrypted: bool = False
+) -> str:
+    state = (
+        [
+            {
+                "type": "m.room.encryption",
+                "state_key": "",
+                "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+            }
+        ]
+        if encrypted
+        else []
+    )
+    answer = await client.room_create(is_direct=direct, invite=invite, initial_state=state)
+    assert isinstance(answer, RoomCreateResponse), answer
+    return str(answer.room_id)
+
+
+async def members(client: AsyncClient, room_id: str) -> set[str]:
+    answer = await client.joined_members(room_id)
+    return {member.user_id for member in getattr(answer, "members", [])}
+
+
+async def wait_for_join(client: AsyncClient, room_id: str, bot: MatrixUser) -> None:
+    async def joined() -> bool:
+        return bot.user_id in await members(client, room_id)
+
+    await wait_until(joined, timeout=20, interval=0.2)
+
+
+async def say(client: AsyncClient, room_id: str, text: str, **extra: Any) -> str:
+    content = {"msgtype": "m.text", "body": text, **extra}
+    answer = await client.room_send(room_id, "m.room.message", content)
+    return str(answer.event_id)
+
+
+async def from_bot(client: AsyncClient, room_id: str, bot: MatrixUser) -> list[dict[str, Any]]:
+    """Bruce's messages in the room, oldest first (their contents)."""
+    answer = await client.room_messages(room_id, start="", limit=100)
+    assert isinstance(answer, RoomMessagesResponse), answer
+    events = [event.source for event in reversed(answer.chunk)]
+    return [
+        event["content"]
+        for event in events
+        if event.get("sender") == bot.user_id and event.get("type") == "m.room.message"
+    ]
+
+
+async def wait_for_replies(
+    client: AsyncClient, room_id: str, bot: MatrixUser, count: int
+) -> list[dict[str, Any]]:
+    async def enough() -> list[dict[str, Any]]:
+        found = await from_bot(client, room_id, bot)
+        return found if len(found) >= count else []
+
+    found: list[dict[str, Any]] = await wait_until(enough, timeout=20, interval=0.2)
+    return found
+
+
+# ---- conversations -------------------------------------------------------------------------
+
+
+async def test_a_direct_chat_is_joined_and_answered_with_html(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    anthropic_fake.responder = lambda body: f"**Hello** {last_user_text(body)}"
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "hi there")
+        (reply,) = await wait_for_replies(client, room, bot, 1)
+    assert reply["msgtype"] == "m.text"
+    assert reply["body"] == "**Hello** hi there"
+    assert reply["format"] == "org.matrix.custom.html"
+    assert reply["formatted_body"] == "<b>Hello</b> hi there"
+
+
+async def test_in_a_room_only_a_mention_is_answered(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "just chatting, not for the bot")
+        mention = {"m.mentions": {"user_ids": [bot.user_id]}}
+        await say(client, room, f"{bot.user_id}: what's up?", **mention)
+        (reply,) = await wait_for_replies(client, room, bot, 1)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 1
+    # In a room the model is told who speaks; the mention of Bruce is taken off.
+    local = alice.user_id[1:].split(":")[0]
+    assert reply["body"] == f"You said: {local}: what's up?"
+    assert len(anthropic_fake.requests) == 1
+
+
+async def test_a_strangers_invite_is_declined(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, mallory = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "mal")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, mallory) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+
+        async def declined() -> bool:
+            answer = await client.room_get_state_event(room, "m.room.member", bot.user_id)
+            return getattr(answer, "content", {}).get("membership") == "leave"
+
+        await wait_until(declined, timeout=20, interval=0.2)
+    assert anthropic_fake.requests == []
+
+
+async def test_a_restart_neither_replays_nor_loses_a_message(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    async with person(synapse, alice) as client:
+        async with bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]):
+            room = await create_room(client, [bot.user_id], direct=True)
+            await wait_for_join(client, room, bot)
+            await say(client, room, "before the restart")
+            await wait_for_replies(client, room, bot, 1)
+        await say(client, room, "while Bruce was down")
+        async with bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]):
+            replies = await wait_for_replies(client, room, bot, 2)
+            await asyncio.sleep(QUIET_SECONDS)
+            replies = await from_bot(client, room, bot)
+    assert [reply["body"] for reply in replies] == [
+        "You said: before the restart",
+        "You said: while Bruce was down",
+    ]
+    assert len(anthropic_fake.requests) == 2
+
+
+async def test_an_encrypted_room_is_refused_with_one_message(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    ciphertext = {
+        "algorithm": "m.megolm.v1.aes-sha2",
+        "ciphertext": "AwgAEnAC",
+        "sender_key": "abc",
+        "session_id": "def",
+        "device_id": alice.device_id,
+    }
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True, encrypted=True)
+        await wait_for_join(client, room, bot)
+        await client.room_send(room, "m.room.encrypted", ciphertext)
+        (notice,) = await wait_for_replies(client, room, bot, 1)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 1
+    assert notice["msgtype"] == "m.notice"
+    assert notice["body"] == ENCRYPTED_REFUSAL
+    assert anthropic_fake.requests == []
