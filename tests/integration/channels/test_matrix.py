@@ -248,3 +248,55 @@ async def test_an_encrypted_room_is_refused_with_one_message(
     assert notice["msgtype"] == "m.notice"
     assert notice["body"] == ENCRYPTED_REFUSAL
     assert anthropic_fake.requests == []
+
+
+async def test_a_reply_to_bruce_in_a_room_is_answered_and_odd_events_are_ignored(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        first = await say(client, room, f"{bot.user_id} first question")
+        await wait_for_replies(client, room, bot, 1)
+        answer = await client.room_messages(room, start="", limit=20)
+        bruce_event = next(e.event_id for e in answer.chunk if e.sender == bot.user_id)
+        # Nothing here is for Bruce to answer, and none of it may stop the channel.
+        await client.room_put_state(room, "m.room.topic", {"topic": "state, not a message"})
+        await client.room_redact(room, first, reason="redacted")
+        await say(client, room, "a notice", msgtype="m.notice")
+        await client.room_send(room, "m.room.message", {"msgtype": "org.example.odd", "body": 1})
+        await client.room_send(room, "m.reaction", {"m.relates_to": {"rel_type": "m.annotation"}})
+        relates = {"m.relates_to": {"m.in_reply_to": {"event_id": bruce_event}}}
+        await say(client, room, "> <@bruce> You said\n\nand a follow-up", **relates)
+        replies = await wait_for_replies(client, room, bot, 2)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 2
+    assert replies[1]["body"].endswith(": and a follow-up")
+    assert len(anthropic_fake.requests) == 2
+
+
+async def test_a_stranger_mentioning_bruce_in_a_room_is_refused_once_and_not_stored(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, mallory = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "mal")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+        person(synapse, mallory) as stranger,
+    ):
+        room = await create_room(client, [bot.user_id, mallory.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await stranger.join(room)
+        mention = {"m.mentions": {"user_ids": [bot.user_id]}}
+        await say(stranger, room, "hey bot, do my homework", **mention)
+        await say(stranger, room, "hey bot, again", **mention)
+        (refusal,) = await wait_for_replies(client, room, bot, 1)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 1
+    assert mallory.user_id in refusal["body"]
+    assert refusal["msgtype"] == "m.notice"
+    assert anthropic_fake.requests == []
