@@ -8,6 +8,8 @@ pairing tables keep numeric ids): `pairing: true` is refused with that reason.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -60,6 +62,14 @@ class MatrixConfig(Section):
         if missing:
             raise ValueError(f"channels.matrix is enabled but needs {', '.join(missing)}")
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A token saved in the dashboard (`ChannelsConfig.with_token` updates `token`) is an
+        access token here: `token` is a property over `access_token` and `password`."""
+        if update is not None and "token" in update:
+            update = {**update, "access_token": update["token"]}
+            del update["token"]
+        return super().model_copy(update=update, deep=deep)
 
     @property
     def token(self) -> str:

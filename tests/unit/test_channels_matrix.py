@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from bruce_bot.channels.matrix.events import Me, is_message, mentions, replied_to, text_of
 from bruce_bot.channels.matrix.formatting import message_content, to_html
 from bruce_bot.channels.matrix.sync_state import SyncState, SyncStateFile
+from bruce_bot.config import ChannelsConfig
 from bruce_bot.config.matrix import MatrixConfig
 
 ME = Me("@bruce:example.org", "Bruce")
@@ -87,6 +88,19 @@ def test_the_section_checks_ids_and_what_an_enabled_channel_needs() -> None:
         MatrixConfig(enabled=True, user_id="@bruce:example.org")
     with pytest.raises(ValidationError, match="pairing is not offered on Matrix"):
         MatrixConfig(pairing=True)
+
+
+def test_a_token_saved_in_the_dashboard_is_an_access_token() -> None:
+    channels = ChannelsConfig.model_validate(
+        {"matrix": {"user_id": "@bruce:example.org", "password": "pw"}}
+    )
+    section = channels.with_token("matrix", "syt_saved").section("matrix")
+    assert isinstance(section, MatrixConfig)
+    assert (section.access_token, section.password, section.token) == (
+        "syt_saved",
+        "pw",
+        "syt_saved",
+    )
 
 
 def test_the_sync_state_is_a_private_file_of_its_user(tmp_path: Path) -> None:
