@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import stat
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -212,9 +214,14 @@ async def test_a_restart_neither_replays_nor_loses_a_message(
             await wait_for_join(client, room, bot)
             await say(client, room, "before the restart")
             await wait_for_replies(client, room, bot, 1)
+        state_file = tmp_path / "matrix" / "sync.json"
+        device = json.loads(state_file.read_text())["device_id"]
+        assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
         await say(client, room, "while Bruce was down")
         async with bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]):
             replies = await wait_for_replies(client, room, bot, 2)
+            # The same device, without a new login (its token was kept).
+            assert json.loads(state_file.read_text())["device_id"] == device
             await asyncio.sleep(QUIET_SECONDS)
             replies = await from_bot(client, room, bot)
     assert [reply["body"] for reply in replies] == [
