@@ -65,7 +65,7 @@ from bruce_bot.channels.matrix.texts import (
     ONLY_TEXT_REPLY,
     TEXTS,
 )
-from bruce_bot.channels.policy import RESTARTING, AllowlistPort, ChannelPolicy, CommandCall
+from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, CommandCall
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config.matrix import MatrixConfig
 from bruce_bot.domain import InboundMessage, OutboundMessage
@@ -81,6 +81,13 @@ FIRST_RETRY_DELAY_SECONDS = 1.0
 MAX_RETRY_DELAY_SECONDS = 60.0
 # The first sync of a fresh login: no timeline (history is not answered), the state only.
 FIRST_SYNC_FILTER = {"room": {"timeline": {"limit": 0}}}
+
+
+STOP_WAIT_SECONDS = 5.0  # at stop, how long the batch being taken in may take to end
+
+
+class _Stopping(Exception):
+    """Intake stopped in the middle of a batch: its sync token is not saved."""
 
 
 class MatrixChannel:
@@ -111,6 +118,7 @@ class MatrixChannel:
         self._handled: Recent[str] = Recent()  # event ids taken in (a sync asked for again)
         self._told_encrypted: set[str] = set()  # rooms told, once each per run
         self._joining: set[str] = set()  # rooms joined whose join event was not seen yet
+        self._polling = False  # waiting in the long poll (nothing being taken in)
         self.gave_up: str | None = None
 
     def use_data_dir(self, data_dir: Path) -> None:
@@ -155,12 +163,16 @@ class MatrixChannel:
         """Stop intake: events from now on are left on the homeserver (the sync token is not
         moved past them), to be read after the restart. Sending works until `close`."""
         self._stopping.set()
-        self._inbox = None
+        self._inbox = None  # the batch being read stops at its next message (`_Stopping`)
         runner, self._runner = self._runner, None
-        if runner is not None:
-            runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await runner
+        if runner is None:
+            return
+        if not self._polling:  # a batch is being taken in: let it end, its token unsaved
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(runner), STOP_WAIT_SECONDS)
+        runner.cancel()  # the long poll: nothing taken in yet
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await runner
 
     async def close(self) -> None:
         await self.stop()
@@ -178,6 +190,8 @@ class MatrixChannel:
                 if self._client is None:
                     await self._log_in()
                 await self._sync_loop()
+            except _Stopping:
+                return  # the sync token stays before the messages not taken in
             except LoginRefused as exc:
                 self.gave_up = LOGIN_FIX
                 log.error("matrix_login_refused", answer=str(exc), fix=LOGIN_FIX)
@@ -240,7 +254,11 @@ class MatrixChannel:
     async def _sync(
         self, client: AsyncClient, since: str | None, sync_filter: Any, *, wait_ms: int
     ) -> SyncResponse:
-        answer = await client.sync(timeout=wait_ms, since=since, sync_filter=sync_filter)
+        self._polling = True
+        try:
+            answer = await client.sync(timeout=wait_ms, since=since, sync_filter=sync_filter)
+        finally:
+            self._polling = False
         if isinstance(answer, SyncResponse):
             self._connected.set()
             return answer
@@ -274,7 +292,7 @@ class MatrixChannel:
                 try:
                     await self._event(client, room, event)
                 except Exception as exc:
-                    if unavailable(exc) is not None:
+                    if isinstance(exc, _Stopping) or unavailable(exc) is not None:
                         raise  # the same sync is asked for again (see the docstring)
                     log.exception(
                         "matrix_event_failed", room_id=room_id, event_id=event.get("event_id")
@@ -343,8 +361,7 @@ class MatrixChannel:
             return
         inbox = self._inbox
         if inbox is None:
-            await self._say(room_id, RESTARTING)
-            return
+            raise _Stopping  # left on the homeserver: read again after the restart
         if content_of(event).get("msgtype") in NOT_READ_MSGTYPES:
             await self._say(room_id, ONLY_TEXT_REPLY)
             return
