@@ -119,6 +119,7 @@ class MatrixChannel:
         self._told_encrypted: set[str] = set()  # rooms told, once each per run
         self._joining: set[str] = set()  # rooms joined whose join event was not seen yet
         self._polling = False  # waiting in the long poll (nothing being taken in)
+        self._outage = False  # the homeserver is away, and the log said so once
         self.gave_up: str | None = None
 
     def use_data_dir(self, data_dir: Path) -> None:
@@ -199,13 +200,28 @@ class MatrixChannel:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._connected.clear()
                 if self._stopping.is_set():
                     return
-                log.warning("matrix_retrying", outcome=repr(exc), retry_in_seconds=delay)
+                if self._connected.is_set():
+                    delay = FIRST_RETRY_DELAY_SECONDS  # it worked for a while: try again soon
+                self._connected.clear()
+                self._report_outage(exc, delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
             delay = min(delay * 2, MAX_RETRY_DELAY_SECONDS)
+
+    def _report_outage(self, exc: Exception, delay: float) -> None:
+        """Once per outage in the log (a warning), the retries after it at debug level."""
+        if self._outage:
+            log.debug("matrix_retrying", outcome=repr(exc), retry_in_seconds=delay)
+            return
+        self._outage = True
+        log.warning(
+            "matrix_unreachable",
+            outcome=repr(exc),
+            retry_in_seconds=delay,
+            hint="Bruce keeps trying with a growing delay; messages wait on the homeserver",
+        )
 
     async def _log_in(self) -> None:
         stored = self._state.load(self._config.user_id)
@@ -261,6 +277,9 @@ class MatrixChannel:
             self._polling = False
         if isinstance(answer, SyncResponse):
             self._connected.set()
+            if self._outage:
+                self._outage = False
+                log.info("matrix_reachable_again")
             return answer
         if getattr(answer, "status_code", "") in ("M_UNKNOWN_TOKEN", "M_FORBIDDEN"):
             raise LoginRefused(f"{answer.status_code} {answer.message}")

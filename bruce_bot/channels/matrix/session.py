@@ -20,6 +20,7 @@ from bruce_bot.config.matrix import MatrixConfig
 log = structlog.get_logger(__name__)
 
 DEVICE_NAME = "Bruce"
+MAX_TIMEOUTS = 3
 
 
 class LoginRefused(Exception):
@@ -33,8 +34,11 @@ class Session:
 
 
 def new_client(config: MatrixConfig, device_id: str = "") -> AsyncClient:
-    # Encryption off: olm is not installed (see channel.py); nio retries timeouts by itself.
-    settings = AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False)
+    # Encryption off: olm is not installed (see channel.py). nio retries a connection error a
+    # few times itself, then raises to the channel's loop, which reports the outage once.
+    settings = AsyncClientConfig(
+        encryption_enabled=False, store_sync_tokens=False, max_timeouts=MAX_TIMEOUTS
+    )
     homeserver = config.homeserver or ""
     return AsyncClient(homeserver, config.user_id, device_id=device_id or None, config=settings)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from nio import AsyncClient, RoomCreateResponse, RoomMessagesResponse
+from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
 from bruce_bot.channels.matrix.texts import ENCRYPTED_REFUSAL
@@ -307,3 +308,29 @@ async def test_a_stranger_mentioning_bruce_in_a_room_is_refused_once_and_not_sto
     assert mallory.user_id in refusal["body"]
     assert refusal["msgtype"] == "m.notice"
     assert anthropic_fake.requests == []
+
+
+# Last in the file: it stops the module's Synapse (and starts it again on the same port).
+async def test_a_homeserver_outage_is_reported_once_and_bruce_answers_when_it_is_back(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    with capture_logs() as logs:
+        async with (
+            bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+            person(synapse, alice) as client,
+        ):
+            room = await create_room(client, [bot.user_id], direct=True)
+            await wait_for_join(client, room, bot)
+            await asyncio.to_thread(synapse.stop)
+
+            def reported() -> bool:
+                return any(entry["event"] == "matrix_unreachable" for entry in logs)
+
+            await wait_until(reported, timeout=60, interval=0.2)
+            await asyncio.to_thread(synapse.start)
+            await say(client, room, "are you back?")
+            (reply,) = await wait_for_replies(client, room, bot, 1)
+            await wait_until(lambda: any(e["event"] == "matrix_reachable_again" for e in logs))
+    assert reply["body"] == "You said: are you back?"
+    assert [e["event"] for e in logs].count("matrix_unreachable") == 1
