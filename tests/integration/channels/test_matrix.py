@@ -20,7 +20,10 @@ from nio import AsyncClient, RoomCreateResponse, RoomMessagesResponse
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
+from bruce_bot.channels.matrix.probe import identify
 from bruce_bot.channels.matrix.texts import ENCRYPTED_REFUSAL
+from bruce_bot.channels.probe import ProbeError
+from bruce_bot.config.matrix import MatrixConfig
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
@@ -308,6 +311,22 @@ async def test_a_stranger_mentioning_bruce_in_a_room_is_refused_once_and_not_sto
     assert mallory.user_id in refusal["body"]
     assert refusal["msgtype"] == "m.notice"
     assert anthropic_fake.requests == []
+
+
+async def test_the_probe_says_who_logs_in_and_names_what_to_fix(synapse: Synapse) -> None:
+    bot = fresh(synapse, "bruce")
+    section = {"homeserver": synapse.url, "user_id": bot.user_id}
+    by_password = MatrixConfig(**section, password=bot.password)
+    assert (await identify(by_password, 10)).name == bot.user_id
+    by_token = MatrixConfig(**section, access_token=bot.access_token)
+    assert (await identify(by_token, 10)).name == bot.user_id
+    # The check logged its own device out again: only the registration's device is left.
+    async with person(synapse, bot) as client:
+        devices = await client.devices()
+    assert [device.id for device in devices.devices] == [bot.device_id]
+    with pytest.raises(ProbeError, match="refused the login") as refused:
+        await identify(MatrixConfig(**section, password="wrong"), 10)
+    assert "channels.matrix" in refused.value.fix
 
 
 # Last in the file: it stops the module's Synapse (and starts it again on the same port).
