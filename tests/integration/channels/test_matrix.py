@@ -20,6 +20,7 @@ from nio import AsyncClient, RoomCreateResponse, RoomMessagesResponse
 from structlog.testing import capture_logs
 
 from bruce_bot.app import Bruce
+from bruce_bot.channels.matrix.channel import MAX_MESSAGE_CHARS
 from bruce_bot.channels.matrix.probe import identify
 from bruce_bot.channels.matrix.texts import ENCRYPTED_REFUSAL
 from bruce_bot.channels.probe import ProbeError
@@ -327,6 +328,26 @@ async def test_the_probe_says_who_logs_in_and_names_what_to_fix(synapse: Synapse
     with pytest.raises(ProbeError, match="refused the login") as refused:
         await identify(MatrixConfig(**section, password="wrong"), 10)
     assert "channels.matrix" in refused.value.fix
+
+
+async def test_a_long_answer_arrives_in_parts_in_order(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    words = [f"word{index}" for index in range(1500)]  # about 12,000 characters
+    anthropic_fake.responder = lambda body: " ".join(words)
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "tell me everything")
+        replies = await wait_for_replies(client, room, bot, 3)
+        await asyncio.sleep(QUIET_SECONDS)
+        replies = await from_bot(client, room, bot)
+    assert all(len(reply["body"]) <= MAX_MESSAGE_CHARS for reply in replies)
+    assert " ".join(reply["body"] for reply in replies).split() == words
 
 
 # Last in the file: it stops the module's Synapse (and starts it again on the same port).
