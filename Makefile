@@ -9,7 +9,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CONFIG_ARG := $(if $(wildcard config.yml),--config config.yml,)
 
-.PHONY: run test test-clock chaos lint format bench bench-e2e bench-cache bench-brain soak clean chromium postgres faketime sandbox
+.PHONY: run test test-clock chaos lint format bench bench-e2e bench-cache bench-brain soak clean chromium postgres faketime sandbox synapse
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,11 +56,23 @@ sandbox:
 	      --no-install-recommends bubblewrap slirp4netns >/dev/null; \
 	  else echo "bubblewrap not found: the run_code tests will be skipped (apt install bubblewrap)"; fi; }
 
+# The Matrix tests start a real Synapse homeserver from PyPI; it gets a venv of its own
+# (.venv-synapse) so its pins never touch Bruce's (tests/integration/channels/synapse.py).
+SYNAPSE_VENV ?= .venv-synapse
+
+$(SYNAPSE_VENV)/.installed:
+	$(PYTHON) -m venv $(SYNAPSE_VENV)
+	$(SYNAPSE_VENV)/bin/pip install --quiet --upgrade pip
+	$(SYNAPSE_VENV)/bin/pip install --quiet 'matrix-synapse>=1.140,<2'
+	touch $@
+
+synapse: $(SYNAPSE_VENV)/.installed
+
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist), a test file per process at a time,
 # so a file's module fixtures are set up once; each worker has its own PostgreSQL cluster.
 PYTEST_WORKERS ?= 2
 
-test: $(VENV)/.installed-dev chromium postgres sandbox
+test: $(VENV)/.installed-dev chromium postgres sandbox synapse
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
@@ -148,4 +160,4 @@ bench-brain: $(VENV)/.installed-dev
 	$(BIN)/python bench/brain_cost.py --json bench/out/brain.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .grimp_cache
+	rm -rf $(VENV) $(SYNAPSE_VENV) .pytest_cache .ruff_cache .mypy_cache .grimp_cache

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import secrets
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, cast
@@ -99,6 +99,12 @@ def _printable(text: str) -> str:
     return kept if len(kept) <= NAME_SHOWN_CHARS else kept[: NAME_SHOWN_CHARS - 1] + "…"
 
 
+def _numeric(ids: Iterable[int | str]) -> frozenset[int]:
+    """The numeric ids of an allowlist: pairing and the People page know those only (Matrix's
+    text ids are let in by its channel's allowlist, but do not pair yet)."""
+    return frozenset(i for i in ids if isinstance(i, int))
+
+
 def who(user_id: int | str, username: str = "", name: str = "") -> str:
     """Someone as the owner should read them: `6666 @mallory — name they chose: “Mallory”`. The
     id and @username (the platform's, unique there) come first; the display name, which anyone
@@ -149,7 +155,7 @@ class PairingService:
     def __init__(
         self,
         stores: Stores,
-        allowlists: Mapping[str, Sequence[int]],
+        allowlists: Mapping[str, Sequence[int | str]],
         *,
         sender: Sender | None = None,
         clock: Callable[[], datetime] = utcnow,
@@ -161,7 +167,7 @@ class PairingService:
         `enabled`: the channels with pairing on (default: every platform); `allowlist`: the
         allowlists in use (the dashboard's over `allowlists`)."""
         self._stores = stores
-        self._allowlists = {name: frozenset(ids) for name, ids in allowlists.items()}
+        self._allowlists = {name: _numeric(ids) for name, ids in allowlists.items()}
         self._sender = sender
         self._clock = clock
         self.enabled = tuple(platforms.names() if enabled is None else enabled)
@@ -170,7 +176,7 @@ class PairingService:
     async def _allowed(self, channel: str) -> frozenset[int]:
         if self._allowlist is None:
             return self._allowlists.get(channel, frozenset())
-        return await self._allowlist.allowed_user_ids(channel)
+        return _numeric(await self._allowlist.allowed_user_ids(channel))
 
     # ---- the channels' port ----------------------------------------------------------------
 

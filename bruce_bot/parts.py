@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from bruce_bot import platforms
@@ -214,7 +215,18 @@ class _Circle:
 def build_channels(config: Config) -> list[ChannelAdapter]:
     """The enabled platform channels (bruce_bot/platforms.py); each SDK is imported only when
     its channel is enabled."""
-    return [spec.build_adapter(section) for spec, section in config.channels.enabled()]
+    adapters = [spec.build_adapter(section) for spec, section in config.channels.enabled()]
+    for adapter in adapters:
+        if isinstance(adapter, DataDirChannel):  # Matrix keeps its sync token there
+            adapter.use_data_dir(config.app.data_dir)
+    return adapters
+
+
+@runtime_checkable
+class DataDirChannel(Protocol):
+    """A platform channel that keeps a small private file of its own in the data dir."""
+
+    def use_data_dir(self, data_dir: Path) -> None: ...
 
 
 def build_mcp(config: Config, tools: ToolRegistry) -> McpManager | None:
@@ -454,7 +466,7 @@ class AllowlistChannel(Protocol):
     def use_allowlist(self, allowlist: AllowlistPort) -> None: ...
 
 
-def pairing_allowlists(config: Config) -> dict[str, list[int]]:
+def pairing_allowlists(config: Config) -> dict[str, list[int | str]]:
     """config.yml's `allowed_user_ids` of each platform channel, enabled or not."""
     return {
         spec.name: list(config.channels.section(spec.name).allowed_user_ids)

@@ -34,7 +34,7 @@ class PlatformSection(Protocol):
     def token(self) -> str: ...
 
     @property
-    def allowed_user_ids(self) -> Sequence[int]: ...
+    def allowed_user_ids(self) -> Sequence[int | str]: ...  # Matrix's ids are text
 
     @property
     def pairing(self) -> bool: ...
@@ -111,6 +111,16 @@ BUILT_IN: tuple[PlatformSpec, ...] = (
         token_help="paste the bot token of your application (Developer Portal)",
         capabilities=frozenset({"buttons", "edits", "files"}),
         loggers=("discord",),
+    ),
+    PlatformSpec(
+        name="matrix",
+        title="Matrix",
+        section="bruce_bot.config.matrix:MatrixConfig",
+        adapter="bruce_bot.channels.matrix.channel:MatrixChannel",
+        identify="bruce_bot.channels.matrix.probe:identify",
+        token_help="set channels.matrix.password (or an access_token) of Bruce's Matrix account",
+        pairing=False,  # Matrix ids are text; the pairing tables keep numbers (for now)
+        loggers=("nio",),
     ),
 )
 

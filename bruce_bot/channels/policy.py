@@ -54,6 +54,9 @@ PAIRING_FAILED = (
 )
 
 ChatId = str | int | None  # for the logs: whatever id the platform gave the chat
+# A sender: a number on Telegram and Discord, text on Matrix ("@alice:example.org"). Pairing
+# keeps numeric ids only, so a text id is never offered a code (Matrix does not pair yet).
+UserId = int | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,7 @@ class AllowlistPort(Protocol):
     """The allowlist in use (the dashboard's over config.yml's: settings/allowlists.py, injected by
     parts.py), read for each message."""
 
-    async def allowed_user_ids(self, channel: str) -> frozenset[int]: ...
+    async def allowed_user_ids(self, channel: str) -> frozenset[UserId]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +130,9 @@ class StrangerThrottle:
     ) -> None:
         self._clock = clock
         self._interval = interval
-        self._told_at: dict[int, float] = {}
+        self._told_at: dict[UserId, float] = {}
 
-    def due(self, sender_id: int) -> bool:
+    def due(self, sender_id: UserId) -> bool:
         """True (and noted) when `sender_id` was not told within the interval."""
         now = self._clock()
         last = self._told_at.get(sender_id)
@@ -146,7 +149,7 @@ class ChannelPolicy:
     def __init__(
         self,
         channel: str,
-        allowed_user_ids: Iterable[int],
+        allowed_user_ids: Iterable[UserId],
         commands: Sequence[Command],
         texts: PolicyTexts,
         *,
@@ -172,7 +175,7 @@ class ChannelPolicy:
         """Read the allowlist from `allowlist` for each message, not config.yml's once."""
         self._allowlist = allowlist
 
-    async def _allowed_ids(self) -> frozenset[int]:
+    async def _allowed_ids(self) -> frozenset[UserId]:
         if self._allowlist is None:
             return self._allowed
         try:
@@ -188,13 +191,13 @@ class ChannelPolicy:
         """How many config.yml lets in (the approved ones are in the database)."""
         return len(self._allowed)
 
-    async def allows(self, user_id: int | None) -> bool:
+    async def allows(self, user_id: UserId | None) -> bool:
         """Whether `user_id` may talk: on the allowlist, or approved by the owner."""
         if user_id is None:
             return False
         if user_id in await self._allowed_ids():
             return True
-        if self._pairing is None:
+        if self._pairing is None or not isinstance(user_id, int):
             return False
         try:
             return await self._pairing.is_approved(self.channel, user_id)
@@ -204,13 +207,13 @@ class ChannelPolicy:
             return False
 
     async def admit(
-        self, user_id: int, *, chat_id: ChatId = None, user_name: str = "", username: str = ""
+        self, user_id: UserId, *, chat_id: ChatId = None, user_name: str = "", username: str = ""
     ) -> Admission:
         """Whether the sender of a message may be heard; a stranger is refused (with pairing
         on, given their pairing code)."""
         if await self.allows(user_id):
             return Admission(True)
-        if self._pairing is None:
+        if self._pairing is None or not isinstance(user_id, int):
             reply = self._texts.stranger.format(user_id=user_id)
             return self.refuse(user_id, reply, chat_id=chat_id)
         if not self._throttle.due(user_id):
@@ -239,7 +242,7 @@ class ChannelPolicy:
         text = self._texts.pairing_code.format(code=offer.code, minutes=offer.minutes_left)
         return Admission(False, text)
 
-    def refuse(self, sender_id: int, reply: str, *, chat_id: ChatId = None) -> Admission:
+    def refuse(self, sender_id: UserId, reply: str, *, chat_id: ChatId = None) -> Admission:
         """A sender Bruce may not answer (a stranger, or someone it cannot tell apart, such as
         a group speaking anonymously) gets `reply` once an interval, and nothing otherwise."""
         if not self._throttle.due(sender_id):
@@ -272,7 +275,7 @@ class CommandCall:
 
     name: str
     chat_id: str
-    user_id: int
+    user_id: UserId
     user_name: str = ""
     in_group: bool = False
     bot_name: str = ""  # the bot's own @name on the platform
@@ -369,7 +372,7 @@ class Press:
     message is in ("" when the platform did not say); `message_id` and `data` are None when the
     platform sent none."""
 
-    user_id: int | None
+    user_id: UserId | None
     chat_id: str
     message_id: int | None
     data: str | None

@@ -20,6 +20,8 @@ import structlog
 from bruce_bot.settings.override import Override, Source
 from bruce_bot.storage.settings import SettingsStore
 
+UserId = int | str  # Matrix's user ids are text (channels/policy.py)
+
 log = structlog.get_logger(__name__)
 
 MAX_IDS = 1000
@@ -52,31 +54,32 @@ def parse_ids(values: Sequence[object], field: str = "allowed_user_ids") -> list
     return sorted(ids)
 
 
-def _stored_ids(value: Any) -> frozenset[int]:
+def _stored_ids(value: Any) -> frozenset[UserId]:
     if not isinstance(value, list):
         raise AllowlistRefused("allowed_user_ids: not a list of user ids")
     return frozenset(parse_ids(value))
 
 
-def _as_stored(ids: frozenset[int]) -> list[str]:
-    return [str(i) for i in sorted(ids)]
+def _as_stored(ids: frozenset[UserId]) -> list[str]:
+    return sorted(str(i) for i in ids)
 
 
-def allowlist(channel: str, configured: Iterable[int]) -> Override[frozenset[int]]:
-    """`channel`'s allowlist over config.yml's `allowed_user_ids` (`configured`)."""
+def allowlist(channel: str, configured: Iterable[UserId]) -> Override[frozenset[UserId]]:
+    """`channel`'s allowlist over config.yml's `allowed_user_ids` (`configured`; Matrix's are
+    text, and only config.yml's are used there: a list saved in Settings holds numbers)."""
     return Override(allowlist_setting(channel), frozenset(configured), _stored_ids, _as_stored)
 
 
 @dataclass(frozen=True, slots=True)
 class AllowlistView:
     channel: str
-    user_ids: list[int]  # in use
+    user_ids: list[UserId]  # in use
     source: Source
-    config_user_ids: list[int]  # config.yml's, what a reset goes back to
+    config_user_ids: list[UserId]  # config.yml's, what a reset goes back to
 
 
 class Allowlists:
-    def __init__(self, configured: Mapping[str, Iterable[int]], store: SettingsStore) -> None:
+    def __init__(self, configured: Mapping[str, Iterable[UserId]], store: SettingsStore) -> None:
         """`configured`: config.yml's `allowed_user_ids` per platform channel."""
         self._overrides = {name: allowlist(name, ids) for name, ids in configured.items()}
         self._store = store
@@ -85,10 +88,10 @@ class Allowlists:
     def channels(self) -> tuple[str, ...]:
         return tuple(self._overrides)
 
-    def _override(self, channel: str) -> Override[frozenset[int]]:
+    def _override(self, channel: str) -> Override[frozenset[UserId]]:
         return self._overrides.get(channel) or allowlist(channel, ())
 
-    async def allowed_user_ids(self, channel: str) -> frozenset[int]:
+    async def allowed_user_ids(self, channel: str) -> frozenset[UserId]:
         """The ids let in on `channel`: the dashboard's list, else config.yml's."""
         return await self._override(channel).value(self._store)
 

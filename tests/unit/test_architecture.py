@@ -131,6 +131,7 @@ def graph_with_externals() -> grimp.ImportGraph:
     [
         ("telegram", ("bruce_bot.channels.telegram.",)),
         ("discord", ("bruce_bot.channels.discord.",)),
+        ("nio", ("bruce_bot.channels.matrix.",)),
         ("anthropic", ("bruce_bot.llm.anthropic",)),
         ("openai", ("bruce_bot.llm.openai",)),
         ("mcp", ("bruce_bot.mcp_client.connection",)),

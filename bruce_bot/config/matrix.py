@@ -1,0 +1,78 @@
+"""`channels.matrix`: the Matrix account Bruce logs in as (bruce_bot/channels/matrix/).
+
+A Matrix user id is text ("@alice:example.org"), not a number as on Telegram and Discord, so
+`allowed_user_ids` here is a list of such ids. Pairing is not offered on Matrix yet (the
+pairing tables keep numeric ids): `pairing: true` is refused with that reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from bruce_bot.config.schema import SecretText, Section, _check_url
+
+# "@localpart:server" (the server may carry a port); see the Matrix spec's user identifiers.
+MATRIX_USER_ID = re.compile(r"@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-\[\]:]+", re.IGNORECASE)
+
+
+def _check_user_id(value: str, key: str) -> str:
+    value = value.strip()
+    if not MATRIX_USER_ID.fullmatch(value):
+        raise ValueError(f"{key}: {value[:60]!r} is not a Matrix user id like @alice:example.org")
+    return value
+
+
+class MatrixConfig(Section):
+    enabled: bool = False
+    homeserver: str | None = None  # the client-server API's base URL: https://matrix.example.org
+    user_id: str = ""  # Bruce's account: "@bruce:example.org"
+    password: SecretText = ""  # logs in (and keeps `device_id`), or:
+    access_token: SecretText = ""  # an access token of the account
+    device_id: str = ""  # the device to log in as; kept across restarts
+    allowed_user_ids: list[str] = Field(default_factory=list)  # "@alice:example.org"
+    pairing: bool = False  # not offered on Matrix yet (see the module docstring)
+
+    _check_homeserver = field_validator("homeserver")(classmethod(lambda cls, v: _check_url(v)))
+
+    @field_validator("allowed_user_ids")
+    @classmethod
+    def _allowed(cls, values: list[str]) -> list[str]:
+        return [
+            _check_user_id(value, f"allowed_user_ids[{index}]")
+            for index, value in enumerate(values)
+        ]
+
+    @model_validator(mode="after")
+    def _complete(self) -> MatrixConfig:
+        if self.pairing:
+            raise ValueError(
+                "pairing is not offered on Matrix yet: list the people in allowed_user_ids"
+            )
+        if self.user_id:
+            self.user_id = _check_user_id(self.user_id, "user_id")
+        if not self.enabled:
+            return self
+        missing = [key for key in ("homeserver", "user_id") if not getattr(self, key)]
+        if not (self.password or self.access_token):
+            missing.append("password (or access_token)")
+        if missing:
+            raise ValueError(f"channels.matrix is enabled but needs {', '.join(missing)}")
+        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A token saved in the dashboard (`ChannelsConfig.with_token` updates `token`) is an
+        access token here: `token` is a property over `access_token` and `password`."""
+        if update is not None and "token" in update:
+            update = {**update, "access_token": update["token"]}
+            del update["token"]
+        return super().model_copy(update=update, deep=deep)
+
+    @property
+    def token(self) -> str:
+        """The secret that logs in (the registry's `token`: empty means "waiting for one"):
+        the access token when one is given, else the password."""
+        return self.access_token or self.password

@@ -1,0 +1,376 @@
+"""The Matrix channel end to end: Bruce (real matrix-nio inside a running Bruce) against a real
+Synapse homeserver (tests/integration/channels/synapse.py), a second nio client as the person,
+and the fake Anthropic server as the model. One Synapse serves the whole file (it takes seconds
+to start); each test registers its own users, so tests do not see each other's rooms. Nothing
+sleeps for a fixed time except to show that something does NOT happen, and then briefly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import stat
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nio import AsyncClient, RoomCreateResponse, RoomMessagesResponse
+from structlog.testing import capture_logs
+
+from bruce_bot.app import Bruce
+from bruce_bot.channels.matrix.channel import MAX_MESSAGE_CHARS
+from bruce_bot.channels.matrix.probe import identify
+from bruce_bot.channels.matrix.texts import ENCRYPTED_REFUSAL
+from bruce_bot.channels.probe import ProbeError
+from bruce_bot.config.matrix import MatrixConfig
+from bruce_bot.tools.registry import ToolRegistry
+from tests.conftest import make_config, running_bruce, wait_until
+from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
+from tests.integration.channels.synapse import MatrixUser, Synapse, synapse_python
+
+QUIET_SECONDS = 2.0  # how long "nothing is answered" is watched for
+
+
+@pytest.fixture(scope="module")
+def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    python = synapse_python()
+    if python is None:
+        pytest.skip("no Synapse venv: run `make synapse` (or set BRUCE_SYNAPSE_PYTHON)")
+    server = Synapse(tmp_path_factory.mktemp("synapse"), python)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def echo(body: dict[str, Any]) -> str:
+    return f"You said: {last_user_text(body)}"
+
+
+def fresh(synapse: Synapse, name: str) -> MatrixUser:
+    return synapse.register(f"{name}-{uuid.uuid4().hex[:8]}")
+
+
+@contextlib.asynccontextmanager
+async def person(synapse: Synapse, user: MatrixUser) -> AsyncIterator[AsyncClient]:
+    client = AsyncClient(synapse.url, user.user_id, device_id=user.device_id)
+    client.restore_login(user.user_id, user.device_id, user.access_token)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def bruce_on_matrix(
+    data_dir: Path,
+    anthropic_fake: FakeAnthropicServer,
+    synapse: Synapse,
+    bot: MatrixUser,
+    allowed: list[str],
+) -> AsyncIterator[Bruce]:
+    if anthropic_fake.responder is None:
+        anthropic_fake.responder = echo
+    section = {
+        "enabled": True,
+        "homeserver": synapse.url,
+        "user_id": bot.user_id,
+        "password": bot.password,
+        "allowed_user_ids": allowed,
+    }
+    config = make_config(data_dir, anthropic_fake.base_url, channels={"matrix": section})
+    async with running_bruce(config, tools=ToolRegistry()) as bruce:
+        await wait_until(lambda: bruce.channels["matrix"].connected, timeout=20)  # type: ignore[attr-defined]
+        yield bruce
+
+
+async def create_room(
+    client: AsyncClient, invite: list[str], *, direct: bool, encrypted: bool = False
+) -> str:
+    state = (
+        [
+            {
+                "type": "m.room.encryption",
+                "state_key": "",
+                "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+            }
+        ]
+        if encrypted
+        else []
+    )
+    answer = await client.room_create(is_direct=direct, invite=invite, initial_state=state)
+    assert isinstance(answer, RoomCreateResponse), answer
+    return str(answer.room_id)
+
+
+async def members(client: AsyncClient, room_id: str) -> set[str]:
+    answer = await client.joined_members(room_id)
+    return {member.user_id for member in getattr(answer, "members", [])}
+
+
+async def wait_for_join(client: AsyncClient, room_id: str, bot: MatrixUser) -> None:
+    async def joined() -> bool:
+        return bot.user_id in await members(client, room_id)
+
+    await wait_until(joined, timeout=20, interval=0.2)
+
+
+async def say(client: AsyncClient, room_id: str, text: str, **extra: Any) -> str:
+    content = {"msgtype": "m.text", "body": text, **extra}
+    answer = await client.room_send(room_id, "m.room.message", content)
+    return str(answer.event_id)
+
+
+async def from_bot(client: AsyncClient, room_id: str, bot: MatrixUser) -> list[dict[str, Any]]:
+    """Bruce's messages in the room, oldest first (their contents)."""
+    answer = await client.room_messages(room_id, start="", limit=100)
+    assert isinstance(answer, RoomMessagesResponse), answer
+    events = [event.source for event in reversed(answer.chunk)]
+    return [
+        event["content"]
+        for event in events
+        if event.get("sender") == bot.user_id and event.get("type") == "m.room.message"
+    ]
+
+
+async def wait_for_replies(
+    client: AsyncClient, room_id: str, bot: MatrixUser, count: int
+) -> list[dict[str, Any]]:
+    async def enough() -> list[dict[str, Any]]:
+        found = await from_bot(client, room_id, bot)
+        return found if len(found) >= count else []
+
+    found: list[dict[str, Any]] = await wait_until(enough, timeout=20, interval=0.2)
+    return found
+
+
+# ---- conversations -------------------------------------------------------------------------
+
+
+async def test_a_direct_chat_is_joined_and_answered_with_html(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    anthropic_fake.responder = lambda body: f"**Hello** {last_user_text(body)}"
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "hi there")
+        (reply,) = await wait_for_replies(client, room, bot, 1)
+    assert reply["msgtype"] == "m.text"
+    assert reply["body"] == "**Hello** hi there"
+    assert reply["format"] == "org.matrix.custom.html"
+    assert reply["formatted_body"] == "<b>Hello</b> hi there"
+
+
+async def test_in_a_room_only_a_mention_is_answered(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "just chatting, not for the bot")
+        mention = {"m.mentions": {"user_ids": [bot.user_id]}}
+        await say(client, room, f"{bot.user_id}: what's up?", **mention)
+        (reply,) = await wait_for_replies(client, room, bot, 1)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 1
+    # In a room the model is told who speaks; the mention of Bruce is taken off.
+    local = alice.user_id[1:].split(":")[0]
+    assert reply["body"] == f"You said: {local}: what's up?"
+    assert len(anthropic_fake.requests) == 1
+
+
+async def test_a_strangers_invite_is_declined(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, mallory = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "mal")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, mallory) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+
+        async def declined() -> bool:
+            answer = await client.room_get_state_event(room, "m.room.member", bot.user_id)
+            return getattr(answer, "content", {}).get("membership") == "leave"
+
+        await wait_until(declined, timeout=20, interval=0.2)
+    assert anthropic_fake.requests == []
+
+
+async def test_a_restart_neither_replays_nor_loses_a_message(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    async with person(synapse, alice) as client:
+        async with bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]):
+            room = await create_room(client, [bot.user_id], direct=True)
+            await wait_for_join(client, room, bot)
+            await say(client, room, "before the restart")
+            await wait_for_replies(client, room, bot, 1)
+        state_file = tmp_path / "matrix" / "sync.json"
+        device = json.loads(state_file.read_text())["device_id"]
+        assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+        await say(client, room, "while Bruce was down")
+        async with bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]):
+            replies = await wait_for_replies(client, room, bot, 2)
+            # The same device, without a new login (its token was kept).
+            assert json.loads(state_file.read_text())["device_id"] == device
+            await asyncio.sleep(QUIET_SECONDS)
+            replies = await from_bot(client, room, bot)
+    assert [reply["body"] for reply in replies] == [
+        "You said: before the restart",
+        "You said: while Bruce was down",
+    ]
+    assert len(anthropic_fake.requests) == 2
+
+
+async def test_an_encrypted_room_is_refused_with_one_message(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    ciphertext = {
+        "algorithm": "m.megolm.v1.aes-sha2",
+        "ciphertext": "AwgAEnAC",
+        "sender_key": "abc",
+        "session_id": "def",
+        "device_id": alice.device_id,
+    }
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True, encrypted=True)
+        await wait_for_join(client, room, bot)
+        await client.room_send(room, "m.room.encrypted", ciphertext)
+        (notice,) = await wait_for_replies(client, room, bot, 1)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 1
+    assert notice["msgtype"] == "m.notice"
+    assert notice["body"] == ENCRYPTED_REFUSAL
+    assert anthropic_fake.requests == []
+
+
+async def test_a_reply_to_bruce_in_a_room_is_answered_and_odd_events_are_ignored(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        first = await say(client, room, f"{bot.user_id} first question")
+        await wait_for_replies(client, room, bot, 1)
+        answer = await client.room_messages(room, start="", limit=20)
+        bruce_event = next(e.event_id for e in answer.chunk if e.sender == bot.user_id)
+        # Nothing here is for Bruce to answer, and none of it may stop the channel.
+        await client.room_put_state(room, "m.room.topic", {"topic": "state, not a message"})
+        await client.room_redact(room, first, reason="redacted")
+        await say(client, room, "a notice", msgtype="m.notice")
+        await client.room_send(room, "m.room.message", {"msgtype": "org.example.odd", "body": 1})
+        await client.room_send(room, "m.reaction", {"m.relates_to": {"rel_type": "m.annotation"}})
+        relates = {"m.relates_to": {"m.in_reply_to": {"event_id": bruce_event}}}
+        await say(client, room, "> <@bruce> You said\n\nand a follow-up", **relates)
+        replies = await wait_for_replies(client, room, bot, 2)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 2
+    assert replies[1]["body"].endswith(": and a follow-up")
+    assert len(anthropic_fake.requests) == 2
+
+
+async def test_a_stranger_mentioning_bruce_in_a_room_is_refused_once_and_not_stored(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, mallory = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "mal")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+        person(synapse, mallory) as stranger,
+    ):
+        room = await create_room(client, [bot.user_id, mallory.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await stranger.join(room)
+        mention = {"m.mentions": {"user_ids": [bot.user_id]}}
+        await say(stranger, room, "hey bot, do my homework", **mention)
+        await say(stranger, room, "hey bot, again", **mention)
+        (refusal,) = await wait_for_replies(client, room, bot, 1)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 1
+    assert mallory.user_id in refusal["body"]
+    assert refusal["msgtype"] == "m.notice"
+    assert anthropic_fake.requests == []
+
+
+async def test_the_probe_says_who_logs_in_and_names_what_to_fix(synapse: Synapse) -> None:
+    bot = fresh(synapse, "bruce")
+    section = {"homeserver": synapse.url, "user_id": bot.user_id}
+    by_password = MatrixConfig(**section, password=bot.password)
+    assert (await identify(by_password, 10)).name == bot.user_id
+    by_token = MatrixConfig(**section, access_token=bot.access_token)
+    assert (await identify(by_token, 10)).name == bot.user_id
+    # The check logged its own device out again: only the registration's device is left.
+    async with person(synapse, bot) as client:
+        devices = await client.devices()
+    assert [device.id for device in devices.devices] == [bot.device_id]
+    with pytest.raises(ProbeError, match="refused the login") as refused:
+        await identify(MatrixConfig(**section, password="wrong"), 10)
+    assert "channels.matrix" in refused.value.fix
+
+
+async def test_a_long_answer_arrives_in_parts_in_order(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    words = [f"word{index}" for index in range(1500)]  # about 12,000 characters
+    anthropic_fake.responder = lambda body: " ".join(words)
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "tell me everything")
+        replies = await wait_for_replies(client, room, bot, 3)
+        await asyncio.sleep(QUIET_SECONDS)
+        replies = await from_bot(client, room, bot)
+    assert all(len(reply["body"]) <= MAX_MESSAGE_CHARS for reply in replies)
+    assert " ".join(reply["body"] for reply in replies).split() == words
+
+
+# Last in the file: it stops the module's Synapse (and starts it again on the same port).
+async def test_a_homeserver_outage_is_reported_once_and_bruce_answers_when_it_is_back(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    with capture_logs() as logs:
+        async with (
+            bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+            person(synapse, alice) as client,
+        ):
+            room = await create_room(client, [bot.user_id], direct=True)
+            await wait_for_join(client, room, bot)
+            await asyncio.to_thread(synapse.stop)
+
+            def reported() -> bool:
+                return any(entry["event"] == "matrix_unreachable" for entry in logs)
+
+            await wait_until(reported, timeout=60, interval=0.2)
+            await asyncio.to_thread(synapse.start)
+            await say(client, room, "are you back?")
+            (reply,) = await wait_for_replies(client, room, bot, 1)
+            await wait_until(lambda: any(e["event"] == "matrix_reachable_again" for e in logs))
+    assert reply["body"] == "You said: are you back?"
+    assert [e["event"] for e in logs].count("matrix_unreachable") == 1
