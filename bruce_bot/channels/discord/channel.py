@@ -45,6 +45,7 @@ import discord
 import structlog
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
+from bruce_bot.channels.connecting import wait_connected
 from bruce_bot.channels.discord.buttons import answer_privately, take_buttons_off
 from bruce_bot.channels.discord.files import attachments_of, fetch
 from bruce_bot.channels.discord.gateway import FATAL_CLOSE_CODES, new_client, point_library_at
@@ -154,21 +155,7 @@ class DiscordChannel:
         self._policy.warn_if_nobody_allowed()
         point_library_at(self._config)
         self._runner = asyncio.create_task(self._run(), name="discord-client")
-        waiting = asyncio.create_task(self._connected.wait())
-        try:
-            await asyncio.wait(
-                {waiting, self._runner},
-                timeout=self._ready_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            waiting.cancel()
-        if not self._connected.is_set() and not self._runner.done():
-            log.warning(
-                "discord_not_connected_yet",
-                waited_seconds=self._ready_timeout,
-                hint="Bruce runs without Discord for now and keeps trying in the background",
-            )
+        await wait_connected(self._runner, self._connected, self._ready_timeout, "discord")
 
     async def stop(self) -> None:
         """Stop intake: messages arriving from now on are not taken in (their writers are asked

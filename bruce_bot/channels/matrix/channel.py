@@ -42,6 +42,7 @@ import structlog
 from nio import AsyncClient, MatrixRoom, RoomGetEventResponse, RoomSendResponse, SyncResponse
 
 from bruce_bot.channels.base import DeliveryError, InboxPort
+from bruce_bot.channels.connecting import wait_connected
 from bruce_bot.channels.held import unavailable
 from bruce_bot.channels.matrix.events import (
     ANSWERED_MSGTYPES,
@@ -144,21 +145,7 @@ class MatrixChannel:
         self._stopping.clear()
         self._policy.warn_if_nobody_allowed()
         self._runner = asyncio.create_task(self._run(), name="matrix-sync")
-        waiting = asyncio.create_task(self._connected.wait())
-        try:
-            await asyncio.wait(
-                {waiting, self._runner},
-                timeout=self._ready_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            waiting.cancel()
-        if not self._connected.is_set() and not self._runner.done():
-            log.warning(
-                "matrix_not_connected_yet",
-                waited_seconds=self._ready_timeout,
-                hint="Bruce runs without Matrix for now and keeps trying in the background",
-            )
+        await wait_connected(self._runner, self._connected, self._ready_timeout, "matrix")
 
     async def stop(self) -> None:
         """Stop intake: events from now on are left on the homeserver (the sync token is not
