@@ -357,12 +357,21 @@ class Bruce:
         if parts.brain is not None:
             # Background upkeep gets what is left of the same budget: expendable, never longer.
             await parts.brain.stop(max(0.0, grace - (time.monotonic() - draining_since)))
+        await self._stop_redelivery()
         for adapter in parts.adapters:
             # Adapters keep sending after `stop` (for the turns drained above); now they may go.
             try:
                 await adapter.close()
             except Exception as exc:
                 log.warning("channel_close_failed", channel=adapter.name, error=repr(exc))
+
+    async def _stop_redelivery(self) -> None:
+        """The redelivery sweep stopped while the channels can still send: a send it began is
+        finished and recorded first (the outbox's rule), never cut by a closing channel."""
+        sweeps = [task for task in self._background if task.get_name() == "redeliver"]
+        for task in sweeps:
+            task.cancel()
+        await asyncio.gather(*sweeps, return_exceptions=True)
 
     async def _close(self, parts: Parts) -> None:
         try:

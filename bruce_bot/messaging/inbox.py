@@ -250,7 +250,7 @@ class Inbox:
             self._leases.forget(session_id)
         except Exception:  # the turn runner handles its own errors; this is a bug
             log.exception("turn_crashed", session_id=session_id, message_ids=ids)
-            await self._stores.messages.set_status(ids, "failed")
+            await self._stores.messages.set_status(ids, "failed", only_from="processing")
         finally:
             self._in_flight.pop(session_id, None)
 
@@ -284,7 +284,11 @@ class Inbox:
                 task.cancel()
             await asyncio.gather(*still_running, return_exceptions=True)
             if interrupted:
-                await self._stores.messages.set_status(interrupted, "pending")
+                # Only what no ending settled: a turn stopped while its stored reply was being
+                # sent is not run again (the outbox's redelivery sends what is missing).
+                await self._stores.messages.set_status(
+                    interrupted, "pending", only_from="processing"
+                )
                 log.warning("inbox_requeued", messages=len(interrupted))
         try:
             await self._leases.release_all()

@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
 
@@ -48,6 +49,7 @@ from bruce_bot.storage.sessions import SessionStore
 from bruce_bot.text import split_text
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 MAX_ATTEMPTS = 4  # failed attempts of one part before it is left `undelivered`
 # How long one part waits out a platform's rate limits, in all, before they count as failures.
@@ -242,9 +244,32 @@ class Outbox:
         skip_parts: Set[int],
         live: LiveReply | None,
     ) -> DeliveryStatus:
-        channel = self._channels[message.channel]
         attempts: list[DeliveryAttempt] = []  # not written yet: they go with the status
-        status: DeliveryStatus = "sent"
+        try:
+            status, finished_live = await self._send_parts(
+                message, pieces, skip_parts, live, attempts
+            )
+        except asyncio.CancelledError:
+            # Stopped mid-delivery: a part the chat has is on disk before we go (it would be
+            # sent twice otherwise); the rest is the redelivery's.
+            await _to_the_end(self._record(message.message_id, attempts))
+            raise
+        await _to_the_end(self._settle(message.message_id, status, attempts))
+        if live is not None and not finished_live:
+            await live.abandon()  # redelivery sends it whole: the half-written one goes
+        return status
+
+    async def _send_parts(
+        self,
+        message: OutboundMessage,
+        pieces: list[OutboundMessage],
+        skip_parts: Set[int],
+        live: LiveReply | None,
+        attempts: list[DeliveryAttempt],
+    ) -> tuple[DeliveryStatus, bool]:
+        """The parts sent in order until one fails: the status, and whether `live` was
+        finished by the first part."""
+        channel = self._channels[message.channel]
         last = len(pieces) - 1
         finished_live = False
         for index, piece in enumerate(pieces):
@@ -271,15 +296,21 @@ class Outbox:
                 # not make the reply undelivered.
                 log.warning("delivery_file_failed", message_id=message.message_id, part=index)
             elif outcome != "sent":
-                status = outcome
-                break
+                return outcome, finished_live
             if index < last:  # the platform has it: on disk before the next part is tried
-                await self._deliveries.record(message.message_id, attempts)
-                attempts.clear()
-        await self._deliveries.settle(message.message_id, status, attempts)
-        if live is not None and not finished_live:
-            await live.abandon()  # redelivery sends it whole: the half-written one goes
-        return status
+                await _to_the_end(self._record(message.message_id, attempts))
+        return "sent", finished_live
+
+    async def _record(self, message_id: int | None, attempts: list[DeliveryAttempt]) -> None:
+        """The attempts so far written, and forgotten (written once, however we stop)."""
+        await self._deliveries.record(message_id, list(attempts))
+        attempts.clear()
+
+    async def _settle(
+        self, message_id: int | None, status: DeliveryStatus, attempts: list[DeliveryAttempt]
+    ) -> None:
+        await self._deliveries.settle(message_id, status, list(attempts))
+        attempts.clear()
 
     @contextlib.asynccontextmanager
     async def _chat_turn(self, channel: str, chat_id: str) -> AsyncIterator[None]:
@@ -307,7 +338,7 @@ class Outbox:
         while tries.failures < MAX_ATTEMPTS:
             tries.attempt += 1
             try:
-                await send(tries.message)
+                await _to_the_end(_attempt(send, tries))
             except DeliveryError as exc:
                 outcome = await self._after_failure(tries, exc)
                 if outcome is not None:
@@ -322,7 +353,6 @@ class Outbox:
                 tries.note("failed", repr(exc))
                 return "undelivered"
             else:
-                tries.note("sent")
                 return "sent"
         return "undelivered"
 
@@ -351,8 +381,7 @@ class Outbox:
             tries.note("failed", str(exc))
             return "undelivered"
         tries.note("retrying", str(exc))
-        await self._deliveries.record(message.message_id, tries.attempts)
-        tries.attempts.clear()
+        await _to_the_end(self._record(message.message_id, tries.attempts))
         if message.message_id is not None:  # still ours while we wait to retry
             await self._messages.extend_claim(message.message_id)
         delay = exc.retry_after or BASE_BACKOFF_SECONDS * 2 ** (tries.failures - 1)
@@ -408,6 +437,27 @@ class Outbox:
             await channel.typing(chat_id)
         except Exception as exc:
             log.debug("typing_failed", channel=channel_name, chat_id=chat_id, error=repr(exc))
+
+
+async def _attempt(send: Callable[[OutboundMessage], Awaitable[None]], tries: _PartTries) -> None:
+    """One send of the part, noted once the platform has it (a DeliveryError goes on up)."""
+    await send(tries.message)
+    tries.note("sent")
+
+
+async def _to_the_end(step: Awaitable[T]) -> T:
+    """`step` run to its end even when the delivery is cancelled meanwhile (a stop's grace ran
+    out, a sweep stopped): a send that began may have reached the chat, so it is finished and
+    recorded (the record is the next step: a cancellation raised at its start waits for it
+    too), and only then does the cancellation go on. Sent and not recorded, it would be sent
+    again by the next redelivery."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task  # its own failure is the delivery's business no more: we are stopping
+        raise
 
 
 def _part_metadata(

@@ -141,6 +141,9 @@ SET_STATUS = (
     .where(_messages.c.id.in_(bindparam("ids", expanding=True)))
     .values(status=bindparam("new_status"))
 )
+# Only rows still in `old_status`: a turn stopped after its ending was stored has its batch
+# settled already, and must not be taken back to `pending` (answered twice) or `failed`.
+SET_STATUS_FROM = SET_STATUS.where(_messages.c.status == bindparam("old_status"))
 TOUCH_SESSION = (
     _sessions.update()
     .where(_sessions.c.id == bindparam("sid"))
@@ -330,11 +333,22 @@ class MessageStore:
         async with self._engine.begin() as connection:
             await connection.execute(statement)
 
-    async def set_status(self, message_ids: Sequence[int], status: MessageStatus) -> None:
+    async def set_status(
+        self,
+        message_ids: Sequence[int],
+        status: MessageStatus,
+        *,
+        only_from: MessageStatus | None = None,
+    ) -> None:
+        """`status` for these messages; with `only_from`, for those still in that status."""
         if not message_ids:
             return
+        params: dict[str, Any] = {"ids": list(message_ids), "new_status": status}
+        statement = SET_STATUS
+        if only_from is not None:
+            statement, params["old_status"] = SET_STATUS_FROM, only_from
         async with self._engine.begin() as connection:
-            await connection.execute(SET_STATUS, {"ids": list(message_ids), "new_status": status})
+            await connection.execute(statement, params)
 
     async def _select(
         self, statement: Any, params: dict[str, Any] | None = None

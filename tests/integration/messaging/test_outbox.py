@@ -212,3 +212,56 @@ async def test_messages_to_one_chat_go_one_at_a_time_each_recorded_before_the_ne
     assert channel.delivered == ["elsewhere", "first", "second"]
     # The first was on disk, sent, before the second send to that chat began.
     assert ("1", "sent") in channel.seen["second"]
+
+
+class SlowAnswerChannel(FlakyChannel):
+    """The platform takes the first part at once and answers slowly: the send returns once
+    `answer` is set, while the chat already shows the part."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+
+    async def send(self, message: OutboundMessage) -> None:
+        self.delivered.append(message.text)
+        if len(self.delivered) == 1:
+            await self.answer.wait()
+
+
+def _cancelled_tasks() -> list[asyncio.Task]:
+    return [task for task in asyncio.all_tasks() if task.cancelling()]
+
+
+async def test_a_stop_whose_grace_ends_mid_send_records_the_part_and_runs_no_turn_again(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer
+) -> None:
+    # A graceful stop (SIGTERM) whose grace ran out while a part was on its way: the chat had
+    # it, so it must be on disk (the restart sends only the rest) and the message it answers
+    # stays answered (not run again: a second, different answer).
+    long_answer = "\n\n".join(f"Part {i}: " + "x" * 60 for i in range(3))  # three parts of ≤100
+    anthropic_fake.script(long_answer)
+    config = make_config(tmp_path, anthropic_fake.base_url, agent={"shutdown_timeout_seconds": 0})
+    channel = SlowAnswerChannel()
+    bruce = Bruce(config, channels=[channel])
+    await bruce.start()
+    try:
+        await _say(channel, "tell me a long story")
+        await wait_until(lambda: channel.delivered)
+        stopping = asyncio.create_task(bruce.stop())
+        await wait_until(_cancelled_tasks)  # the grace is over: the turn was cancelled
+        assert not stopping.done()  # the send under way is let finish
+        channel.answer.set()
+        await stopping
+    finally:
+        if not bruce.parts or not stopping.done():
+            await bruce.stop()
+    later = FlakyChannel()
+    async with running_bruce(config, channels=[later]) as bruce:
+        await wait_until(
+            lambda: _rows(bruce, "SELECT 1 FROM messages WHERE role='assistant' AND status='sent'")
+        )
+        asked = await _rows(bruce, "SELECT status FROM messages WHERE role='user'")
+    assert [p.split(":")[0] for p in channel.delivered] == ["Part 0"]
+    assert [p.split(":")[0] for p in later.delivered] == ["Part 1", "Part 2"]
+    assert asked == [("done",)]
+    assert len(anthropic_fake.requests) == 1  # the turn was not run again
