@@ -168,9 +168,14 @@ def _take_statement() -> Any:
     ).returning(_leases.c.session_id)
 
 
+# Only the leases a worker holds: a row of ours no worker has (its release failed, or it was
+# judged lost) is let lapse, so that a recovery round, ours or another's, takes the session.
 _RENEW = (
     _leases.update()
-    .where(_leases.c.owner == bindparam("me"))
+    .where(
+        _leases.c.owner == bindparam("me"),
+        _leases.c.session_id.in_(bindparam("held", expanding=True)),
+    )
     .values(expires_at=bindparam("until"))
     .returning(_leases.c.session_id)
 )
@@ -185,6 +190,10 @@ class PostgresLeases(_HeldSessions):
     def __init__(self, engine: AsyncEngine, claimant: Claimant) -> None:
         super().__init__(engine, claimant)
         self._take = _take_statement()
+        # Which taking of a session the lease is (a count): a renewal judges only the ones it
+        # saw, not a session released and taken again while it ran.
+        self._takings: dict[int, int] = {}
+        self._count = 0
 
     async def acquire(self, session_id: int) -> bool:
         now = utcnow()
@@ -198,10 +207,13 @@ class PostgresLeases(_HeldSessions):
             won = (await connection.execute(self._take, params)).first() is not None
         if won:
             self._held.add(session_id)
+            self._count += 1
+            self._takings[session_id] = self._count
         return won
 
     async def release(self, session_id: int) -> None:
         self._held.discard(session_id)
+        self._takings.pop(session_id, None)
         async with self._engine.begin() as connection:
             await connection.execute(
                 delete(_leases).where(
@@ -211,14 +223,25 @@ class PostgresLeases(_HeldSessions):
 
     async def release_all(self) -> None:
         self._held.clear()
+        self._takings.clear()
         async with self._engine.begin() as connection:
             await connection.execute(delete(_leases).where(_leases.c.owner == self.claimant.owner))
 
     async def renew(self) -> set[int]:
-        params = {"me": self.claimant.owner, "until": self.claimant.until()}
+        # Judged on the leases held when the round began: a session taken (or let go and taken
+        # again) while the update ran is not in its answer, yet ours; judged lost, its worker
+        # would stop and its row live on with nobody to answer the session.
+        seen = {sid: self._takings.get(sid) for sid in self._held}
+        if not seen:
+            return set()
+        params = {"me": self.claimant.owner, "until": self.claimant.until(), "held": list(seen)}
         async with self._engine.begin() as connection:
             kept = {int(row[0]) for row in await connection.execute(_RENEW, params)}
-        lost = self._held - kept
+        lost = {
+            sid
+            for sid, taking in seen.items()
+            if sid not in kept and sid in self._held and self._takings.get(sid) == taking
+        }
         if lost:
             # This process stalled past its leases and another one took them over.
             log.error("session_leases_lost", session_ids=sorted(lost))

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from sqlalchemy import text
 
 from bruce_bot.domain import InboundMessage, SessionKey
 from bruce_bot.messaging.inbox import Inbox, InboxSettings, QueuedMessage
@@ -168,3 +169,53 @@ async def test_a_frozen_process_is_taken_over_once_its_lease_lapsed_and_its_late
     replies = await first.stores.messages.recent(session.id)
     assert [m.content for m in replies if m.role == "assistant"] == ["re are you there?"]
     assert not first.leases.holds(session.id)
+
+
+async def _row_locks_waited_for(stores: Stores) -> bool:
+    async with stores.database.engine.connect() as connection:
+        waiting = await connection.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted"))
+        return bool(waiting.scalar())
+
+
+async def test_a_session_taken_while_a_renewal_runs_is_still_held_and_renewed(
+    processes: list[Process], postgres_url: str
+) -> None:
+    # A worker takes a session while the renewal's update is under way: the update does not
+    # see the new row, and must not judge it lost (its worker would stop while the row lived
+    # on, renewed, with nobody to answer the chat).
+    first = await open_process("a", postgres_url, processes)
+    old = await first.stores.sessions.get_or_create(SessionKey("web", "old"))
+    new = await first.stores.sessions.get_or_create(SessionKey("web", "new"))
+    assert await first.leases.acquire(old.id)
+    async with first.stores.database.engine.connect() as blocker:
+        # Another transaction holds the old lease's row: the renewal waits on it, mid-update.
+        await blocker.execute(
+            text("SELECT 1 FROM session_leases WHERE session_id = :sid FOR UPDATE"),
+            {"sid": old.id},
+        )
+        renewing = asyncio.create_task(first.leases.renew())
+        await wait_until(lambda: _row_locks_waited_for(first.stores), WITHIN)
+        assert await first.leases.acquire(new.id)
+        await blocker.rollback()
+    assert await renewing == set()
+    assert first.leases.holds(new.id) and first.leases.holds(old.id)
+    assert await first.leases.renew() == set()
+
+
+async def test_a_lease_no_worker_holds_is_let_lapse_and_its_session_recovered(
+    processes: list[Process], postgres_url: str
+) -> None:
+    # A lease row of ours that no worker has (its release failed while the database was away,
+    # or its turn found it taken over) is not renewed: it lapses, and the session's waiting
+    # message is taken by a recovery round instead of waiting for this process to die.
+    first = await open_process("a", postgres_url, processes)
+    session = await first.stores.sessions.get_or_create(SessionKey("web", "chat"))
+    assert await first.stores.messages.add_inbound(session.id, message("chat", "hi"), "hi")
+    assert await first.leases.acquire(session.id)
+    first.leases.forget(session.id)
+
+    async def orphaned_after_a_renewal() -> bool:
+        await first.leases.renew()
+        return session.id in await first.leases.orphaned(["web"])
+
+    await wait_until(orphaned_after_a_renewal, WITHIN, interval=0.2)
