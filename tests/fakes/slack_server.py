@@ -27,6 +27,12 @@ on the fake, whose WebSocket sends `{"type": "hello"}` and then the envelopes a 
         await slack_fake.redeliver_unacked()              # every envelope not acked yet
         await slack_fake.drop_connection()                # the WebSocket closes without a word
 
+Like Slack, the fake sends the app its own messages back as events (it subscribes to
+message.im and message.channels): each post as a `message` with `bot_id` and `bot_profile`,
+each edit as a `message_changed` and each delete as a `message_deleted` (both `hidden`), each
+in its own events_api envelope that wants an ack like any other;
+`FakeSlackServer(echo_own_messages=False)` leaves them out.
+
 Every inject_* returns the envelope it sent (`envelope_id`, `payload`); for the Events API
 over HTTP, `message_event(...)` / `mention_event(...)` build the same `event_callback` payload
 without sending it, and `post_signed_event(url, payload, signing_secret=...)` POSTs it signed
@@ -49,7 +55,13 @@ upload answers `OK - <bytes>` in text/plain as files.slack.com does, and
 A file's `url_private` needs the bot token: without it Slack (and the fake) redirects to the
 workspace's HTML sign-in page, a 200 that is not the file.
 
-`calls` records each Web API call as `(method, params)`; `uploads` the bytes of each file.
+Web API methods: auth.test, apps.connections.open, chat.postMessage, chat.update,
+chat.delete, reactions.add, reactions.remove, conversations.info, conversations.open,
+conversations.replies, users.info, files.getUploadURLExternal, files.completeUploadExternal
+(any other: `unknown_method`). A user id is taken for a channel (the app's DM with that user),
+as Slack does. `add_user`, `add_channel(..., is_member=False)` (posts there get
+`not_in_channel`) make more of the workspace. `calls` records each Web API call as `(method,
+params)`; `uploads` the bytes of each file; `envelopes` every envelope sent, by id.
 """
 
 from __future__ import annotations
@@ -186,8 +198,11 @@ class FakeSlackServer:
         limits: RateLimits | None = None,
         port: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        echo_own_messages: bool = True,
     ) -> None:
         self.limits = RateLimits() if limits is None else limits
+        self.echo_own_messages = echo_own_messages
+        self._echoes: list[dict[str, Any]] = []  # events the last Web API call caused
         self.port = port
         self._clock = clock
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -272,9 +287,22 @@ class FakeSlackServer:
         return user
 
     def add_channel(
-        self, channel_id: str, *, name: str = "", is_im: bool = False, user: str = ""
+        self,
+        channel_id: str,
+        *,
+        name: str = "",
+        is_im: bool = False,
+        user: str = "",
+        is_member: bool = True,
     ) -> dict[str, Any]:
-        channel: dict[str, Any] = {"id": channel_id, "is_im": is_im, "created": TS_BASE}
+        """A channel the bot is in (`is_member=False`: one it is not, where Slack answers a
+        post `not_in_channel`); `is_im` a DM with `user`."""
+        channel: dict[str, Any] = {
+            "id": channel_id,
+            "is_im": is_im,
+            "created": TS_BASE,
+            "is_member": is_member,
+        }
         if is_im:
             channel["user"] = user
         else:
@@ -358,8 +386,51 @@ class FakeSlackServer:
             body = {"ok": True, **handler(params)}
         except SlackApiRefusal as refusal:
             body = {"ok": False, "error": refusal.error}
+        echoes, self._echoes = self._echoes, []
+        for event in echoes if self.echo_own_messages else []:
+            await self.send_envelope("events_api", self.event_callback(event))
         await self._notify()
         return web.json_response(body)
+
+    def _echo(self, message: dict[str, Any], subtype: str | None = None) -> None:
+        """What Slack sends the app back about its own message (it subscribes to message.im
+        and message.channels): the post itself (events_message_own_bot_reply_recorded.json),
+        a `message_changed` for an edit (events_message_changed_recorded.json), a
+        `message_deleted` for a delete (events_message_deleted_recorded.json)."""
+        channel = message["channel"]
+        is_im = self.channels[channel]["is_im"]
+        wire = {**self._wire(message), "bot_profile": self._bot_profile()}
+        if message["thread_ts"]:
+            wire["parent_user_id"] = self.USER_ID
+        event: dict[str, Any] = {"type": "message", "channel": channel}
+        if subtype is None:
+            event.update(wire)
+            event["event_ts"] = message["ts"]
+            if message["files"]:
+                event.update(subtype="file_share", upload=True)
+        else:
+            ts = self._next_ts()
+            event.update(subtype=subtype, hidden=True, ts=ts, event_ts=ts)
+            event["previous_message"] = {
+                **wire,
+                "text": message["edits"][-2 if subtype == "message_changed" else -1],
+            }
+            if subtype == "message_changed":
+                event["message"] = wire
+            else:
+                event["deleted_ts"] = message["ts"]
+        event["channel_type"] = "im" if is_im else "channel"
+        self._echoes.append(event)
+
+    def _bot_profile(self) -> dict[str, Any]:
+        return {
+            "id": self.BOT_ID,
+            "deleted": False,
+            "name": "Bruce",
+            "updated": TS_BASE,
+            "app_id": self.APP_ID,
+            "team_id": self.TEAM_ID,
+        }
 
     def _check_token(self, method: str, token: str | None) -> None:
         if not token:
@@ -395,6 +466,9 @@ class FakeSlackServer:
             "chat.update": self._update_message,
             "chat.delete": self._delete_message,
             "reactions.add": self._add_reaction,
+            "reactions.remove": self._remove_reaction,
+            "conversations.open": self._open_dm,
+            "conversations.replies": self._replies,
             "conversations.info": self._conversation_info,
             "users.info": self._user_info,
             "files.getUploadURLExternal": self._upload_url,
@@ -421,9 +495,37 @@ class FakeSlackServer:
 
     def _channel(self, params: dict[str, Any], key: str = "channel") -> str:
         channel = str(params.get(key) or "")
+        if channel in self.users:  # Slack takes a user id for the app's DM with that user
+            channel = self._dm_of(channel)
         if channel not in self.channels:
             raise SlackApiRefusal("channel_not_found")
+        if not self.channels[channel].get("is_member", True):
+            raise SlackApiRefusal("not_in_channel")
         return channel
+
+    def _dm_of(self, user: str) -> str:
+        for channel in self.channels.values():
+            if channel["is_im"] and channel.get("user") == user:
+                return str(channel["id"])
+        return str(self.add_channel(f"D{user[1:]}", is_im=True, user=user)["id"])
+
+    def _open_dm(self, params: dict[str, Any]) -> dict[str, Any]:
+        users = str(params.get("users") or "").split(",")
+        if len(users) != 1 or users[0] not in self.users:
+            raise SlackApiRefusal("user_not_found")
+        return {"channel": {"id": self._dm_of(users[0])}}
+
+    def _replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A thread, the root first (a message without replies is a thread of one)."""
+        channel, ts = self._channel(params), str(params.get("ts") or "")
+        if (channel, ts) not in self._messages:
+            raise SlackApiRefusal("thread_not_found")
+        thread = [
+            m
+            for (ch, _), m in self._messages.items()
+            if ch == channel and not m["deleted"] and ts in (m["ts"], m["thread_ts"])
+        ]
+        return {"messages": [self._wire(m) for m in thread], "has_more": False}
 
     def _bot_message(self, channel: str, ts: str) -> dict[str, Any]:
         message = self._messages.get((channel, ts))
@@ -441,6 +543,7 @@ class FakeSlackServer:
         ts = self._next_ts()
         thread_ts = params.get("thread_ts") or None
         message = self._store(channel, ts, "bot", text, thread_ts=thread_ts, blocks=blocks)
+        self._echo(message)
         return {"channel": channel, "ts": ts, "message": self._wire(message)}
 
     def _update_message(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -451,6 +554,7 @@ class FakeSlackServer:
         message["text"] = text
         if blocks is not None:
             message["blocks"] = blocks
+        self._echo(message, "message_changed")
         wire = {**self._wire(message), "edited": {"user": self.BOT_ID, "ts": self._next_ts()}}
         return {"channel": channel, "ts": message["ts"], "text": text, "message": wire}
 
@@ -458,6 +562,7 @@ class FakeSlackServer:
         channel = self._channel(params)
         message = self._bot_message(channel, str(params.get("ts") or ""))
         message["deleted"] = True
+        self._echo(message, "message_deleted")
         return {"channel": channel, "ts": message["ts"]}
 
     def _add_reaction(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -471,6 +576,17 @@ class FakeSlackServer:
         if name in message["reactions"]:
             raise SlackApiRefusal("already_reacted")
         message["reactions"].append(name)
+        return {}
+
+    def _remove_reaction(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = self._channel(params)
+        message = self._messages.get((channel, str(params.get("timestamp") or "")))
+        if message is None:
+            raise SlackApiRefusal("message_not_found")
+        name = str(params.get("name") or "")
+        if name not in message["reactions"]:
+            raise SlackApiRefusal("no_reaction")
+        message["reactions"].remove(name)
         return {}
 
     def _conversation_info(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -493,6 +609,9 @@ class FakeSlackServer:
             "team": self.TEAM_ID,
             "ts": message["ts"],
         }
+        if message["user"] != "bot":
+            wire = {"type": "message", "text": message["text"], "user": message["user"]}
+            wire.update(team=self.TEAM_ID, ts=message["ts"])
         if message["blocks"] is not None:
             wire["blocks"] = message["blocks"]
         if message["thread_ts"]:
@@ -554,7 +673,10 @@ class FakeSlackServer:
             channel = self._channel({"channel": str(channel).split(",")[0]})
             text = str(params.get("initial_comment") or "")
             thread_ts = params.get("thread_ts") or None
-            self._store(channel, self._next_ts(), "bot", text, thread_ts=thread_ts, files=shared)
+            message = self._store(
+                channel, self._next_ts(), "bot", text, thread_ts=thread_ts, files=shared
+            )
+            self._echo(message)
         return {"files": [{"id": f["id"], "title": f["title"]} for f in shared]}
 
     def _file_object(self, file_id: str, name: str, title: str, user: str) -> dict[str, Any]:

@@ -262,12 +262,15 @@ async def test_socket_mode_mention_block_action_and_replay(
     ]
     assert kinds == [
         ("events_api", "app_mention"),
+        ("events_api", "message"),  # the bot's own "Approve?", sent back as Slack does
         ("interactive", "block_actions"),
         ("events_api", "app_mention"),
     ]
+    own = listener.received[1].payload["event"]
+    assert own["bot_id"] == FakeSlackServer.BOT_ID and own["text"] == "Approve?"
     mention_text = listener.received[0].payload["event"]["text"]
     assert mention_text == f"<@{FakeSlackServer.BOT_USER_ID}> status?"
-    action = listener.received[1].payload
+    action = listener.received[2].payload
     assert action["actions"][0]["action_id"] == "approve" and action["actions"][0]["value"] == "yes"
     assert action["container"]["message_ts"] == question["ts"]
     assert action["message"]["text"] == "Approve?"
@@ -347,3 +350,52 @@ def test_recorded_events_are_event_callbacks() -> None:
         assert recorded["type"] == "event_callback" and recorded["event"]["type"] == "message"
     assert load_fixture("events_url_verification.json")["type"] == "url_verification"
     assert load_fixture("socket_hello.json")["type"] == "hello"
+
+
+async def test_the_bots_edits_and_deletes_come_back_as_hidden_events(
+    slack_fake: FakeSlackServer, socket_client: SocketModeClient
+) -> None:
+    listener = Listener(slack_fake)
+    socket_client.socket_mode_request_listeners.append(listener)
+    await socket_client.connect()
+    web = client(slack_fake)
+    posted = await web.chat_postMessage(channel=DM, text="thinking")
+    await web.chat_update(channel=DM, ts=posted["ts"], text="done")
+    await web.chat_delete(channel=DM, ts=posted["ts"])
+    await slack_fake.wait_for(lambda: len(listener.received) == 3)
+    await slack_fake.wait_for(lambda: len(slack_fake.acks) == 3)
+    post, change, delete = (r.payload["event"] for r in listener.received)
+    recorded = load_fixture("events_message_changed_recorded.json")["event"]
+    assert post.get("subtype") is None and post["channel_type"] == "im"
+    assert change["subtype"] == "message_changed" and change["hidden"] is True
+    assert change.keys() >= recorded.keys()
+    assert (change["message"]["text"], change["previous_message"]["text"]) == ("done", "thinking")
+    assert delete["subtype"] == "message_deleted" and delete["deleted_ts"] == posted["ts"]
+
+
+async def test_dm_by_user_id_membership_threads_and_reactions(
+    slack_fake: FakeSlackServer,
+) -> None:
+    web = client(slack_fake)
+    opened = await web.conversations_open(users=OWNER)
+    assert opened["channel"]["id"] == DM
+    by_user = await web.chat_postMessage(channel=OWNER, text="to the owner")
+    assert by_user["channel"] == DM  # Slack posts to the app's DM with that user
+    slack_fake.add_channel("C0OUTSIDE", name="outside", is_member=False)
+    with pytest.raises(SlackApiError) as raised:
+        await web.chat_postMessage(channel="C0OUTSIDE", text="hi")
+    assert raised.value.response["error"] == "not_in_channel"
+    asked = await slack_fake.inject_message(OWNER, CHANNEL, "root", channel_type="channel")
+    root_ts = asked["payload"]["event"]["ts"]
+    await web.chat_postMessage(channel=CHANNEL, text="reply", thread_ts=root_ts)
+    thread = await web.conversations_replies(channel=CHANNEL, ts=root_ts)
+    assert [m["text"] for m in thread["messages"]] == ["root", "reply"]
+    assert thread["messages"][0]["user"] == OWNER
+    await web.reactions_add(channel=CHANNEL, timestamp=root_ts, name="eyes")
+    await web.reactions_remove(channel=CHANNEL, timestamp=root_ts, name="eyes")
+    with pytest.raises(SlackApiError) as raised:
+        await web.reactions_remove(channel=CHANNEL, timestamp=root_ts, name="eyes")
+    assert raised.value.response["error"] == "no_reaction"
+    info = await web.conversations_info(channel=DM)
+    assert info["channel"]["is_im"] is True and info["channel"]["user"] == OWNER
+    assert (await web.users_info(user=OWNER))["user"]["real_name"] == "Ada Owner"
