@@ -17,7 +17,7 @@ on the fake, whose WebSocket sends `{"type": "hello"}` and then the envelopes a 
         await slack_fake.inject_file_message(USER, DM, "look", [("a.png", png, "image/png")])
         ack = await slack_fake.wait_for_ack(sent["envelope_id"])       # what the client acked
         slack_fake.acks                                           # every ack, in order
-        slack_fake.on_ack = lambda ack: ...                       # called as each ack arrives
+        slack_fake.on_ack = check                # called (awaited if async) as each ack arrives
         await slack_fake.wait_for_messages(DM, 1)                 # what the bot posted there
         slack_fake.messages(DM)         # [{"ts", "channel", "text", "thread_ts", "blocks",
                                         #   "files", "edits", "reactions", "deleted"}, ...]
@@ -70,6 +70,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import inspect
 import itertools
 import json
 import math
@@ -77,7 +78,7 @@ import mimetypes
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -167,6 +168,7 @@ class Ack:
 @dataclass(slots=True)
 class _Connection:
     ws: web.WebSocketResponse
+    request: web.Request
     draining: bool = False  # sent a disconnect; envelopes go to the next connection
 
 
@@ -207,7 +209,7 @@ class FakeSlackServer:
         self._clock = clock
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.acks: list[Ack] = []
-        self.on_ack: Callable[[Ack], None] | None = None
+        self.on_ack: Callable[[Ack], Awaitable[None] | None] | None = None
         self.envelopes: dict[str, dict[str, Any]] = {}  # every envelope sent, by id
         self.hellos = 0  # Socket Mode connections greeted
         self.uploads: dict[str, bytes] = {}  # file id -> bytes
@@ -226,6 +228,8 @@ class FakeSlackServer:
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.add_user(self.USER_ID, "owner", "Ada Owner")
+        bot = self.add_user(self.BOT_USER_ID, "bruce", "Bruce")
+        bot.update(is_bot=True, profile={**bot["profile"], "bot_id": self.BOT_ID})
         self.add_channel(self.DM_CHANNEL, is_im=True, user=self.USER_ID)
         self.add_channel(self.CHANNEL, name="general")
 
@@ -735,7 +739,7 @@ class FakeSlackServer:
         self._tickets.discard(ticket)  # a ticket opens one connection
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
-        connection = _Connection(ws)
+        connection = _Connection(ws, request)
         for old in self._live:  # Slack closes a connection it asked to refresh
             if old.draining and not old.ws.closed:
                 await old.ws.close(code=1000)
@@ -766,13 +770,20 @@ class FakeSlackServer:
             ack = Ack(str(frame["envelope_id"]), frame.get("payload"), self._clock())
             self.acks.append(ack)
             if self.on_ack is not None:
-                self.on_ack(ack)
+                checked = self.on_ack(ack)
+                if inspect.isawaitable(checked):
+                    await checked
             await self._notify()
 
     async def _flush(self) -> None:
         connection = self._current()
         while connection is not None and self._pending:
-            await connection.ws.send_str(json.dumps(self._pending.popleft()))
+            envelope = self._pending[0]
+            try:
+                await connection.ws.send_str(json.dumps(envelope))
+            except (ConnectionError, RuntimeError):
+                return  # the connection went away: the envelope waits for the next one
+            self._pending.popleft()
 
     async def send_envelope(
         self, kind: str, payload: dict[str, Any], *, accepts_response_payload: bool = False
@@ -819,10 +830,12 @@ class FakeSlackServer:
         await connection.ws.send_str(json.dumps(frame))
 
     async def drop_connection(self) -> None:
-        """Close the live WebSocket without a disconnect message (a network cut)."""
+        """Cut the live connection's TCP stream: no disconnect message, no close frame (a
+        network cut; slack_sdk notices it and reconnects)."""
         connection = self._current()
-        if connection is not None:
-            await connection.ws.close(code=1006)
+        if connection is not None and connection.request.transport is not None:
+            connection.draining = True
+            connection.request.transport.close()
 
     # ---- events ------------------------------------------------------------------------------
 

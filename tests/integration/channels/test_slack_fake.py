@@ -399,3 +399,31 @@ async def test_dm_by_user_id_membership_threads_and_reactions(
     info = await web.conversations_info(channel=DM)
     assert info["channel"]["is_im"] is True and info["channel"]["user"] == OWNER
     assert (await web.users_info(user=OWNER))["user"]["real_name"] == "Ada Owner"
+
+
+async def test_a_cut_connection_is_reopened_and_gets_what_was_not_acked(
+    slack_fake: FakeSlackServer, socket_client: SocketModeClient
+) -> None:
+    received: list[str] = []
+    acked_after: list[list[str]] = []
+
+    async def ack_once(sm: Any, request: SocketModeRequest) -> None:
+        received.append(request.payload["event"]["text"])
+        if request.retry_attempt:  # the first delivery is lost with the connection
+            await sm.send_socket_mode_response(SocketModeResponse(request.envelope_id))
+
+    async def check(ack: Any) -> None:  # an async on_ack is awaited before the ack counts
+        acked_after.append(list(received))
+
+    slack_fake.on_ack = check
+    socket_client.socket_mode_request_listeners.append(ack_once)
+    await socket_client.connect()
+    await slack_fake.wait_for_connection()
+    sent = await slack_fake.inject_message(OWNER, DM, "lost")
+    await slack_fake.wait_for(lambda: received == ["lost"])
+    await slack_fake.drop_connection()
+    await slack_fake.wait_for_connection(hellos=2, within=30)
+    await slack_fake.redeliver_unacked()
+    ack = await slack_fake.wait_for_ack(sent["envelope_id"])
+    assert received == ["lost", "lost"] and acked_after == [["lost", "lost"]]
+    assert ack.envelope_id == sent["envelope_id"] and len(slack_fake.acks) == 1
