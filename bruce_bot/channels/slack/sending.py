@@ -159,9 +159,10 @@ def parse(chat_id: str) -> SlackAddress:
 
 
 def _header(headers: Any, name: str) -> str | None:
-    if not isinstance(headers, dict):
+    items = getattr(headers, "items", None)  # a dict, or aiohttp's CIMultiDictProxy
+    if items is None:
         return None
-    for key, value in headers.items():
+    for key, value in items():
         if str(key).lower() == name.lower():
             return str(value[0] if isinstance(value, list) and value else value)
     return None

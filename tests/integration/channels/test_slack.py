@@ -8,21 +8,34 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
+import httpx
 import pytest
 from PIL import Image
 
+from bruce_bot import platforms
 from bruce_bot.app import Bruce
+from bruce_bot.channels.base import DeliveryError
+from bruce_bot.channels.probe import ProbeError
 from bruce_bot.channels.slack.channel import SlackChannel
 from bruce_bot.channels.slack.texts import STRANGER_REPLY
-from bruce_bot.domain import StorageUnavailableError
+from bruce_bot.domain import Choice, OutboundMessage, StorageUnavailableError
 from bruce_bot.scheduler.confirmations import CONFIRMED
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
-from tests.fakes.slack_server import Ack, FakeSlackServer, post_signed_event
+from tests.fakes.slack_server import (
+    Ack,
+    FakeSlackServer,
+    load_fixture,
+    post_signed_event,
+    sign,
+)
 from tests.fakes.web_server import FakeWebServer
 from tests.integration.support import db_rows, messages_of
 
@@ -496,3 +509,102 @@ async def test_a_refused_bot_token_is_reported_with_its_key_and_bruce_keeps_runn
         await wait_until(lambda: channel.gave_up is not None, WITHIN)
     assert channel.gave_up is not None and "channels.slack.bot_token" in channel.gave_up
     assert slack_fake.hellos == 0
+
+
+# ---- delivery and its failures -------------------------------------------------------------------
+
+
+async def test_a_reminder_for_a_thread_goes_into_that_thread(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, slack_fake: FakeSlackServer
+) -> None:
+    async with bruce_on_slack(tmp_path, anthropic_fake, slack_fake) as (_, channel):
+        mention = await slack_fake.inject_mention(OWNER, CHANNEL, "remind me later")
+        await slack_fake.wait_for_messages(CHANNEL, 1, WITHIN)
+        root = mention["payload"]["event"]["ts"]
+        # What the outbox hands the channel when a reminder set up in that thread fires.
+        await channel.send(OutboundMessage("slack", f"{CHANNEL}/{root}", "⏰ **Stretch**"))
+        await channel.send(OutboundMessage("slack", DM, "⏰ in the DM"))
+    reminder = slack_fake.messages(CHANNEL)[-1]
+    assert reminder["text"] == "⏰ *Stretch*" and reminder["thread_ts"] == root
+    [in_dm] = slack_fake.messages(DM)
+    assert in_dm["text"] == "⏰ in the DM" and in_dm["thread_ts"] is None
+
+
+async def test_send_errors_become_delivery_errors_the_outbox_understands(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, slack_fake: FakeSlackServer
+) -> None:
+    async with bruce_on_slack(tmp_path, anthropic_fake, slack_fake) as (_, channel):
+        with pytest.raises(DeliveryError) as gone:
+            await channel.send(OutboundMessage("slack", "C0NOWHERE", "hello?"))
+        assert gone.value.permanent and "channel_not_found" in str(gone.value)
+
+        slack_fake.force_429("chat.postMessage", retry_after=3)
+        with pytest.raises(DeliveryError) as limited:
+            await channel.send(OutboundMessage("slack", DM, "too fast"))
+        assert limited.value.rate_limited and limited.value.retry_after == 3.0
+        assert not limited.value.permanent
+
+        with pytest.raises(DeliveryError) as odd:
+            await channel.send(OutboundMessage("slack", "not a chat/id", "x"))
+        assert odd.value.permanent
+        await channel.send(OutboundMessage("slack", DM, "after all that"))
+    assert slack_fake.texts(DM) == ["after all that"]
+
+
+async def test_the_probe_names_the_bot_and_a_refused_token_names_its_key(
+    tmp_path: Path, slack_fake: FakeSlackServer
+) -> None:
+    config = make_config(tmp_path, channels={"slack": slack_section(slack_fake)})
+    spec = platforms.get("slack")
+    identity = await spec.identity(config.channels.section("slack"), 5.0)
+    assert identity.name == "bruce (Fake Workspace)"
+    assert identity.link == "https://fake-workspace.slack.com/"
+    # The dashboard's token test: the token tried in place of config.yml's.
+    refused = config.channels.with_token("slack", "xoxb-0000-wrong-token")
+    with pytest.raises(ProbeError) as raised:
+        await spec.identity(refused.section("slack"), 5.0)
+    assert "invalid_auth" in raised.value.detail
+    assert "channels.slack.bot_token" in raised.value.fix
+
+
+async def test_events_api_button_press_is_routed_through_the_policy(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, slack_fake: FakeSlackServer
+) -> None:
+    secret = FakeSlackServer.SIGNING_SECRET
+    async with bruce_on_slack(
+        tmp_path, anthropic_fake, slack_fake, web=True, mode="events", signing_secret=secret
+    ) as (bruce, channel):
+        choice = Choice("Confirm", "task-confirm:999")
+        await channel.send(OutboundMessage("slack", DM, "Please confirm?", choices=(choice,)))
+        [question] = slack_fake.messages(DM)
+        payload = load_fixture("interactive_block_actions_button.json")
+        payload.update(
+            user={"id": OWNER},
+            channel={"id": DM},
+            container={"type": "message", "message_ts": question["ts"], "channel_id": DM},
+            message={"ts": question["ts"], "text": question["text"], "blocks": question["blocks"]},
+        )
+        payload["actions"][0].update(action_id="choice_0", value=choice.data)
+        body = urlencode({"payload": json.dumps(payload)})
+        stamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": sign(secret, stamp, body),
+        }
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(f"{bruce.web_url}/slack/events", content=body, headers=headers)
+            assert answer.status_code == 200
+            unsigned = await http.post(
+                f"{bruce.web_url}/slack/events",
+                content=body,
+                headers={**headers, "X-Slack-Signature": "v0=00"},
+            )
+            assert unsigned.status_code == 401
+        # No task 999 waits: the press is stale, and only the presser is told so.
+        await slack_fake.wait_for(
+            lambda: any(m == "chat.postEphemeral" for m, _ in slack_fake.calls), WITHIN
+        )
+    (_, params) = next(c for c in slack_fake.calls if c[0] == "chat.postEphemeral")
+    assert params["user"] == OWNER and "no longer active" in params["text"]
+    assert [b["type"] for b in slack_fake.messages(DM)[0]["blocks"]] == ["section", "actions"]
