@@ -277,6 +277,24 @@ async def test_an_event_is_acknowledged_only_once_its_message_is_stored(
     assert slack_fake.texts(DM) == ["You said: one", "You said: two"]
 
 
+async def test_a_message_sent_while_bruce_is_down_is_answered_after_the_restart(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, slack_fake: FakeSlackServer
+) -> None:
+    async with bruce_on_slack(tmp_path, anthropic_fake, slack_fake):
+        await slack_fake.inject_message(OWNER, DM, "before")
+        await slack_fake.wait_for_messages(DM, 1, WITHIN)
+        await delivered(tmp_path, 1)
+    # No client is connected: Slack keeps the envelope (the fake sends it after the next hello).
+    waiting = await slack_fake.inject_message(OWNER, DM, "while down")
+    assert not any(a.envelope_id == waiting["envelope_id"] for a in slack_fake.acks)
+    async with bruce_on_slack(tmp_path, anthropic_fake, slack_fake):
+        await slack_fake.wait_for_ack(waiting["envelope_id"], WITHIN)
+        await slack_fake.wait_for_messages(DM, 2, WITHIN)
+        await delivered(tmp_path, 2)
+    assert slack_fake.texts(DM) == ["You said: before", "You said: while down"]
+    assert slack_fake.hellos == 2
+
+
 class FailingOnce:
     """The inbox, whose first store fails as a full disk does."""
 
