@@ -19,7 +19,8 @@ Slack yet (the pairing tables keep numeric ids).
 
 Replies are mrkdwn (mrkdwn.py), posted in the thread or DM they belong to (sending.py), live
 while they are written (live.py), with buttons as Block Kit (blocks.py) and artifacts as files;
-files people send are fetched with the bot token (files.py).
+files people send are fetched with the bot token (files.py). Slack shows no typing indicator
+for a bot: while a turn runs, the message it answers gets an 👀 reaction.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ MAX_MESSAGE_CHARS = 3500  # a part the outbox sends: one screen (Slack takes up 
 READY_TIMEOUT_SECONDS = 10.0
 FIRST_RETRY_DELAY_SECONDS = 1.0
 MAX_RETRY_DELAY_SECONDS = 60.0
+SEEN_REACTION = "eyes"
 
 
 class _Refused(Exception):
@@ -217,7 +219,11 @@ class SlackChannel:
         return SlackLive(self._out, address, interval=self.live_interval)
 
     async def typing(self, chat_id: str) -> None:
-        """Slack shows no typing indicator for a bot's messages: nothing to do."""
+        """Slack shows no typing indicator for a bot: the message being answered gets an 👀
+        reaction instead, once (scope reactions:write)."""
+        ts = self._intake.unseen.pop(chat_id, None)
+        if ts is not None:
+            await self._out.react(SlackAddress.parse(chat_id), ts, SEEN_REACTION)
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
         """A file's bytes from Slack, with the bot token (files.py)."""

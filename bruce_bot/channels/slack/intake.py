@@ -45,6 +45,8 @@ class Intake:
         self.me: Me | None = None  # known once `auth.test` answered
         self.inbox: InboxPort | None = None  # None: stopping
         self._not_in: Recent[str] = Recent()  # threads looked up where Bruce was not
+        # chat id -> the ts of its newest message taken in, not yet marked as seen (typing)
+        self.unseen: dict[str, str] = {}
 
     async def event(self, body: dict[str, Any]) -> None:
         """One `event_callback` (see the module docstring)."""
@@ -109,6 +111,8 @@ class Intake:
             return
         if address.thread_ts:
             self._out.threads.add(inbound.chat_id)  # Bruce answers there: it is in the thread
+        if submission.accepted and inbound.platform_message_id:
+            self.unseen[inbound.chat_id] = inbound.platform_message_id
         if not submission.accepted:
             log.info(
                 "slack_message_not_accepted",

@@ -133,6 +133,13 @@ class SlackSender:
         except Exception as exc:
             raise delivery_error(exc, str(address)) from exc
 
+    async def react(self, address: SlackAddress, ts: str, name: str) -> None:
+        """Add the reaction `name` to a message: best effort, never raises."""
+        try:
+            await self._usable().reactions_add(channel=address.channel, timestamp=ts, name=name)
+        except Exception as exc:
+            log.info("slack_reaction_failed", chat_id=str(address), error=repr(exc))
+
     async def say(self, address: SlackAddress, text: str) -> None:
         """The adapter's own words (not stored); failures are only logged."""
         try:

@@ -139,6 +139,9 @@ async def test_a_direct_message_is_answered_in_the_dm(
         sent = await slack_fake.inject_message(OWNER, DM, "hello &amp; &lt;welcome&gt; 👋🏽")
         [reply] = await slack_fake.wait_for_messages(DM, 1, WITHIN)
         await delivered(tmp_path, 1)
+        # The turn marked the message as seen (Slack shows no typing for a bot).
+        user_message = slack_fake.message(DM, sent["payload"]["event"]["ts"])
+        await slack_fake.wait_for(lambda: user_message["reactions"] == ["eyes"], WITHIN)
     # The model read plain text; Slack got it back escaped, at the top of the DM.
     assert reply["text"] == "You said: hello &amp; &lt;welcome&gt; 👋🏽"
     assert reply["thread_ts"] is None
