@@ -405,7 +405,7 @@ class FakeSlackServer:
         is_im = self.channels[channel]["is_im"]
         wire = {**self._wire(message), "bot_profile": self._bot_profile()}
         if message["thread_ts"]:
-            wire["parent_user_id"] = self.USER_ID
+            wire["parent_user_id"] = self._author(channel, message["thread_ts"])
         event: dict[str, Any] = {"type": "message", "channel": channel}
         if subtype is None:
             event.update(wire)
@@ -425,6 +425,13 @@ class FakeSlackServer:
                 event["deleted_ts"] = message["ts"]
         event["channel_type"] = "im" if is_im else "channel"
         self._echoes.append(event)
+
+    def _author(self, channel: str, ts: str) -> str:
+        """Who wrote the message `ts` (a thread's root): a user id, the bot's user id."""
+        root = self._messages.get((channel, ts))
+        if root is None or root["user"] == "bot":
+            return self.BOT_USER_ID if root is not None else self.USER_ID
+        return str(root["user"])
 
     def _bot_profile(self) -> dict[str, Any]:
         return {
@@ -882,7 +889,7 @@ class FakeSlackServer:
             "event_ts": ts,
         }
         if thread_ts:
-            event.update(thread_ts=thread_ts, parent_user_id=user)
+            event.update(thread_ts=thread_ts, parent_user_id=self._author(channel, thread_ts))
         return event
 
     def message_event(
@@ -891,11 +898,13 @@ class FakeSlackServer:
         channel: str,
         text: str,
         thread_ts: str | None = None,
-        channel_type: str = "im",
+        channel_type: str | None = None,
     ) -> dict[str, Any]:
-        """The event_callback payload of a user's message (message.im / message.channels)."""
+        """The event_callback payload of a user's message (message.im / message.channels);
+        `channel_type` is "im" in a DM, "channel" elsewhere, unless given."""
         event = self._user_event("message", user, channel, text, thread_ts)
-        event["channel_type"] = channel_type
+        is_im = self.channels[channel]["is_im"]
+        event["channel_type"] = channel_type or ("im" if is_im else "channel")
         return self.event_callback(event)
 
     def mention_event(
@@ -914,7 +923,7 @@ class FakeSlackServer:
         channel: str,
         text: str,
         thread_ts: str | None = None,
-        channel_type: str = "im",
+        channel_type: str | None = None,
     ) -> dict[str, Any]:
         payload = self.message_event(user, channel, text, thread_ts, channel_type)
         return await self.send_envelope("events_api", payload)
@@ -942,8 +951,7 @@ class FakeSlackServer:
             self.uploads[file_id] = data
             self._files[file_id] = {"id": file_id, "mimetype": mimetype}
             shared.append(self._file_object(file_id, name, name, user))
-        channel_type = "im" if channel.startswith("D") else "channel"
-        payload = self.message_event(user, channel, text, thread_ts, channel_type)
+        payload = self.message_event(user, channel, text, thread_ts)
         payload["event"].update(subtype="file_share", files=shared, upload=False)
         self._messages[(channel, payload["event"]["ts"])]["files"] = shared
         return await self.send_envelope("events_api", payload)

@@ -385,11 +385,15 @@ async def test_dm_by_user_id_membership_threads_and_reactions(
     with pytest.raises(SlackApiError) as raised:
         await web.chat_postMessage(channel="C0OUTSIDE", text="hi")
     assert raised.value.response["error"] == "not_in_channel"
-    asked = await slack_fake.inject_message(OWNER, CHANNEL, "root", channel_type="channel")
+    asked = await slack_fake.inject_message(OWNER, CHANNEL, "root")
+    assert asked["payload"]["event"]["channel_type"] == "channel"  # inferred: not a DM
     root_ts = asked["payload"]["event"]["ts"]
     await web.chat_postMessage(channel=CHANNEL, text="reply", thread_ts=root_ts)
+    other = slack_fake.add_user("U0OTHER01", "bea")["id"]
+    more = await slack_fake.inject_message(other, CHANNEL, "me too", thread_ts=root_ts)
+    assert more["payload"]["event"]["parent_user_id"] == OWNER  # the root's author
     thread = await web.conversations_replies(channel=CHANNEL, ts=root_ts)
-    assert [m["text"] for m in thread["messages"]] == ["root", "reply"]
+    assert [m["text"] for m in thread["messages"]] == ["root", "reply", "me too"]
     assert thread["messages"][0]["user"] == OWNER
     await web.reactions_add(channel=CHANNEL, timestamp=root_ts, name="eyes")
     await web.reactions_remove(channel=CHANNEL, timestamp=root_ts, name="eyes")
