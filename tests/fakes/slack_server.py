@@ -1008,7 +1008,7 @@ async def _params(request: web.Request) -> dict[str, Any]:
     """A Web API call's arguments: slack_sdk sends them as a query string, a form
     (urlencoded or multipart) or a JSON body, and Slack reads them all."""
     params: dict[str, Any] = dict(request.query)
-    if request.method != "POST" or not request.can_read_body:
+    if request.method != "POST" or not request.body_exists:  # (read before: cached)
         return params
     if request.content_type == "application/json":
         body = await request.json()
