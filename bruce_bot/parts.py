@@ -666,6 +666,7 @@ def web_context(
         login_link=login.link,
         secrets=tuple(config.secrets()),
         approver=parts.approver,
+        channels=parts.channels,
     )
 
 

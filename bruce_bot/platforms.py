@@ -122,6 +122,17 @@ BUILT_IN: tuple[PlatformSpec, ...] = (
         pairing=False,  # Matrix ids are text; the pairing tables keep numbers (for now)
         loggers=("nio",),
     ),
+    PlatformSpec(
+        name="slack",
+        title="Slack",
+        section="bruce_bot.config.slack:SlackConfig",
+        adapter="bruce_bot.channels.slack.channel:SlackChannel",
+        identify="bruce_bot.channels.slack.probe:identify",
+        token_help="paste the Bot User OAuth Token (xoxb-...) of your Slack app",
+        pairing=False,  # Slack ids are text; the pairing tables keep numbers (for now)
+        capabilities=frozenset({"buttons", "edits", "files"}),
+        loggers=("slack_sdk", "slack_bolt"),
+    ),
 )
 
 _registry: dict[str, PlatformSpec] = {spec.name: spec for spec in BUILT_IN}

@@ -2,11 +2,12 @@
 
 A token pasted into the wrong key (`web.port: sk-...`) or printed by a child process to its
 stderr is not one of the configured secrets the log scrubber knows, so it is recognised by its
-form: the prefixes of the common API keys and bot tokens (OpenAI/Anthropic `sk-`, Slack `xox?-`,
-GitHub `ghp_`/`github_pat_`, AWS `AKIA`, Google `AIza`, a Telegram bot token `123456:ABC...`, a
-JWT `eyJ...`), 32 or more hex digits, and any run of 20 or more token characters that mixes
-letters and digits the way a random string does: it switches between upper case, lower case and
-digits at least every 2.5 characters, or its Shannon entropy is at least 4.2 bits a character. A
+form: the prefixes of the common API keys and bot tokens (OpenAI/Anthropic `sk-`, Slack `xox?-`
+and `xapp-`, GitHub `ghp_`/`github_pat_`, AWS `AKIA`, Google `AIza`, a Telegram bot token
+`123456:ABC...`, a JWT `eyJ...`), 32 or more hex digits, and any run of 20 or more token
+characters that mixes letters and digits the way a random string does: it switches between upper
+case, lower case and digits at least every 2.5 characters, or its Shannon entropy is at least 4.2
+bits a character. A
 random URL-safe token of 16 bytes or more is caught about 95 times in 100 (32 bytes: 999 in
 1000); model names (`claude-3-5-haiku-latest`, `Qwen2.5-Coder-32B-Instruct`), paths and URLs are
 not. Hiding a value that only looked random costs little: the message still names the key and
@@ -24,7 +25,7 @@ HIDDEN_SHAPE = "(hidden: looks like a secret)"
 
 _KNOWN = re.compile(
     r"(?:\bsk-[A-Za-z0-9_-]{12,}"  # OpenAI, Anthropic (sk-ant-...), DeepSeek, OpenRouter (sk-or-)
-    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|\bxox[abposre]-[A-Za-z0-9-]{10,}|\bxapp-[A-Za-z0-9-]{10,}"  # Slack: bot, user, app
     r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"  # GitHub
     r"|\bAKIA[0-9A-Z]{16}\b"  # AWS access key id
     r"|\bAIza[0-9A-Za-z_-]{30,}"  # Google API key

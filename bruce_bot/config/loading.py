@@ -96,6 +96,7 @@ def validate(raw: dict[str, Any], source: str = "configuration") -> Config:
     # dashboard saves (Settings, settings/tokens.py), and start-up logs that it waits.
     problems += _web_search_problems(config.tools.web_search)
     problems += mcp_problems(config.mcp)
+    problems += _webhook_problems(config)
     if problems:
         raise ConfigError(problems, source)
     return config
@@ -130,6 +131,17 @@ def _exposed_without_login(config: Config) -> list[str]:
         f"tunnel, anyone who reaches it) but web.auth_token {why}; {TOKEN_HOW_TO}"
         for key, host in exposed
     ]
+
+
+def _webhook_problems(config: Config) -> list[str]:
+    """Slack's Events API posts to Bruce's web server: it must run."""
+    slack = config.channels.section("slack")
+    if slack.enabled and getattr(slack, "mode", "") == "events" and not config.web.enabled:
+        return [
+            "channels.slack.mode: 'events' needs Bruce's web server (Slack posts to "
+            "/slack/events): set web.enabled: true, or use mode: socket"
+        ]
+    return []
 
 
 def _web_search_problems(search: WebSearchConfig) -> list[str]:

@@ -295,6 +295,14 @@ class DiscordConfig(Section):
     )
 
 
+def _section_problem(name: str, error: Any) -> str:
+    """One problem of platform `name`'s section, named by its key (the section itself when the
+    check is across its keys), in the check's own words."""
+    where = ".".join(str(part) for part in error["loc"])
+    key = f"channels.{name}.{where}" if where else f"channels.{name}"
+    return f"{key}: {str(error['msg']).removeprefix('Value error, ')}"
+
+
 class ChannelsConfig(Section):
     """`channels:`, a section per platform of the registry (bruce_bot/platforms.py). The
     built-in platforms' sections are fields here, for typed access; any other registered
@@ -321,11 +329,7 @@ class ChannelsConfig(Section):
             try:
                 extra[name] = spec.section_model().model_validate(raw or {})
             except ValidationError as exc:
-                problems = "; ".join(
-                    f"channels.{name}.{'.'.join(str(part) for part in error['loc'])}: "
-                    f"{error['msg']}"
-                    for error in exc.errors()
-                )
+                problems = "; ".join(_section_problem(name, error) for error in exc.errors())
                 raise ValueError(problems) from None
         for spec in platforms.platforms():  # registered, not in config.yml: its defaults
             if spec.name not in type(self).model_fields and spec.name not in extra:

@@ -36,6 +36,7 @@ from bruce_bot.web.hosts import AllowedHosts, HostCheck
 from bruce_bot.web.lazy_routes import LazyRoutes
 from bruce_bot.web.pages import LOGIN_PAGE, page_routes
 from bruce_bot.web.paths import API_PREFIX, DOCS_PATH
+from bruce_bot.web.webhooks import webhook_routes
 from bruce_bot.web.wire import MAX_BODY_BYTES, ApiError, error_response
 
 __all__ = ["MAX_BODY_BYTES", "WebContext", "create_app"]
@@ -88,6 +89,7 @@ def create_app(context: WebContext) -> Starlette:
         LazyRoutes(API_PREFIX, lambda: _api_routes(context, auth)),
         *artifact_routes(context.stores.artifacts, context.app.data_dir / "artifacts"),
         *chat_stream_routes(context.web_channel),
+        *webhook_routes(context.channels),
     ]
     hosts = AllowedHosts(context.app.public_url, context.web.allowed_hosts)
     return Starlette(

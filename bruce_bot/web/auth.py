@@ -65,7 +65,8 @@ COOKIE_NAME = "bruce_session"
 MAX_COOKIE_CHARS = 100  # token_urlsafe(32) is 43; anything much longer is not ours
 RENEW_EVERY = timedelta(minutes=1)
 USER_AGENT_CHARS = 300
-OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/")
+# A platform's webhook (web/webhooks.py) is open too: the platform signs its requests.
+OPEN_PATHS = ("/healthz", "/login", "/artifacts/", "/static/", "/slack/events")
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 MAX_LINK_TOKEN_CHARS = 100
 # The answers to the sign-in link: the nonce in their URL must not travel on as a Referer.

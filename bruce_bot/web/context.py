@@ -80,6 +80,9 @@ class WebContext:
     secrets: tuple[str, ...] = ()
     # The runs waiting for the user's approval (None: not offered).
     approver: ApprovalDesk | None = None
+    # The channel adapters by name (the outbox's map): a platform that posts to Bruce (Slack's
+    # Events API) is routed to its adapter of the moment (web/webhooks.py).
+    channels: Mapping[str, Any] = field(default_factory=dict)
 
     async def display_zone(self) -> ZoneInfo:
         """The timezone the pages show times (and count days) in now."""

@@ -132,6 +132,7 @@ def graph_with_externals() -> grimp.ImportGraph:
         ("telegram", ("bruce_bot.channels.telegram.",)),
         ("discord", ("bruce_bot.channels.discord.",)),
         ("nio", ("bruce_bot.channels.matrix.",)),
+        ("slack_sdk", ("bruce_bot.channels.slack.",)),
         ("anthropic", ("bruce_bot.llm.anthropic",)),
         ("openai", ("bruce_bot.llm.openai",)),
         ("mcp", ("bruce_bot.mcp_client.connection",)),

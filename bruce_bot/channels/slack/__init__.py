@@ -1,0 +1,1 @@
+"""Bruce's Slack channel: the only package that imports slack_sdk."""
