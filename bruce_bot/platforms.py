@@ -3,9 +3,11 @@
 Everything that differs by platform is read from here: the config section under `channels:` and
 its model, how its adapter is built, how a token is tried (`bruce doctor`, the dashboard's token
 test and live token), the words that say where a token comes from, whether strangers can pair,
-what the platform can show (buttons, drafts, edits, files), and the SDK's standard-library
-loggers. Adding a platform is a package under `channels/`, one entry in `BUILT_IN` (or a
-`register` call), and its tests (docs/architecture.md).
+what the platform can show (buttons, drafts, edits, files), the SDK's standard-library
+loggers, and the fields of its login (`SetupField`s: one bot token, or Matrix's homeserver, user
+id and password) from which the dashboard's setup card and Settings draw their forms. Adding a
+platform is a package under `channels/`, one entry in `BUILT_IN` (or a `register` call), and its
+tests (docs/architecture.md).
 
 The module imports nothing of Bruce's: a spec names its section model, adapter and probe as
 `"module:attribute"` references, loaded only when needed, so the core never imports a platform
@@ -54,6 +56,25 @@ class BotIdentity:
 Identify = Callable[[Any, float], Awaitable[BotIdentity]]
 
 
+@dataclass(frozen=True, slots=True)
+class SetupField:
+    """One field of a platform's login, as the dashboard asks for it: `key` is its key in the
+    platform's config section (`channels.<name>.<key>`). A secret one is never answered back
+    (only masked) and is scrubbed from the logs; an optional one may stay empty (Matrix takes a
+    password or an access token: its section's validation says which is missing)."""
+
+    key: str
+    label: str
+    secret: bool = False
+    placeholder: str = ""
+    help: str = ""
+    optional: bool = False
+
+
+# The login of most platforms: one bot token (`channels.<name>.token`).
+BOT_TOKEN: tuple[SetupField, ...] = (SetupField("token", "Bot token", secret=True),)
+
+
 def load(reference: Any) -> Any:
     """`"package.module:attribute"` imported; anything else is already the object."""
     if not isinstance(reference, str):
@@ -76,6 +97,13 @@ class PlatformSpec:
     # A private chat's id is the user's id (Telegram): the first allowed user can be told
     # things (the budget's warnings) without having written first.
     user_id_is_chat_id: bool = False
+    # What logs it in, field by field (the dashboard's forms): a bot token unless said otherwise.
+    login: tuple[SetupField, ...] = BOT_TOKEN
+
+    @property
+    def single_token(self) -> bool:
+        """Its login is one `token` (saved as `channels.<name>.token`), not several fields."""
+        return tuple(field.key for field in self.login) == ("token",)
 
     def section_model(self) -> type[Any]:
         model: type[Any] = load(self.section)
@@ -121,6 +149,30 @@ BUILT_IN: tuple[PlatformSpec, ...] = (
         token_help="set channels.matrix.password (or an access_token) of Bruce's Matrix account",
         pairing=False,  # Matrix ids are text; the pairing tables keep numbers (for now)
         loggers=("nio",),
+        login=(
+            SetupField(
+                "homeserver",
+                "Homeserver",
+                placeholder="https://matrix.example.org",
+                help="the client-server API's base URL of Bruce's account",
+            ),
+            SetupField("user_id", "User id", placeholder="@bruce:example.org"),
+            SetupField(
+                "password",
+                "Password",
+                secret=True,
+                optional=True,
+                help="logs in once and keeps the device; or give an access token instead",
+            ),
+            SetupField(
+                "access_token",
+                "Access token",
+                secret=True,
+                optional=True,
+                placeholder="syt_…",
+                help="used instead of the password when given",
+            ),
+        ),
     ),
     PlatformSpec(
         name="slack",
@@ -132,6 +184,24 @@ BUILT_IN: tuple[PlatformSpec, ...] = (
         pairing=False,  # Slack ids are text; the pairing tables keep numbers (for now)
         capabilities=frozenset({"buttons", "edits", "files"}),
         loggers=("slack_sdk", "slack_bolt"),
+        login=(
+            SetupField(
+                "bot_token",
+                "Bot token",
+                secret=True,
+                placeholder="xoxb-…",
+                help="OAuth & Permissions → Bot User OAuth Token",
+            ),
+            SetupField(
+                "app_token",
+                "App-level token",
+                secret=True,
+                optional=True,
+                placeholder="xapp-…",
+                help="Basic Information → App-Level Tokens (connections:write), for Socket "
+                "Mode; not needed with the Events API",
+            ),
+        ),
     ),
 )
 

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 import structlog
@@ -39,7 +39,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.config import Config, ConfigError, load_config, resolve_path
+from bruce_bot.config import ChannelsConfig, Config, ConfigError, load_config, resolve_path
 from bruce_bot.llm.base import (
     LLMAuthenticationError,
     LLMError,
@@ -49,12 +49,12 @@ from bruce_bot.llm.base import (
 )
 from bruce_bot.llm.probe import llm_failure, probe_llm
 from bruce_bot.logs import configure_logging, scrubber
-from bruce_bot.platforms import PlatformSection, PlatformSpec, names
+from bruce_bot.platforms import PlatformSection, PlatformSpec, get, names
 from bruce_bot.sandbox.network import available as slirp_available
 from bruce_bot.sandbox.probe import probe as probe_sandbox
 from bruce_bot.settings.llm import FIELDS as LLM_FIELDS
 from bruce_bot.settings.llm import setting_key as llm_setting
-from bruce_bot.settings.tokens import token_setting
+from bruce_bot.settings.tokens import login_parser, login_setting
 from bruce_bot.storage.database import SCHEMA_HEAD
 from bruce_bot.storage.settings import SettingsStore
 
@@ -154,23 +154,35 @@ async def with_saved_settings(config: Config) -> tuple[Config, list[str]]:
     platforms = names()
     try:
         llm = {name: await store.get(llm_setting(name)) for name in LLM_FIELDS}
-        tokens = {name: await store.get(token_setting(name)) for name in platforms}
+        tokens = {name: await store.get(login_setting(name)) for name in platforms}
     except Exception as exc:
         log.debug("doctor_settings_unreadable", error=repr(exc))
         return config, []
     finally:
         await engine.dispose()
     saved = [llm_setting(name) for name, value in llm.items() if value is not None]
-    saved += [token_setting(name) for name, value in tokens.items() if value]
+    saved += [login_setting(name) for name, value in tokens.items() if value]
     try:
         merged_llm = config.llm.with_values({k: v for k, v in llm.items() if v is not None})
     except ValueError:
         merged_llm = config.llm  # the daemon ignores such values too (llm_settings_ignored)
     channels = config.channels
-    for name, token in tokens.items():
-        if token:
-            channels = channels.with_token(name, str(token))
+    for name, stored in tokens.items():
+        if stored:
+            channels = _with_saved_login(channels, name, stored)
     return config.model_copy(update={"llm": merged_llm, "channels": channels}), saved
+
+
+def _with_saved_login(channels: ChannelsConfig, name: str, stored: Any) -> ChannelsConfig:
+    """`channels` with the login saved for platform `name` (one token, or several fields); a
+    stored login the daemon would ignore (it no longer passes) changes nothing here either."""
+    try:
+        login = login_parser(name)(stored)
+        if get(name).single_token:
+            return channels.with_token(name, login["token"])
+        return channels.with_login(name, login)
+    except ValueError:
+        return channels
 
 
 async def _probes(config: Config, clock: Callable[[], float]) -> list[Check]:

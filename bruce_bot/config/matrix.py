@@ -1,7 +1,9 @@
 """`channels.matrix`: the Matrix account Bruce logs in as (bruce_bot/channels/matrix/).
 
 A Matrix user id is text ("@alice:example.org"), not a number as on Telegram and Discord, so
-`allowed_user_ids` here is a list of such ids. Pairing is not offered on Matrix yet (the
+`allowed_user_ids` here is a list of such ids. Enabled with none of the login
+(homeserver, user id, password or access token) it waits for one saved in the dashboard;
+with part of it, config.yml says what is missing. Pairing is not offered on Matrix yet (the
 pairing tables keep numeric ids): `pairing: true` is refused with that reason.
 """
 
@@ -16,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from bruce_bot.config.schema import SecretText, Section, _check_url
 
 # "@localpart:server" (the server may carry a port); see the Matrix spec's user identifiers.
+LOGIN = ("homeserver", "user_id", "password", "access_token")  # the fields that log it in
 MATRIX_USER_ID = re.compile(r"@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-\[\]:]+", re.IGNORECASE)
 
 
@@ -54,13 +57,17 @@ class MatrixConfig(Section):
             )
         if self.user_id:
             self.user_id = _check_user_id(self.user_id, "user_id")
-        if not self.enabled:
+        if not self.enabled or not any(getattr(self, key) for key in LOGIN):
+            # Enabled with no login at all: it waits for one from the dashboard (Settings).
             return self
         missing = [key for key in ("homeserver", "user_id") if not getattr(self, key)]
         if not (self.password or self.access_token):
             missing.append("password (or access_token)")
         if missing:
-            raise ValueError(f"channels.matrix is enabled but needs {', '.join(missing)}")
+            raise ValueError(
+                f"channels.matrix is enabled but needs {', '.join(missing)} (or none of them in "
+                "config.yml: then the dashboard's Settings asks for them)"
+            )
         return self
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:

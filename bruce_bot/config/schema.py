@@ -295,14 +295,6 @@ class DiscordConfig(Section):
     )
 
 
-def _section_problem(name: str, error: Any) -> str:
-    """One problem of platform `name`'s section, named by its key (the section itself when the
-    check is across its keys), in the check's own words."""
-    where = ".".join(str(part) for part in error["loc"])
-    key = f"channels.{name}.{where}" if where else f"channels.{name}"
-    return f"{key}: {str(error['msg']).removeprefix('Value error, ')}"
-
-
 class ChannelsConfig(Section):
     """`channels:`, a section per platform of the registry (bruce_bot/platforms.py). The
     built-in platforms' sections are fields here, for typed access; any other registered
@@ -329,8 +321,7 @@ class ChannelsConfig(Section):
             try:
                 extra[name] = spec.section_model().model_validate(raw or {})
             except ValidationError as exc:
-                problems = "; ".join(_section_problem(name, error) for error in exc.errors())
-                raise ValueError(problems) from None
+                raise ValueError(_problems(name, exc)) from None
         for spec in platforms.platforms():  # registered, not in config.yml: its defaults
             if spec.name not in type(self).model_fields and spec.name not in extra:
                 extra[spec.name] = spec.section_model()()
@@ -354,11 +345,34 @@ class ChannelsConfig(Section):
     def with_token(self, name: str, token: str) -> ChannelsConfig:
         """A copy whose platform `name` uses `token` (a token saved in the dashboard)."""
         section = cast(BaseModel, self.section(name)).model_copy(update={"token": token})
+        return self._with_section(name, section)
+
+    def with_login(self, name: str, login: Mapping[str, str]) -> ChannelsConfig:
+        """A copy whose platform `name` logs in with `login` (its login fields, saved in the
+        dashboard) over config.yml's section, checked as config.yml's is: ValueError naming
+        the keys and what is wrong."""
+        section = cast(BaseModel, self.section(name))
+        try:
+            updated = type(section).model_validate({**section.model_dump(), **login})
+        except ValidationError as exc:
+            raise ValueError(_problems(name, exc)) from None
+        return self._with_section(name, updated)
+
+    def _with_section(self, name: str, section: BaseModel) -> ChannelsConfig:
         if name in type(self).model_fields:
             return self.model_copy(update={name: section})
         copy = self.model_copy()
         copy.__pydantic_extra__ = {**(self.__pydantic_extra__ or {}), name: section}
         return copy
+
+
+def _problems(name: str, exc: ValidationError) -> str:
+    """A section's validation errors, each with its key: `channels.matrix.user_id: ...`."""
+    return "; ".join(
+        f"channels.{name}{''.join(f'.{part}' for part in error['loc'])}: "
+        f"{error['msg'].removeprefix('Value error, ')}"
+        for error in exc.errors()
+    )
 
 
 NO_LOGIN = "none"  # web.auth_token's explicit opt-out of the login (loopback only)

@@ -49,6 +49,8 @@ def _check_user_id(value: str, key: str) -> str:
 def _shape_problem(value: str, shape: re.Pattern[str], key: str, how: str) -> str | None:
     if not value or shape.fullmatch(value):
         return None
+    if value[:5] == shape.pattern[:5]:  # the right kind, cut short or mistyped
+        return f"{key} is too short or has characters a Slack token does not: {how}"
     if value.startswith("xox") or value.startswith("xapp-"):
         # Which kind it is may be said: the prefix is no secret.
         return f"{key} is a {value[:5]}... token, not the one this key needs: {how}"
@@ -99,7 +101,10 @@ class SlackConfig(Section):
         return self
 
     def _check_complete(self) -> None:
-        # No bot_token is allowed here: the channel then waits for one saved in the dashboard.
+        # No bot_token is allowed here: the channel then waits for a login saved in the
+        # dashboard (Settings asks for both tokens).
+        if not self.bot_token:
+            return
         if self.mode == "socket" and not self.app_token:
             raise ValueError(f"mode socket needs app_token: {APP_TOKEN_HOW}")
         if self.mode == "events" and not self.signing_secret:

@@ -462,6 +462,31 @@ class MessageStore:
         async with self._engine.connect() as connection:
             return int((await connection.execute(query)).scalar() or 0)
 
+    async def counts_by_channel(self, start: datetime) -> dict[str, tuple[int, int]]:
+        """Messages from `start` on per session channel (the platform): (from people, Bruce's
+        replies). The dashboard's usage per platform."""
+        channel = _sessions.c.channel
+        query = (
+            select(channel, _messages.c.role, func.count())
+            .select_from(_messages.join(_sessions, _sessions.c.id == _messages.c.session_id))
+            .where(_messages.c.created_at >= start, _messages.c.role.in_(("user", "assistant")))
+            .group_by(channel, _messages.c.role)
+        )
+        async with self._engine.connect() as connection:
+            rows: list[Any] = list(await connection.execute(query))
+        counts: dict[str, tuple[int, int]] = {}
+        for name, role, count in rows:
+            inbound, outbound = counts.get(name, (0, 0))
+            counts[name] = (
+                (inbound + int(count), outbound)
+                if role == "user"
+                else (
+                    inbound,
+                    outbound + int(count),
+                )
+            )
+        return counts
+
     async def last_settled_id(self, session_id: int) -> int:
         """The newest message id of the session that is not waiting for or in a turn.
 

@@ -51,6 +51,18 @@ class Tally:
         else:
             self.cost_usd = (self.cost_usd or 0.0) + cost
 
+    def merge(self, other: Tally) -> None:
+        """`other`'s calls added to these (the sessions of one platform summed up)."""
+        self.calls += other.calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.errors += other.errors
+        self.unpriced_calls += other.unpriced_calls
+        if other.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
+
 
 @dataclass(slots=True)
 class UsageReport:

@@ -18,7 +18,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from bruce_bot.domain import SessionKey, utcnow
-from bruce_bot.storage.models import LLMCallRow
+from bruce_bot.storage.models import LLMCallRow, MessageRow
 from tests.browser.conftest import needs_chromium
 from tests.integration.dashboard_support import Dashboard, running_dashboard
 
@@ -220,3 +220,50 @@ async def test_with_no_price_at_all_the_chart_shows_tokens_and_says_so(
         await expect(page.locator("#budget-banner")).to_have_count(0)  # no budget, no banner
         await page.context.close()
         assert errors == [], errors
+
+
+async def test_the_usage_page_shows_each_platform(browser: Browser, dashboard: Dashboard) -> None:
+    """A Telegram and a Matrix session besides the test's chat: a row per platform with its
+    messages, replies, calls and tokens, as the API adds them up."""
+    stores = dashboard.bruce.stores
+    assert stores is not None
+    telegram = await stores.sessions.get_or_create(SessionKey("telegram", "111"))
+    matrix = await stores.sessions.get_or_create(SessionKey("matrix", "!room:localhost"))
+    now = utcnow()
+    calls = [
+        {
+            "session_id": session,
+            "purpose": "agent",
+            "model": UNPRICED,
+            "input_tokens": tokens,
+            "output_tokens": 0,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "error": None,
+            "created_at": now,
+        }
+        for session, tokens in ((telegram.id, 4000), (matrix.id, 250))
+    ]
+    messages = [
+        {"session_id": session, "role": role, "content": "hi", "status": "done", "created_at": now}
+        for session, role in (
+            (telegram.id, "user"),
+            (telegram.id, "user"),
+            (telegram.id, "assistant"),
+            (matrix.id, "user"),
+        )
+    ]
+    async with stores.database.engine.begin() as connection:
+        await connection.execute(LLMCallRow.__table__.insert(), calls)
+        await connection.execute(MessageRow.__table__.insert(), messages)
+    page, errors = await open_page(browser, dashboard, "desktop")
+    table = page.locator("#by-platform")
+    row = table.locator("tr[data-platform=telegram]")
+    await expect(row.locator("td")).to_have_text(["Telegram", "2", "1", "no price", "1", "4,000"])
+    matrix_row = table.locator("tr[data-platform=matrix]")
+    await expect(matrix_row.locator("td")).to_have_text(
+        ["Matrix", "1", "0", "no price", "1", "250"]
+    )
+    await expect(table.locator("tbody tr", has_text="Chat")).to_have_count(1)  # the test's chat
+    await page.context.close()
+    assert errors == [], errors

@@ -1,8 +1,8 @@
 """The dashboard's JSON API (docs/design.md), one module per resource: the chat, sessions (one in
 detail, deleting one) and their messages with their tool calls, scheduled tasks, artifacts,
 what Bruce remembers about people, the logs (tool calls, failed deliveries), editable settings,
-who may talk on the chat platforms (allowlists, pairing), the platforms' tokens, token usage,
-signed-in browsers and the MCP servers with their tools;
+who may talk on the chat platforms (allowlists, pairing), the platforms' tokens and logins,
+token usage, signed-in browsers and the MCP servers with their tools;
 `/api/openapi.json` describes them all.
 
 Every route sits behind the app's auth middleware and is an `Endpoint` value: its parameters,
@@ -20,6 +20,7 @@ from bruce_bot.web.api import (
     allowlists,
     approvals,
     artifacts,
+    channel_logins,
     channel_tests,
     chat,
     llm_settings,
@@ -58,6 +59,7 @@ ENDPOINTS: tuple[Endpoint, ...] = with_openapi(
         *settings.ENDPOINTS,
         *llm_settings.ENDPOINTS,
         *channel_tests.ENDPOINTS,
+        *channel_logins.ENDPOINTS,
         *allowlists.ENDPOINTS,
         *mcp_servers.ENDPOINTS,
         *people.ENDPOINTS,

@@ -1,19 +1,23 @@
-"""A Telegram or Discord bot token. `/api/channels/{channel}/test`: does it work? Telegram
-`getMe`, Discord's REST login, each through its SDK (the channels' probe modules, as `bruce
-doctor`), answering with the bot's name and its link (t.me/<username>; Discord's invite URL with
-the application id) or the platform's words; a token given in the body is tried, never stored
-(none: the one in use, the dashboard's or config.yml's). `/api/channels/{channel}/token`: the
-token in use (masked), changed (tried, stored, the channel reconnected: settings/tokens.py) or
-reset to config.yml's."""
+"""A platform's bot token. `/api/channels/{channel}/test`: does it work? Telegram `getMe`,
+Discord's REST login, Matrix's login on the homeserver, each through its SDK (the channels'
+probe modules, as `bruce doctor`), answering with the bot's name and its link (t.me/<username>;
+Discord's invite URL with the application id) or the platform's words; a token (or the fields of
+a longer login) given in the body is tried, never stored (none: the one in use, the dashboard's
+or config.yml's). `/api/channels/{channel}/token`: the token in use (masked), changed (tried,
+stored, the channel reconnected: settings/tokens.py) or reset to config.yml's; a login of
+several fields is changed field by field at `/login` (channel_logins.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bruce_bot import platforms
 from bruce_bot.channels.probe import ProbeError
-from bruce_bot.settings.tokens import try_token
+from bruce_bot.platforms import PlatformSpec
+from bruce_bot.settings.tokens import Login, login_of, try_login, try_token
 from bruce_bot.web.api.endpoint import Call, Endpoint
 from bruce_bot.web.wire import ApiError, PlatformName
 
@@ -31,6 +35,32 @@ class TokenToTry(BaseModel):
     )
 
     token: str | None = Field(default=None, max_length=200, description="empty: the one in use")
+    fields: dict[str, str | None] | None = Field(
+        default=None,
+        description="a login of several fields (Matrix) to try, over the one in use, as "
+        "PUT /api/channels/{channel}/login takes them",
+    )
+
+
+MAX_FIELD_CHARS = 2000
+
+
+def login_changes(spec: PlatformSpec, fields: Mapping[str, str | None]) -> dict[str, str]:
+    """The fields a request changes: a secret one sent empty is left out (kept); `null`
+    empties one; a key that is not a login field of `spec` is a 400 naming them."""
+    keys = [field.key for field in spec.login]
+    secret = {field.key for field in spec.login if field.secret}
+    changes: dict[str, str] = {}
+    for key, value in fields.items():
+        if key not in keys:
+            raise ApiError(f"'{key[:60]}' is not a login field here; the fields: {', '.join(keys)}")
+        if value is not None and len(value) > MAX_FIELD_CHARS:
+            raise ApiError(f"'{key}' has {len(value)} characters; at most {MAX_FIELD_CHARS}")
+        if value is None:
+            changes[key] = ""
+        elif value.strip() or key not in secret:
+            changes[key] = value.strip()
+    return changes
 
 
 class ChannelTestAnswer(BaseModel):
@@ -45,15 +75,25 @@ async def try_channel(call: Call[ChannelName, TokenToTry]) -> ChannelTestAnswer:
     if configured is None:
         raise ApiError("channel tests are not available in this process", 503)
     name = call.params.channel
-    token = call.body.token
-    if not token:  # the token in use: the one saved in the dashboard, else config.yml's
-        platform = call.context.platform_tokens.get(name) if call.context.platform_tokens else None
-        token = await platform.current() if platform is not None else configured.section(name).token
     try:
-        bot = await try_token(name, configured, token)
+        if call.body.token:
+            bot = await try_token(name, configured, call.body.token)
+        else:  # the login in use (the dashboard's, else config.yml's), with the fields given
+            changes = login_changes(platforms.get(name), call.body.fields or {})
+            login = {**await _login_in_use(call), **changes}
+            bot = await try_login(name, configured, login)
     except ProbeError as exc:
         return ChannelTestAnswer(ok=False, detail=exc.detail, fix=exc.fix, link=None)
     return ChannelTestAnswer(ok=True, detail=f"logged in as {bot.name}", link=bot.link)
+
+
+async def _login_in_use(call: Call[ChannelName, Any]) -> Login:
+    name, tokens = call.params.channel, call.context.platform_tokens
+    platform = tokens.get(name) if tokens is not None else None
+    if platform is not None:
+        return await platform.current()
+    assert call.context.channels_config is not None
+    return login_of(name, call.context.channels_config.section(name))
 
 
 class NewToken(BaseModel):
@@ -80,7 +120,8 @@ def _not_enabled(channel: str) -> ApiError:
     )
 
 
-def _platform_token(call: Call[ChannelName, Any]) -> PlatformToken:
+def platform_token(call: Call[ChannelName, Any]) -> PlatformToken:
+    """The platform's live login; 409 when it is not enabled in config.yml."""
     tokens = call.context.platform_tokens
     platform = tokens.get(call.params.channel) if tokens is not None else None
     if platform is None or not platform.available:
@@ -102,7 +143,14 @@ async def channel_token(call: Call[ChannelName, None]) -> TokenAnswer:
 
 
 async def put_channel_token(call: Call[ChannelName, NewToken]) -> TokenAnswer:
-    platform = _platform_token(call)
+    platform = platform_token(call)
+    if not platform.spec.single_token:
+        keys = ", ".join(field.key for field in platform.spec.login)
+        raise ApiError(
+            f"{platform.spec.title} logs in with several fields ({keys}): change them with "
+            f"PUT /api/channels/{platform.channel}/login",
+            409,
+        )
     try:
         bot = await platform.change(call.body.token.strip())
     except ProbeError as exc:
@@ -112,7 +160,7 @@ async def put_channel_token(call: Call[ChannelName, NewToken]) -> TokenAnswer:
 
 
 async def reset_channel_token(call: Call[ChannelName, None]) -> TokenAnswer:
-    await _platform_token(call).reset()
+    await platform_token(call).reset()
     return await _token_answer(call)
 
 

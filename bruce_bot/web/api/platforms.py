@@ -1,6 +1,7 @@
-"""`GET /api/platforms`: the chat platforms Bruce speaks (bruce_bot/platforms.py) and whether
-each is on in config.yml, so the dashboard's token, allowlist and people sections are drawn for
-every registered platform instead of a list of its own."""
+"""`GET /api/platforms`: the chat platforms Bruce speaks (bruce_bot/platforms.py), whether each
+is on in config.yml and the fields of its login, so the dashboard's setup card, login forms,
+allowlist and people sections are drawn for every registered platform instead of a list of its
+own (one bot token, or Matrix's homeserver, user id and password)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ from bruce_bot import platforms
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 
 
+class SetupFieldAnswer(BaseModel):
+    key: str = Field(description="its key in the section: channels.<name>.<key>")
+    label: str
+    secret: bool = Field(description="never answered back: a password field, shown masked")
+    placeholder: str
+    help: str
+    optional: bool = Field(description="may stay empty (the section's validation decides)")
+
+
 class PlatformAnswer(BaseModel):
     name: str = Field(description="the section under channels:, and the channel's name")
     title: str = Field(description="as a person writes it: Telegram")
@@ -17,6 +27,8 @@ class PlatformAnswer(BaseModel):
     token_help: str = Field(description="where a bot token comes from")
     pairing: bool = Field(description="strangers may ask for a code the owner approves")
     capabilities: list[str] = Field(description="buttons, drafts, edits, files")
+    single_token: bool = Field(description="its login is one bot token (channels.<name>.token)")
+    fields: list[SetupFieldAnswer] = Field(description="what logs it in, in the form's order")
 
 
 class PlatformsAnswer(BaseModel):
@@ -34,6 +46,10 @@ async def list_platforms(call: Call[NoParams, None]) -> PlatformsAnswer:
                 token_help=spec.token_help,
                 pairing=spec.pairing,
                 capabilities=sorted(spec.capabilities),
+                single_token=spec.single_token,
+                fields=[
+                    SetupFieldAnswer.model_validate(f, from_attributes=True) for f in spec.login
+                ],
             )
             for spec in platforms.platforms()
         ]

@@ -12,8 +12,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
+from bruce_bot import platforms
 from bruce_bot.storage.audit import UsageGroup
-from bruce_bot.usage.costs import Tally, summarise
+from bruce_bot.storage.sessions import SessionRecord
+from bruce_bot.usage.costs import Tally, UsageReport, summarise
 from bruce_bot.usage.monthly_budget import LEVELS, month_status
 from bruce_bot.usage.prices import PriceTable
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
@@ -21,6 +23,7 @@ from bruce_bot.web.api.usage_answers import (
     BudgetAnswer,
     DayUsage,
     ModelUsageRow,
+    PlatformUsage,
     PriceList,
     PriceRow,
     PurposeUsage,
@@ -167,20 +170,8 @@ async def summary(call: Call[UsageQuery, None]) -> UsageSummary:
                 **_fields(tally),
             )
         )
-    session_ids = [sid for sid in report.by_session if sid is not None]
-    sessions = await context.stores.sessions.get_many(session_ids)
-    by_session = []
-    for session_id, tally in _by_cost(report.by_session):
-        record = sessions.get(session_id) if session_id is not None else None
-        by_session.append(
-            SessionUsage(
-                session_id=session_id,
-                title=record.title if record else None,
-                channel=record.channel if record else None,
-                chat_id=record.chat_id if record else None,
-                **_fields(tally),
-            )
-        )
+    sessions = await _sessions(context, report)
+    by_platform = await _by_platform(context, report, sessions, window[0][1])
     return UsageSummary(
         days=days,
         timezone=zone.key,
@@ -191,11 +182,62 @@ async def summary(call: Call[UsageQuery, None]) -> UsageSummary:
             PurposeUsage(purpose=purpose, **_fields(tally))
             for purpose, tally in _by_cost(report.by_purpose)
         ],
-        by_session=by_session,
+        by_session=[_session_usage(sid, t, sessions) for sid, t in _by_cost(report.by_session)],
+        by_platform=by_platform,
         unpriced_models=report.unpriced_models,
         how_to_price=how_to_price(report.unpriced_models),
         budget=await budget_answer(context),
     )
+
+
+async def _sessions(context: WebContext, report: UsageReport) -> dict[int, SessionRecord]:
+    return await context.stores.sessions.get_many(sid for sid in report.by_session if sid)
+
+
+def _session_usage(
+    session_id: int | None, tally: Tally, sessions: Mapping[int, SessionRecord]
+) -> SessionUsage:
+    record = sessions.get(session_id) if session_id is not None else None
+    return SessionUsage(
+        session_id=session_id,
+        title=record.title if record else None,
+        channel=record.channel if record else None,
+        chat_id=record.chat_id if record else None,
+        **_fields(tally),
+    )
+
+
+def _platform_title(channel: str | None) -> str:
+    if channel is None:
+        return "No session (background work)"
+    spec = platforms.find(channel)
+    return spec.title if spec is not None else channel.capitalize()
+
+
+async def _by_platform(
+    context: WebContext,
+    report: UsageReport,
+    sessions: Mapping[int, SessionRecord],
+    start: datetime,
+) -> list[PlatformUsage]:
+    """The sessions' usage summed up by their channel, with the messages of each channel."""
+    tallies: dict[str | None, Tally] = {}
+    for session_id, tally in report.by_session.items():
+        record = sessions.get(session_id) if session_id is not None else None
+        tallies.setdefault(record.channel if record else None, Tally()).merge(tally)
+    messages = await context.stores.messages.counts_by_channel(start)
+    for channel in messages:
+        tallies.setdefault(channel, Tally())
+    return [
+        PlatformUsage(
+            channel=channel,
+            title=_platform_title(channel),
+            messages_in=messages.get(channel or "", (0, 0))[0],
+            messages_out=messages.get(channel or "", (0, 0))[1],
+            **_fields(tally),
+        )
+        for channel, tally in _by_cost(tallies)
+    ]
 
 
 async def budget(call: Call[NoParams, None]) -> BudgetAnswer:

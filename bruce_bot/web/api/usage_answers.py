@@ -82,6 +82,16 @@ class SessionUsage(Tallied):
     chat_id: str | None
 
 
+class PlatformUsage(Tallied):
+    channel: str | None = Field(
+        description="the sessions' channel (telegram, discord, matrix, web…); null: calls no "
+        "session made (summaries, the brain's background work)"
+    )
+    title: str = Field(description="as a person writes it: Telegram")
+    messages_in: int = Field(description="messages people wrote in the range")
+    messages_out: int = Field(description="Bruce's replies in the range")
+
+
 class BudgetAnswer(BaseModel):
     monthly_budget: float | None = Field(description="usage.monthly_budget, USD; null: none")
     month: str = Field(description="the calendar month in app.timezone, like 2026-12")
@@ -103,6 +113,9 @@ class UsageSummary(BaseModel):
     by_model: list[ModelUsageRow] = Field(description="the most expensive first")
     by_purpose: list[PurposeUsage]
     by_session: list[SessionUsage] = Field(description="the most expensive first")
+    by_platform: list[PlatformUsage] = Field(
+        description="per chat platform (the sessions' channel), the most expensive first"
+    )
     unpriced_models: list[str] = Field(description="models with calls here and no price")
     how_to_price: str | None = Field(description="how to price them; null when all have a price")
     budget: BudgetAnswer

@@ -159,21 +159,58 @@ const BruceLLM = (() => {
   }
 
   /* The platforms come from the server's registry (GET /api/platforms), so a platform added
-     there gets its token and allowlist sections here without a change to this file. */
+     there gets its login form and allowlist section here without a change to this file: the
+     form is drawn from the fields of its login (one bot token, or Matrix's homeserver, user id,
+     password and access token). */
   let platformsAsked = null;
   function platforms() {
     platformsAsked = platformsAsked || api("/api/platforms").then((answer) => answer.platforms.map((p) => ({
       name: p.name,
       label: p.title,
       hint: p.token_help.charAt(0).toUpperCase() + p.token_help.slice(1) + ".",
+      fields: p.fields,
+      single: p.single_token,
     })));
     return platformsAsked;
   }
 
-  /* A token field and "Test connection" per platform: Telegram getMe, Discord login; a working
-     token shows the bot's link (t.me/<bot>, or the invite that adds it to a server). With the
-     platform on in config.yml, the token can be saved too (tokenSaving); with `allowlists`
-     (the Settings page), who may talk is edited under it (allowlist). */
+  function linkTo(href) {
+    return href ? h("a", { href, target: "_blank", rel: "noopener noreferrer" }, href) : "";
+  }
+
+  /* One input per login field: a secret one is a password box that is always empty (the saved
+     value is never sent to the browser; empty keeps it), the others show the value in use. */
+  function loginInputs(platform) {
+    return platform.fields.map((f) => {
+      const input = h("input", {
+        id: `channel-${platform.name}-${f.key}-${++counter}`,
+        name: f.key,
+        type: f.secret ? "password" : "text",
+        autocomplete: "off",
+        spellcheck: "false",
+        placeholder: f.placeholder || (platform.single ? "empty: the one in use" : ""),
+        dataset: { loginField: f.key },
+      });
+      const hint = h("span", { className: "hint" }, platform.single ? platform.hint : (f.help ? ` ${f.help}.` : ""));
+      const label = `${platform.label} ${f.label.charAt(0).toLowerCase()}${f.label.slice(1)}`;
+      return { field: f, input, hint, row: field(f.optional ? `${label} (optional)` : label, input, hint) };
+    });
+  }
+
+  /* What the inputs say: the fields typed in (an empty secret is left out: it stays as it is). */
+  function typed(inputs) {
+    const fields = {};
+    for (const { field: f, input } of inputs) {
+      const value = input.value.trim();
+      if (value || !f.secret) fields[f.key] = value;
+    }
+    return fields;
+  }
+
+  /* A login form per platform and "Test connection": Telegram getMe, Discord's login, Matrix's
+     login on the homeserver; a working login shows the bot's link (t.me/<bot>, or the invite
+     that adds it to a server). With the platform on in config.yml, the login can be saved too
+     (loginSaving); with `allowlists` (the Settings page), who may talk is edited under it. */
   async function channels(node, { allowlists = false } = {}) {
     let known;
     try {
@@ -183,7 +220,7 @@ const BruceLLM = (() => {
       return;
     }
     node.replaceChildren(...known.flatMap((platform) => {
-      const token = h("input", { id: `channel-${platform.name}-${++counter}`, type: "password", autocomplete: "off", placeholder: "empty: the one in use" });
+      const inputs = loginInputs(platform);
       const test = h("button", { type: "button", className: "secondary" }, "Test connection");
       const result = h("p", { className: "status-line", role: "status" });
       test.addEventListener("click", async () => {
@@ -191,9 +228,10 @@ const BruceLLM = (() => {
         result.textContent = "Testing…";
         result.className = "status-line";
         try {
-          const answer = await api(`/api/channels/${platform.name}/test`, { method: "POST", body: { token: token.value || null } });
-          const link = answer.link ? h("a", { href: answer.link, target: "_blank", rel: "noopener noreferrer" }, answer.link) : null;
-          result.replaceChildren(answer.ok ? `✓ ${answer.detail} ` : `✗ ${answer.detail}${answer.fix ? ` — ${answer.fix}` : ""}`, link || "");
+          const fields = typed(inputs);
+          const body = platform.single ? { token: fields.token || null } : { fields };
+          const answer = await api(`/api/channels/${platform.name}/test`, { method: "POST", body });
+          result.replaceChildren(answer.ok ? `✓ ${answer.detail} ` : `✗ ${answer.detail}${answer.fix ? ` — ${answer.fix}` : ""}`, linkTo(answer.link));
           if (!answer.ok) result.className = "status-line bad";
         } catch (e) {
           result.textContent = e.message;
@@ -204,9 +242,10 @@ const BruceLLM = (() => {
       });
       const tools = h("div", { className: "toolbar" }, test);
       const saved = h("p", { className: "hint" });
-      tokenSaving(platform, token, tools, saved, result).catch((e) => { result.textContent = e.message; });
+      loginSaving(platform, inputs, tools, saved, result).catch((e) => { result.textContent = e.message; });
       const setup = h("div", { className: "llm-setup", dataset: { channel: platform.name } },
-        field(`${platform.label} bot token`, token, h("span", { className: "hint" }, platform.hint)),
+        platform.single ? null : h("p", { className: "hint" }, platform.hint),
+        inputs.map((x) => x.row),
         saved,
         tools,
         result);
@@ -217,21 +256,44 @@ const BruceLLM = (() => {
     }));
   }
 
-  /* With the platform on in config.yml, its token can be changed here: tried (getMe, Discord's
-     login), stored, and the channel reconnected with it (no restart). */
-  async function tokenSaving(platform, token, tools, saved, result) {
-    const path = `/api/channels/${platform.name}/token`;
+  /* "In use: …": the token, masked; or each field of a longer login (secrets masked). */
+  function inUse(platform, state) {
+    if (platform.single) {
+      const token = state.fields.length ? state.fields[0].value : "";
+      return token ? `In use: ${token}` : "";
+    }
+    const set = state.fields.filter((f) => f.set);
+    const labels = Object.fromEntries(platform.fields.map((f) => [f.key, f.label.toLowerCase()]));
+    return set.length ? `In use: ${set.map((f) => `${labels[f.key]} ${f.value}`).join(", ")}` : "";
+  }
+
+  /* With the platform on in config.yml, its login can be changed here: tried (getMe, Discord's
+     login, Matrix's), stored, and the channel reconnected with it (no restart). */
+  async function loginSaving(platform, inputs, tools, saved, result) {
+    const path = `/api/channels/${platform.name}/login`;
     let state = await api(path);
     if (!state.enabled) {
-      saved.textContent = `${platform.label} is off in config.yml (channels.${platform.name}.enabled: true, and a restart once, lets you save its token here).`;
+      saved.textContent = `${platform.label} is off in config.yml (channels.${platform.name}.enabled: true, and a restart once, lets you save its ${platform.single ? "token" : "login"} here).`;
       return;
     }
     const save = h("button", { type: "button" }, "Save and reconnect");
     const reset = h("button", { type: "button", className: "secondary" }, "Reset to config");
     const show = () => {
-      saved.textContent = state.token
-        ? `In use: ${state.token} (${state.source === "dashboard" ? "set in the dashboard" : "from config.yml"}).`
-        : `No token yet: ${platform.label} starts once you save one.`;
+      const values = Object.fromEntries(state.fields.map((f) => [f.key, f]));
+      for (const { field: f, input } of inputs) {
+        const current = values[f.key];
+        if (f.secret) {
+          input.value = "";
+          if (!platform.single) input.placeholder = current && current.set ? `${current.value} (unchanged)` : f.placeholder || "";
+        } else {
+          input.value = current ? current.value : "";
+        }
+      }
+      const where = state.source === "dashboard" ? "set in the dashboard" : "from config.yml";
+      const used = inUse(platform, state);
+      saved.textContent = used
+        ? `${used} (${where}).`
+        : `No ${platform.single ? "token" : "login"} yet: ${platform.label} starts once you save one.`;
       reset.disabled = state.source !== "dashboard";
     };
     async function write(button, method, body) {
@@ -240,9 +302,7 @@ const BruceLLM = (() => {
       result.textContent = method === "PUT" ? "Testing and reconnecting…" : "Reconnecting…";
       try {
         state = await api(path, { method, body });
-        token.value = "";
-        const link = state.link ? h("a", { href: state.link, target: "_blank", rel: "noopener noreferrer" }, state.link) : "";
-        result.replaceChildren(state.bot ? `✓ Reconnected as ${state.bot} ` : "✓ Back to config.yml's token.", link);
+        result.replaceChildren(state.bot ? `✓ Reconnected as ${state.bot} ` : `✓ Back to config.yml's ${platform.single ? "token" : "login"}.`, linkTo(state.link));
         show();
       } catch (e) {
         result.textContent = e.message;
@@ -252,8 +312,9 @@ const BruceLLM = (() => {
       }
     }
     save.addEventListener("click", () => {
-      if (!token.value) { result.textContent = "Paste the new token first."; result.className = "status-line bad"; return; }
-      write(save, "PUT", { token: token.value });
+      const fields = typed(inputs);
+      if (platform.single && !fields.token) { result.textContent = "Paste the new token first."; result.className = "status-line bad"; return; }
+      write(save, "PUT", { fields });
     });
     reset.addEventListener("click", () => write(reset, "DELETE"));
     tools.append(save, reset);

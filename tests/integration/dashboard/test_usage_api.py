@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from bruce_bot.domain import SessionKey
-from bruce_bot.storage.models import LLMCallRow
+from bruce_bot.storage.models import LLMCallRow, MessageRow
 from tests.conftest import clock_from
 from tests.integration.dashboard_support import Dashboard, running_dashboard
 
@@ -229,3 +229,73 @@ async def test_without_a_budget_the_level_is_none(tmp_path: Path) -> None:
         summary = await get_json(client, "/api/usage/summary", days=7)
         assert summary["totals"]["cost_usd"] is None
         assert summary["unpriced_models"] == ["m-big", "m-small"]
+
+
+async def test_the_summary_adds_up_each_platform_with_its_messages(
+    client: httpx.AsyncClient, dashboard: Dashboard
+) -> None:
+    """Sessions on Telegram and on Matrix: their calls, tokens and cost summed by the session's
+    channel, with the messages written there (and Bruce's replies) in the range."""
+    stores = dashboard.bruce.stores
+    assert stores is not None
+    tg_one = await stores.sessions.get_or_create(SessionKey("telegram", "111"))
+    tg_two = await stores.sessions.get_or_create(SessionKey("telegram", "222"))
+    room = await stores.sessions.get_or_create(SessionKey("matrix", "!room:localhost"))
+    at = START - timedelta(minutes=3)
+
+    def call(session: int | None, input_tokens: int) -> dict[str, Any]:
+        return {
+            "session_id": session,
+            "purpose": "agent" if session else "brain",
+            "model": "m-big",
+            "error": None,
+            "created_at": at,
+            "input_tokens": input_tokens,
+            "output_tokens": 0,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+        }
+
+    def message(session: int, role: str, when: datetime = at) -> dict[str, Any]:
+        status = "done" if role == "user" else "sent"
+        return {
+            "session_id": session,
+            "role": role,
+            "content": "hi",
+            "status": status,
+            "kind": "chat",
+            "created_at": when,
+        }
+
+    calls = [call(tg_one.id, 1000), call(tg_two.id, 2000), call(room.id, 500), call(None, 100)]
+    messages = [
+        message(tg_one.id, "user"),
+        message(tg_one.id, "assistant"),
+        message(tg_two.id, "user"),
+        message(tg_two.id, "user"),
+        message(tg_two.id, "assistant"),
+        message(room.id, "user"),
+        message(room.id, "user", START - timedelta(days=30)),  # before the range
+    ]
+    async with stores.database.engine.begin() as connection:
+        await connection.execute(LLMCallRow.__table__.insert(), calls)
+        await connection.execute(MessageRow.__table__.insert(), messages)
+
+    data = await get_json(client, "/api/usage/summary", days=7)
+    rows = {row["channel"]: row for row in data["by_platform"]}
+    assert [row["channel"] for row in data["by_platform"]] == ["telegram", "matrix", None]
+    telegram, matrix, background = rows["telegram"], rows["matrix"], rows[None]
+    assert (telegram["title"], telegram["calls"], telegram["input_tokens"]) == (
+        "Telegram",
+        2,
+        3000,
+    )
+    assert telegram["cost_usd"] == pytest.approx(0.03)  # 3000 x $10 / 1M
+    assert (telegram["messages_in"], telegram["messages_out"]) == (3, 2)
+    assert (matrix["title"], matrix["tokens"], matrix["messages_in"]) == ("Matrix", 500, 1)
+    assert matrix["messages_out"] == 0 and matrix["cost_usd"] == pytest.approx(0.005)
+    assert background["calls"] == 1 and background["messages_in"] == 0
+    assert background["title"] == "No session (background work)"
+    assert sum(row["cost_usd"] for row in data["by_platform"]) == pytest.approx(
+        data["totals"]["cost_usd"]
+    )

@@ -78,7 +78,7 @@ class Process:
             CHANNELS,
             stores.settings,
             AdapterSlot("telegram", self.channels, [first]),
-            connector=Connector(self._bot, Adapter),
+            connector=Connector(self._bot, lambda login: Adapter(login["token"])),
         )
         self.allowlists = Allowlists({"telegram": [1001]}, stores.settings)
         stores.feed.subscribe(TOPIC, self.llm_settings.changed_elsewhere)
@@ -98,7 +98,7 @@ class Process:
         return None
 
     @staticmethod
-    async def _bot(_token: str) -> BotIdentity:
+    async def _bot(_login: dict[str, str]) -> BotIdentity:
         return BotIdentity("@bruce_bot", "https://t.me/bruce_bot")
 
 
