@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import structlog
 
 from bruce_bot import platforms
+from bruce_bot.secret_shapes import mask_known_tokens
 
 SENSITIVE_KEY = re.compile(r"(token|api_key|apikey|secret|password|authorization)", re.IGNORECASE)
 REDACTED = "***"
@@ -74,6 +75,7 @@ class SecretScrubber:
             return value
         if self._pattern is not None:
             value = self._pattern.sub(REDACTED, value)
+        value = mask_known_tokens(value)
         if "//" in value:
             value = _URL_USERINFO.sub(_mask_userinfo, value)
         if "=" in value:

@@ -82,6 +82,18 @@ def test_stdlib_library_loggers_are_scrubbed(capsys: pytest.CaptureFixture[str])
     assert BOT_TOKEN not in err
 
 
+def test_a_token_nobody_told_the_scrubber_of_is_hidden_by_its_shape(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging()  # no configured secret: a token a library printed, or a stray one
+    slack, app = "xoxb-1234567890-0987654321-AbCdEfGhIjKl", "xapp-1-A0123456789-abcdef"
+    logging.getLogger("slack_sdk").warning("POST with %s", f"Authorization: Bearer {slack}")
+    structlog.get_logger("bruce_bot.test").warning("odd", detail=f"app={app}; session=42")
+    err = capsys.readouterr().err
+    assert slack not in err and app not in err
+    assert "session=42" in err  # an id is no token
+
+
 def test_chatty_library_info_lines_are_hidden_at_info_level(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
