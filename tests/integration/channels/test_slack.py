@@ -629,3 +629,26 @@ async def test_events_api_button_press_is_routed_through_the_policy(
     (_, params) = next(c for c in slack_fake.calls if c[0] == "chat.postEphemeral")
     assert params["user"] == OWNER and "no longer active" in params["text"]
     assert [b["type"] for b in slack_fake.messages(DM)[0]["blocks"]] == ["section", "actions"]
+
+
+# ---- the connection ----------------------------------------------------------------------------
+
+
+async def test_after_a_disconnect_notice_and_a_cut_connection_bruce_reconnects_and_loses_nothing(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, slack_fake: FakeSlackServer
+) -> None:
+    async with bruce_on_slack(tmp_path, anthropic_fake, slack_fake):
+        # Slack's own "refresh_requested": the client opens a new connection.
+        await slack_fake.disconnect()
+        await slack_fake.wait_for_connection(hellos=2, within=WITHIN)
+        await slack_fake.inject_message(OWNER, DM, "after the notice")
+        await slack_fake.wait_for_messages(DM, 1, WITHIN)
+        # A cut without a word (a network drop): what is written meanwhile waits at Slack,
+        # and arrives once the client is back.
+        await slack_fake.drop_connection()
+        waiting = await slack_fake.inject_message(OWNER, DM, "during the cut")
+        await slack_fake.wait_for_connection(hellos=3, within=WITHIN)
+        await slack_fake.wait_for_ack(waiting["envelope_id"], WITHIN)
+        await slack_fake.wait_for_messages(DM, 2, WITHIN)
+        await delivered(tmp_path, 2)
+    assert slack_fake.texts(DM) == ["You said: after the notice", "You said: during the cut"]
