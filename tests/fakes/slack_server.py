@@ -55,7 +55,8 @@ upload answers `OK - <bytes>` in text/plain as files.slack.com does, and
 A file's `url_private` needs the bot token: without it Slack (and the fake) redirects to the
 workspace's HTML sign-in page, a 200 that is not the file.
 
-Web API methods: auth.test, apps.connections.open, chat.postMessage, chat.update,
+Web API methods: auth.test, apps.connections.open, chat.postMessage, chat.postEphemeral
+(kept in `ephemerals`, never echoed), chat.update,
 chat.delete, reactions.add, reactions.remove, conversations.info, conversations.open,
 conversations.replies, users.info, files.getUploadURLExternal, files.completeUploadExternal
 (any other: `unknown_method`). A user id is taken for a channel (the app's DM with that user),
@@ -212,6 +213,7 @@ class FakeSlackServer:
         self.on_ack: Callable[[Ack], Awaitable[None] | None] | None = None
         self.envelopes: dict[str, dict[str, Any]] = {}  # every envelope sent, by id
         self.hellos = 0  # Socket Mode connections greeted
+        self.ephemerals: list[dict[str, Any]] = []  # chat.postEphemeral: one user saw each
         self.uploads: dict[str, bytes] = {}  # file id -> bytes
         self.rate_limited: list[str] = []  # methods answered 429
         self.channels: dict[str, dict[str, Any]] = {}
@@ -474,6 +476,7 @@ class FakeSlackServer:
             "auth.test": self._auth_test,
             "apps.connections.open": self._connections_open,
             "chat.postMessage": self._post_message,
+            "chat.postEphemeral": self._post_ephemeral,
             "chat.update": self._update_message,
             "chat.delete": self._delete_message,
             "reactions.add": self._add_reaction,
@@ -485,6 +488,23 @@ class FakeSlackServer:
             "files.getUploadURLExternal": self._upload_url,
             "files.completeUploadExternal": self._complete_upload,
         }
+
+    def _post_ephemeral(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Shown to one user only, and never an event: kept in `ephemerals`. Slack refuses a
+        user who is not a member of the conversation (`user_not_in_channel`)."""
+        channel = self._channel(params)
+        user = str(params.get("user") or "")
+        if user not in self.users:
+            raise SlackApiRefusal("user_not_found")
+        text, blocks = _content(params)
+        if not text and not blocks:
+            raise SlackApiRefusal("no_text")
+        ts = self._next_ts()
+        thread_ts = params.get("thread_ts") or None
+        self.ephemerals.append(
+            {"channel": channel, "user": user, "text": text, "thread_ts": thread_ts, "ts": ts}
+        )
+        return {"message_ts": ts}
 
     def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
         # The shape of auth.test's documented answer (web_auth_test_docs.json), for a bot token.

@@ -430,10 +430,11 @@ async def test_the_confirmation_carries_buttons_and_pressing_confirm_activates_t
             STRANGER, DM, question["ts"], "choice_0", value=f"task-confirm:{task['id']}"
         )
         await slack_fake.wait_for_ack(stranger["envelope_id"], WITHIN)
-        await slack_fake.wait_for(
-            lambda: any(m == "chat.postEphemeral" for m, _ in slack_fake.calls), WITHIN
-        )
+        await slack_fake.wait_for(lambda: bool(slack_fake.ephemerals), WITHIN)
+        [told] = slack_fake.ephemerals
+        assert told["user"] == STRANGER and told["channel"] == DM and told["text"], told
         assert db_rows(tmp_path, "SELECT status FROM proactive_tasks")[0]["status"] == "unconfirmed"
+        assert len(slack_fake.messages(DM)) == 2  # nobody else saw a word of it
 
         pressed = await slack_fake.inject_block_action(
             OWNER, DM, question["ts"], "choice_0", value=f"task-confirm:{task['id']}"
@@ -623,11 +624,9 @@ async def test_events_api_button_press_is_routed_through_the_policy(
             )
             assert unsigned.status_code == 401
         # No task 999 waits: the press is stale, and only the presser is told so.
-        await slack_fake.wait_for(
-            lambda: any(m == "chat.postEphemeral" for m, _ in slack_fake.calls), WITHIN
-        )
-    (_, params) = next(c for c in slack_fake.calls if c[0] == "chat.postEphemeral")
-    assert params["user"] == OWNER and "no longer active" in params["text"]
+        await slack_fake.wait_for(lambda: bool(slack_fake.ephemerals), WITHIN)
+    [told] = slack_fake.ephemerals
+    assert told["user"] == OWNER and "no longer active" in told["text"]
     assert [b["type"] for b in slack_fake.messages(DM)[0]["blocks"]] == ["section", "actions"]
 
 
