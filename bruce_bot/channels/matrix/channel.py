@@ -17,7 +17,8 @@ from then on, not old messages. In a room it has just joined, it answers what fo
 Invites from allowed users are accepted; others are declined (the room is left). Bruce answers
 direct chats (a room of two) and, in other rooms, messages that mention it (its user id or
 display name in the body, or `m.mentions`) or reply to one of its messages. Each room is one
-session. Its own events, state events, redactions, edits, notices and unknown msgtypes are
+session, and each thread in it one of its own (threads.py); a thread Bruce answered is followed
+without a mention. Its own events, state events, redactions, edits, notices and unknown msgtypes are
 ignored; a picture or file gets one short "text only" notice where Bruce is addressed.
 
 End-to-end encryption is not supported: olm is not installed, so Bruce can neither read nor
@@ -66,6 +67,7 @@ from bruce_bot.channels.matrix.texts import (
     ONLY_TEXT_REPLY,
     TEXTS,
 )
+from bruce_bot.channels.matrix.threads import chat_id, in_thread, split, thread_root
 from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, CommandCall
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config.matrix import MatrixConfig
@@ -118,6 +120,7 @@ class MatrixChannel:
         self._sent: Recent[str] = Recent()  # Bruce's own event ids: replies to them address it
         self._handled: Recent[str] = Recent()  # event ids taken in (a sync asked for again)
         self._told_encrypted: set[str] = set()  # rooms told, once each per run
+        self._threads: Recent[str] = Recent()  # thread chat ids Bruce answers in
         self._joining: set[str] = set()  # rooms joined whose join event was not seen yet
         self._polling = False  # waiting in the long poll (nothing being taken in)
         self._outage = False  # the homeserver is away, and the log said so once
@@ -345,6 +348,8 @@ class MatrixChannel:
     ) -> bool:
         if _is_direct(room) or mentions(event, self._me):
             return True
+        if chat_id(room.room_id, thread_root(content_of(event))) in self._threads:
+            return True
         parent = replied_to(event)
         if parent is None:
             return False
@@ -359,7 +364,8 @@ class MatrixChannel:
     async def _take_in(
         self, room: MatrixRoom, event: dict[str, Any], sender: str, event_id: str
     ) -> None:
-        room_id, name = room.room_id, room.user_name(sender) or sender
+        name = room.user_name(sender) or sender
+        room_id = chat_id(room.room_id, thread_root(content_of(event)))  # a thread: its own
         admission = await self._policy.admit(sender, chat_id=room_id, user_name=name)
         if admission.refusal is not None:
             await self._say(room_id, admission.refusal)
@@ -389,6 +395,8 @@ class MatrixChannel:
             platform_message_id=event_id,
             metadata={"group": True} if in_room else {},
         )
+        if room_id != room.room_id:
+            self._threads.add(room_id)  # a thread Bruce answers: followed without a mention
         await self._submit(inbox, inbound)
 
     async def _submit(self, inbox: InboxPort, inbound: InboundMessage) -> None:
@@ -419,14 +427,15 @@ class MatrixChannel:
 
     # ---- delivery -----------------------------------------------------------------------------
 
-    async def _say(self, room_id: str, text: str) -> None:
+    async def _say(self, chat: str, text: str) -> None:
         """The adapter's own words, as an `m.notice` (bots do not answer notices)."""
         client = self._client
         if client is None:
             return
+        room_id, root = split(chat)
         try:
             answer = await client.room_send(
-                room_id, "m.room.message", message_content(text, "m.notice")
+                room_id, "m.room.message", in_thread(message_content(text, "m.notice"), root)
             )
         except Exception as exc:
             log.warning("matrix_notice_failed", room_id=room_id, error=repr(exc))
@@ -438,13 +447,14 @@ class MatrixChannel:
         client = self._client
         if client is None:
             raise DeliveryError("Matrix is not connected right now")
-        room = client.rooms.get(message.chat_id)
+        room_id, root = split(message.chat_id)
+        room = client.rooms.get(room_id)
         if room is not None and room.encrypted:
             raise DeliveryError("the room is end-to-end encrypted", permanent=True)
         answer = await client.room_send(
-            message.chat_id,
+            room_id,
             "m.room.message",
-            message_content(message.text),
+            in_thread(message_content(message.text), root),
             tx_id=_transaction_id(message),
         )
         if isinstance(answer, RoomSendResponse):
@@ -456,7 +466,7 @@ class MatrixChannel:
         client = self._client
         if client is not None:
             with contextlib.suppress(Exception):
-                await client.room_typing(chat_id, True, timeout=10_000)
+                await client.room_typing(split(chat_id)[0], True, timeout=10_000)
 
 
 def _inviter(invite_state: list[Any], me: str) -> str | None:

@@ -374,3 +374,50 @@ async def test_a_homeserver_outage_is_reported_once_and_bruce_answers_when_it_is
             await wait_until(lambda: any(e["event"] == "matrix_reachable_again" for e in logs))
     assert reply["body"] == "You said: are you back?"
     assert [e["event"] for e in logs].count("matrix_unreachable") == 1
+
+
+# ---- threads -------------------------------------------------------------------------------
+
+
+def thread(root: str, latest: str) -> dict[str, Any]:
+    """What Element sends in a thread: the thread relation, falling back to a reply."""
+    return {
+        "m.relates_to": {
+            "rel_type": "m.thread",
+            "event_id": root,
+            "is_falling_back": True,
+            "m.in_reply_to": {"event_id": latest},
+        }
+    }
+
+
+async def test_a_thread_is_its_own_session_and_is_answered_in_the_thread(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await say(client, room, f"{bot.user_id} room question")
+        await wait_for_replies(client, room, bot, 1)
+        root = await say(client, room, "a topic to discuss")
+        await say(client, room, f"{bot.user_id} thread question", **thread(root, root))
+        replies = await wait_for_replies(client, room, bot, 2)
+        # A follow-up in the thread needs no mention: Bruce answers in that thread.
+        await say(client, room, "and a follow-up", **thread(root, root))
+        replies = await wait_for_replies(client, room, bot, 3)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 3
+    assert "m.relates_to" not in replies[0]
+    for reply in replies[1:]:
+        relates = reply["m.relates_to"]
+        assert relates["rel_type"] == "m.thread" and relates["event_id"] == root
+        assert relates["is_falling_back"] is True
+        assert relates["m.in_reply_to"] == {"event_id": root}
+    assert replies[2]["body"].endswith(": and a follow-up")
+    # The thread's session has its own history: the room question is not in it.
+    thread_history = json.dumps(anthropic_fake.requests[2]["messages"])
+    assert "thread question" in thread_history and "room question" not in thread_history
