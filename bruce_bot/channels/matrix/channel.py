@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ from bruce_bot.channels.matrix.events import (
     text_of,
 )
 from bruce_bot.channels.matrix.formatting import message_content
+from bruce_bot.channels.matrix.live import EDIT_INTERVAL_SECONDS, MatrixLive
 from bruce_bot.channels.matrix.session import LoginRefused, Session, log_in
 from bruce_bot.channels.matrix.sync_state import SyncState, SyncStateFile
 from bruce_bot.channels.matrix.texts import (
@@ -125,6 +126,7 @@ class MatrixChannel:
         self._polling = False  # waiting in the long poll (nothing being taken in)
         self._outage = False  # the homeserver is away, and the log said so once
         self.gave_up: str | None = None
+        self.live_interval = EDIT_INTERVAL_SECONDS  # between two edits of a live reply
 
     def use_data_dir(self, data_dir: Path) -> None:
         """Keep the sync token in `<data_dir>/matrix/sync.json` (else in memory only)."""
@@ -444,23 +446,37 @@ class MatrixChannel:
             self._sent.add(answer.event_id)
 
     async def send(self, message: OutboundMessage) -> None:
+        await self._post(message.chat_id, message_content(message.text), _transaction_id(message))
+
+    async def _post(self, chat: str, content: dict[str, Any], tx_id: str | None) -> str:
+        """Send `content` into `chat` (its thread, unless it is an edit); its event id."""
         client = self._client
         if client is None:
             raise DeliveryError("Matrix is not connected right now")
-        room_id, root = split(message.chat_id)
+        room_id, root = split(chat)
         room = client.rooms.get(room_id)
         if room is not None and room.encrypted:
             raise DeliveryError("the room is end-to-end encrypted", permanent=True)
-        answer = await client.room_send(
-            room_id,
-            "m.room.message",
-            in_thread(message_content(message.text), root),
-            tx_id=_transaction_id(message),
-        )
+        if "m.relates_to" not in content:
+            content = in_thread(content, root)
+        answer = await client.room_send(room_id, "m.room.message", content, tx_id=tx_id)
         if isinstance(answer, RoomSendResponse):
             self._sent.add(answer.event_id)
-            return
+            return str(answer.event_id)
         raise _delivery_error(answer)
+
+    async def _redact(self, chat: str, event_id: str) -> None:
+        client = self._client
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.room_redact(split(chat)[0], event_id)
+
+    def live_reply(self, chat_id: str, metadata: Mapping[str, object]) -> MatrixLive | None:
+        """The turn's answer shown while it is written (live.py), unless
+        `channels.matrix.streaming` is off or Matrix is not connected."""
+        if not self._config.streaming or not self.connected:
+            return None
+        return MatrixLive(chat_id, self._post, self._redact, self.send, interval=self.live_interval)
 
     async def typing(self, chat_id: str) -> None:
         client = self._client

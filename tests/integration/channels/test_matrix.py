@@ -71,6 +71,8 @@ async def bruce_on_matrix(
     synapse: Synapse,
     bot: MatrixUser,
     allowed: list[str],
+    *,
+    streaming: bool = False,
 ) -> AsyncIterator[Bruce]:
     if anthropic_fake.responder is None:
         anthropic_fake.responder = echo
@@ -80,9 +82,11 @@ async def bruce_on_matrix(
         "user_id": bot.user_id,
         "password": bot.password,
         "allowed_user_ids": allowed,
+        "streaming": streaming,
     }
     config = make_config(data_dir, anthropic_fake.base_url, channels={"matrix": section})
     async with running_bruce(config, tools=ToolRegistry()) as bruce:
+        bruce.channels["matrix"].live_interval = 0.1  # type: ignore[attr-defined]
         await wait_until(lambda: bruce.channels["matrix"].connected, timeout=20)  # type: ignore[attr-defined]
         yield bruce
 
@@ -421,3 +425,49 @@ async def test_a_thread_is_its_own_session_and_is_answered_in_the_thread(
     # The thread's session has its own history: the room question is not in it.
     thread_history = json.dumps(anthropic_fake.requests[2]["messages"])
     assert "thread question" in thread_history and "room question" not in thread_history
+
+
+# ---- streaming by edits ----------------------------------------------------------------------
+
+LIVE_ANSWER = (
+    "The **rain** in Lisbon keeps on through the week, so an umbrella is the thing to carry "
+    "every single day, and boots too if you walk by the river in the evening."
+)
+
+
+async def test_a_streamed_answer_is_one_message_edited_until_it_is_the_reply(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    anthropic_fake.script(LIVE_ANSWER)
+    anthropic_fake.stream_pause_seconds = 0.03
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id], streaming=True),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "weather in Lisbon?")
+
+        async def done() -> list[dict[str, Any]]:
+            found = await from_bot(client, room, bot)
+            last = found[-1] if found else {}
+            return found if last.get("m.new_content", {}).get("body") == LIVE_ANSWER else []
+
+        seen = await wait_until(done, timeout=20, interval=0.2)
+    assert anthropic_fake.requests[0]["stream"] is True
+    first, *edits = seen
+    assert "m.relates_to" not in first and first["body"] != LIVE_ANSWER  # its first words
+    assert edits  # then edits of that one message, never a second message
+    for edit in edits:
+        assert edit["m.relates_to"]["rel_type"] == "m.replace"
+        new = edit["m.new_content"]
+        assert edit["body"] == f"* {new['body']}"
+        assert edit["formatted_body"] == f"* {new['formatted_body']}"
+        assert new["format"] == "org.matrix.custom.html"
+    assert {edit["m.relates_to"]["event_id"] for edit in edits} == {
+        edits[0]["m.relates_to"]["event_id"]
+    }
+    bodies = [edit["m.new_content"]["body"] for edit in edits]
+    assert len(bodies) == len(set(bodies))  # never an edit that changes nothing
+    assert "<b>rain</b>" in edits[-1]["m.new_content"]["formatted_body"]
