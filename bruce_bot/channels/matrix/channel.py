@@ -57,6 +57,7 @@ from bruce_bot.channels.matrix.events import (
 )
 from bruce_bot.channels.matrix.formatting import message_content
 from bruce_bot.channels.matrix.live import EDIT_INTERVAL_SECONDS, MatrixLive
+from bruce_bot.channels.matrix.reactions import NO, YES, Offers, reaction_content, reaction_of
 from bruce_bot.channels.matrix.session import LoginRefused, Session, log_in
 from bruce_bot.channels.matrix.sync_state import SyncState, SyncStateFile
 from bruce_bot.channels.matrix.texts import (
@@ -69,10 +70,10 @@ from bruce_bot.channels.matrix.texts import (
     TEXTS,
 )
 from bruce_bot.channels.matrix.threads import chat_id, in_thread, split, thread_root
-from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, CommandCall
+from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, CommandCall, Press
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config.matrix import MatrixConfig
-from bruce_bot.domain import InboundMessage, OutboundMessage
+from bruce_bot.domain import Choice, InboundMessage, OutboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -121,6 +122,7 @@ class MatrixChannel:
         self._sent: Recent[str] = Recent()  # Bruce's own event ids: replies to them address it
         self._handled: Recent[str] = Recent()  # event ids taken in (a sync asked for again)
         self._told_encrypted: set[str] = set()  # rooms told, once each per run
+        self._offers = Offers()  # questions with choices, answered by a reaction
         self._threads: Recent[str] = Recent()  # thread chat ids Bruce answers in
         self._joining: set[str] = set()  # rooms joined whose join event was not seen yet
         self._polling = False  # waiting in the long poll (nothing being taken in)
@@ -336,6 +338,10 @@ class MatrixChannel:
             if await self._policy.allows(sender):
                 await self._refuse_encrypted(room.room_id)
             return
+        reaction = reaction_of(event)
+        if reaction is not None:
+            await self._reacted(sender, *reaction)
+            return
         if not is_message(event) or not await self._addressed(client, room, event):
             return
         if event_id in self._handled:
@@ -446,9 +452,33 @@ class MatrixChannel:
             self._sent.add(answer.event_id)
 
     async def send(self, message: OutboundMessage) -> None:
-        await self._post(message.chat_id, message_content(message.text), _transaction_id(message))
+        content = message_content(message.text)
+        event_id = await self.post(message.chat_id, content, _transaction_id(message))
+        if message.choices:
+            await self.offer(message.chat_id, event_id, message.choices)
 
-    async def _post(self, chat: str, content: dict[str, Any], tx_id: str | None) -> str:
+    async def offer(self, chat: str, event_id: str, choices: tuple[Choice, ...]) -> None:
+        """Remember a question's choices and put ✅ / ❌ under it (reactions.py)."""
+        self._offers.add(event_id, chat, choices)
+        client = self._client
+        if client is None:
+            return
+        for key in (YES, NO)[: len(choices)]:
+            with contextlib.suppress(Exception):  # best effort: a reaction typed works as well
+                content = reaction_content(event_id, key)
+                await client.room_send(split(chat)[0], "m.reaction", content)
+
+    async def _reacted(self, sender: str, target: str, key: str) -> None:
+        pressed = self._offers.pressed(target, key)
+        if pressed is None or not await self._policy.allows(sender):
+            return  # not a question's choice, or a stranger's reaction: ignored
+        number, chat, data = pressed
+        answer = await self._policy.presses.answer(Press(sender, chat, number, data), self._inbox)
+        for text in (answer.notice, answer.reply):
+            if text:
+                await self._say(chat, text)
+
+    async def post(self, chat: str, content: dict[str, Any], tx_id: str | None) -> str:
         """Send `content` into `chat` (its thread, unless it is an edit); its event id."""
         client = self._client
         if client is None:
@@ -465,7 +495,7 @@ class MatrixChannel:
             return str(answer.event_id)
         raise _delivery_error(answer)
 
-    async def _redact(self, chat: str, event_id: str) -> None:
+    async def redact(self, chat: str, event_id: str) -> None:
         client = self._client
         if client is not None:
             with contextlib.suppress(Exception):
@@ -476,7 +506,7 @@ class MatrixChannel:
         `channels.matrix.streaming` is off or Matrix is not connected."""
         if not self._config.streaming or not self.connected:
             return None
-        return MatrixLive(chat_id, self._post, self._redact, self.send, interval=self.live_interval)
+        return MatrixLive(chat_id, self, interval=self.live_interval)
 
     async def typing(self, chat_id: str) -> None:
         client = self._client

@@ -11,20 +11,28 @@ A turn that ends without a reply redacts the message.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from bruce_bot.channels.live import PacedLiveReply, Pacing
 from bruce_bot.channels.matrix.formatting import message_content
-from bruce_bot.domain import OutboundMessage
+from bruce_bot.domain import Choice, OutboundMessage
 
 EDIT_INTERVAL_SECONDS = 1.0  # Synapse's default rate limit is 0.2 messages/s burst 10 per user
 MAX_LIVE_CHARS = 4000  # as MAX_MESSAGE_CHARS in channel.py: what one message takes
 
-# (chat id, content, transaction id) -> event id; raises DeliveryError as `send` does.
-Post = Callable[[str, dict[str, Any], str | None], Awaitable[str]]
-Redact = Callable[[str, str], Awaitable[None]]
-Send = Callable[[OutboundMessage], Awaitable[None]]
+
+class Poster(Protocol):
+    """What a live reply needs of the channel (channel.py)."""
+
+    async def post(self, chat: str, content: dict[str, Any], tx_id: str | None) -> str:
+        """Send `content`; its event id. Raises DeliveryError as `send` does."""
+        ...
+
+    async def redact(self, chat: str, event_id: str) -> None: ...
+
+    async def send(self, message: OutboundMessage) -> None: ...
+
+    async def offer(self, chat: str, event_id: str, choices: tuple[Choice, ...]) -> None: ...
 
 
 def edit_content(event_id: str, text: str) -> dict[str, Any]:
@@ -47,30 +55,32 @@ class MatrixLive(PacedLiveReply):
     def __init__(
         self,
         chat_id: str,
-        post: Post,
-        redact: Redact,
-        send: Send,
+        poster: Poster,
         *,
         interval: float = EDIT_INTERVAL_SECONDS,
     ) -> None:
         self._chat_id = chat_id
-        self._post, self._redact, self._send = post, redact, send
+        self._poster = poster
         self.event_id: str | None = None  # the message being edited, once sent
         super().__init__(Pacing(interval, MAX_LIVE_CHARS, name="matrix"))
 
     async def _show(self, text: str) -> None:
         if self.event_id is None:
-            self.event_id = await self._post(self._chat_id, message_content(text), None)
+            self.event_id = await self._poster.post(self._chat_id, message_content(text), None)
         else:
-            await self._post(self._chat_id, edit_content(self.event_id, text), None)
+            await self._poster.post(self._chat_id, edit_content(self.event_id, text), None)
 
     async def _deliver(self, message: OutboundMessage) -> None:
         if self.event_id is None:
-            await self._send(message)
-        elif self.shown != message.text:
-            await self._post(message.chat_id, edit_content(self.event_id, message.text), None)
+            await self._poster.send(message)
+            return
+        if self.shown != message.text:
+            content = edit_content(self.event_id, message.text)
+            await self._poster.post(message.chat_id, content, None)
+        if message.choices:
+            await self._poster.offer(message.chat_id, self.event_id, message.choices)
 
     async def _take_down(self) -> None:
         if self.event_id is not None:
-            await self._redact(self._chat_id, self.event_id)
+            await self._poster.redact(self._chat_id, self.event_id)
             self.event_id = None

@@ -23,8 +23,11 @@ from bruce_bot.app import Bruce
 from bruce_bot.channels.matrix.channel import MAX_MESSAGE_CHARS
 from bruce_bot.channels.matrix.probe import identify
 from bruce_bot.channels.matrix.texts import ENCRYPTED_REFUSAL
+from bruce_bot.channels.policy import BUTTON_INACTIVE
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config.matrix import MatrixConfig
+from bruce_bot.domain import Choice, OutboundMessage
+from bruce_bot.scheduler.confirmations import CANCEL_PREFIX, CONFIRM_PREFIX
 from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
@@ -471,3 +474,52 @@ async def test_a_streamed_answer_is_one_message_edited_until_it_is_the_reply(
     bodies = [edit["m.new_content"]["body"] for edit in edits]
     assert len(bodies) == len(set(bodies))  # never an edit that changes nothing
     assert "<b>rain</b>" in edits[-1]["m.new_content"]["formatted_body"]
+
+
+# ---- confirmations by reaction -------------------------------------------------------------
+
+
+async def bot_events(client: AsyncClient, room_id: str, bot: MatrixUser) -> list[dict[str, Any]]:
+    answer = await client.room_messages(room_id, start="", limit=100)
+    assert isinstance(answer, RoomMessagesResponse), answer
+    return [e.source for e in reversed(answer.chunk) if e.source.get("sender") == bot.user_id]
+
+
+async def test_a_reaction_of_an_allowed_user_answers_a_question_and_a_strangers_is_ignored(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    choices = (Choice("Confirm", f"{CONFIRM_PREFIX}999"), Choice("Cancel", f"{CANCEL_PREFIX}999"))
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]) as bruce,
+        person(synapse, alice) as client,
+        person(synapse, bob) as stranger,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await stranger.join(room)
+        text = "Please confirm the task (or answer yes 999)."
+        await bruce.channels["matrix"].send(
+            OutboundMessage("matrix", room, text, kind="notice", choices=choices)
+        )
+
+        async def offered() -> list[dict[str, Any]]:
+            found = [e for e in await bot_events(client, room, bot) if e["type"] == "m.reaction"]
+            return found if len(found) == 2 else []
+
+        reactions = await wait_until(offered, timeout=20, interval=0.2)
+        question = reactions[0]["content"]["m.relates_to"]["event_id"]
+        assert [r["content"]["m.relates_to"]["key"] for r in reactions] == ["\u2705", "\u274c"]
+        yes = {"m.relates_to": {"rel_type": "m.annotation", "event_id": question, "key": "✅️"}}
+        await stranger.room_send(room, "m.reaction", yes)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 1  # the stranger's tap did nothing
+        with capture_logs() as logs:
+            await client.room_send(room, "m.reaction", yes)
+            replies = await wait_for_replies(client, room, bot, 2)
+    assert replies[0]["body"] == text
+    # The tap reached inbox.choose as the Confirm choice's data: no task 999 waits, so the
+    # answer is the policy's "no longer active" (a real confirmation: test_discord_buttons.py).
+    (pressed,) = [e for e in logs if e["event"] == "button_pressed"]
+    assert pressed["data"] == f"{CONFIRM_PREFIX}999" and pressed["chat_id"] == room
+    assert replies[1]["body"] == BUTTON_INACTIVE and replies[1]["msgtype"] == "m.notice"
