@@ -76,6 +76,7 @@ async def bruce_on_matrix(
     allowed: list[str],
     *,
     streaming: bool = False,
+    builtin_tools: bool = False,
 ) -> AsyncIterator[Bruce]:
     if anthropic_fake.responder is None:
         anthropic_fake.responder = echo
@@ -88,7 +89,7 @@ async def bruce_on_matrix(
         "streaming": streaming,
     }
     config = make_config(data_dir, anthropic_fake.base_url, channels={"matrix": section})
-    async with running_bruce(config, tools=ToolRegistry()) as bruce:
+    async with running_bruce(config, tools=None if builtin_tools else ToolRegistry()) as bruce:
         bruce.channels["matrix"].live_interval = 0.1  # type: ignore[attr-defined]
         await wait_until(lambda: bruce.channels["matrix"].connected, timeout=20)  # type: ignore[attr-defined]
         yield bruce
@@ -523,3 +524,40 @@ async def test_a_reaction_of_an_allowed_user_answers_a_question_and_a_strangers_
     (pressed,) = [e for e in logs if e["event"] == "button_pressed"]
     assert pressed["data"] == f"{CONFIRM_PREFIX}999" and pressed["chat_id"] == room
     assert replies[1]["body"] == BUTTON_INACTIVE and replies[1]["msgtype"] == "m.notice"
+
+
+# ---- reminders -----------------------------------------------------------------------------
+
+
+async def test_a_reminder_made_in_a_thread_arrives_in_that_thread(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    reminder = {
+        "title": "Stretch",
+        "execution_mode": "message",
+        "content": "Stand up and stretch",
+        "run_at": "+1s",
+    }
+    anthropic_fake.script(tool_calls=[("proactive_create", reminder)])
+    anthropic_fake.script("Done.")
+    async with (
+        bruce_on_matrix(
+            tmp_path, anthropic_fake, synapse, bot, [alice.user_id], builtin_tools=True
+        ),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        root = await say(client, room, "plans for today")
+        await say(client, room, f"{bot.user_id} remind me to stretch", **thread(root, root))
+
+        async def reminded() -> list[dict[str, Any]]:
+            found = await from_bot(client, room, bot)
+            return found if any(r["body"].startswith("\u23f0") for r in found) else []
+
+        replies = await wait_until(reminded, timeout=30, interval=0.3)
+    (alarm,) = [r for r in replies if r["body"].startswith("\u23f0")]
+    assert alarm["body"] == "\u23f0 Stand up and stretch"
+    assert alarm["m.relates_to"]["rel_type"] == "m.thread"
+    assert alarm["m.relates_to"]["event_id"] == root
