@@ -19,7 +19,8 @@ direct chats (a room of two) and, in other rooms, messages that mention it (its 
 display name in the body, or `m.mentions`) or reply to one of its messages. Each room is one
 session, and each thread in it one of its own (threads.py); a thread Bruce answered is followed
 without a mention. Its own events, state events, redactions, edits, notices and unknown msgtypes are
-ignored; a picture or file gets one short "text only" notice where Bruce is addressed.
+ignored; pictures, files and audio are read through the media path (media.py), a video or
+location gets one short "text only" notice where Bruce is addressed.
 
 End-to-end encryption is not supported: olm is not installed, so Bruce can neither read nor
 write in an encrypted room. It says so once per room (ENCRYPTED_REFUSAL, in plain text), and
@@ -42,7 +43,7 @@ from typing import Any
 import structlog
 from nio import AsyncClient, MatrixRoom, RoomGetEventResponse, RoomSendResponse, SyncResponse
 
-from bruce_bot.channels.base import DeliveryError, InboxPort
+from bruce_bot.channels.base import AttachmentUnavailableError, DeliveryError, InboxPort
 from bruce_bot.channels.connecting import wait_connected
 from bruce_bot.channels.held import unavailable
 from bruce_bot.channels.matrix.events import (
@@ -57,6 +58,7 @@ from bruce_bot.channels.matrix.events import (
 )
 from bruce_bot.channels.matrix.formatting import message_content
 from bruce_bot.channels.matrix.live import EDIT_INTERVAL_SECONDS, MatrixLive
+from bruce_bot.channels.matrix.media import attachment_of, caption_of, fetch
 from bruce_bot.channels.matrix.reactions import NO, YES, Offers, reaction_content, reaction_of
 from bruce_bot.channels.matrix.session import LoginRefused, Session, log_in
 from bruce_bot.channels.matrix.sync_state import SyncState, SyncStateFile
@@ -73,7 +75,7 @@ from bruce_bot.channels.matrix.threads import chat_id, in_thread, split, thread_
 from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, CommandCall, Press
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config.matrix import MatrixConfig
-from bruce_bot.domain import Choice, InboundMessage, OutboundMessage
+from bruce_bot.domain import Attachment, Choice, InboundMessage, OutboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -382,16 +384,18 @@ class MatrixChannel:
         inbox = self._inbox
         if inbox is None:
             raise _Stopping  # left on the homeserver: read again after the restart
-        if content_of(event).get("msgtype") in NOT_READ_MSGTYPES:
-            await self._say(room_id, ONLY_TEXT_REPLY)
+        attachment = attachment_of(content_of(event))
+        if attachment is None and content_of(event).get("msgtype") in NOT_READ_MSGTYPES:
+            await self._say(room_id, ONLY_TEXT_REPLY)  # a video, a location
             return
-        text, in_room = text_of(event, self._me), not _is_direct(room)
-        command = self._policy.commands.named_by(text)
+        in_room = not _is_direct(room)
+        text = caption_of(content_of(event)) if attachment else text_of(event, self._me)
+        command = None if attachment else self._policy.commands.named_by(text)
         if command is not None:
             call = CommandCall(command, room_id, sender, name, in_room)
             await self._say(room_id, await self._policy.commands.handle(call, inbox))
             return
-        if not text:
+        if not text and attachment is None:
             await self._say(room_id, EMPTY_MENTION_REPLY)
             return
         inbound = InboundMessage(
@@ -402,6 +406,7 @@ class MatrixChannel:
             user_name=name,
             platform_message_id=event_id,
             metadata={"group": True} if in_room else {},
+            attachments=(attachment,) if attachment else (),
         )
         if room_id != room.room_id:
             self._threads.add(room_id)  # a thread Bruce answers: followed without a mention
@@ -507,6 +512,13 @@ class MatrixChannel:
         if not self._config.streaming or not self.connected:
             return None
         return MatrixLive(chat_id, self, interval=self.live_interval)
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """A file's bytes from the homeserver's media API (media.py)."""
+        client = self._client
+        if client is None:
+            raise AttachmentUnavailableError("Matrix is not connected right now")
+        return await fetch(client, attachment, max_bytes)
 
     async def typing(self, chat_id: str) -> None:
         client = self._client

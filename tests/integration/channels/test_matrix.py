@@ -561,3 +561,46 @@ async def test_a_reminder_made_in_a_thread_arrives_in_that_thread(
     assert alarm["body"] == "\u23f0 Stand up and stretch"
     assert alarm["m.relates_to"]["rel_type"] == "m.thread"
     assert alarm["m.relates_to"]["event_id"] == root
+
+
+# ---- media ---------------------------------------------------------------------------------
+
+
+def png_bytes() -> bytes:
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+async def test_an_image_is_downloaded_from_the_homeserver_and_shown_to_the_model(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    anthropic_fake.responder = lambda body: "A red rectangle."
+    data = png_bytes()
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        uploaded, _ = await client.upload(
+            lambda *_: data, content_type="image/png", filename="red.png", filesize=len(data)
+        )
+        url = uploaded.content_uri
+        content = {
+            "msgtype": "m.image",
+            "body": "what is this?",
+            "filename": "red.png",
+            "url": url,
+            "info": {"mimetype": "image/png", "size": len(data), "w": 40, "h": 30},
+        }
+        await client.room_send(room, "m.room.message", content)
+        (reply,) = await wait_for_replies(client, room, bot, 1)
+    assert reply["body"] == "A red rectangle."
+    sent = json.dumps(anthropic_fake.requests[0]["messages"])
+    assert '"type": "image"' in sent and "what is this?" in sent
