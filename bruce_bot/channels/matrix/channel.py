@@ -58,7 +58,7 @@ from bruce_bot.channels.matrix.events import (
 )
 from bruce_bot.channels.matrix.formatting import message_content
 from bruce_bot.channels.matrix.live import EDIT_INTERVAL_SECONDS, MatrixLive
-from bruce_bot.channels.matrix.media import attachment_of, caption_of, fetch
+from bruce_bot.channels.matrix.media import attachment_of, caption_of, fetch, upload
 from bruce_bot.channels.matrix.reactions import NO, YES, Offers, reaction_content, reaction_of
 from bruce_bot.channels.matrix.session import LoginRefused, Session, log_in
 from bruce_bot.channels.matrix.sync_state import SyncState, SyncStateFile
@@ -100,7 +100,7 @@ class _Stopping(Exception):
 class MatrixChannel:
     name = MATRIX_CHANNEL
     max_message_chars = MAX_MESSAGE_CHARS
-    sends_files = False
+    sends_files = True  # the outbox sends a reply's artifacts as m.file / m.image (media.py)
 
     def __init__(
         self,
@@ -457,6 +457,14 @@ class MatrixChannel:
             self._sent.add(answer.event_id)
 
     async def send(self, message: OutboundMessage) -> None:
+        if message.file is not None:  # an artifact sent with its reply (media.py)
+            client = self._client
+            if client is None:
+                raise DeliveryError("Matrix is not connected right now")
+            tx_id = _transaction_id(message)
+            tx_id = f"{tx_id}-{message.file.artifact}" if tx_id else None
+            await self.post(message.chat_id, await upload(client, message.file), tx_id)
+            return
         content = message_content(message.text)
         event_id = await self.post(message.chat_id, content, _transaction_id(message))
         if message.choices:

@@ -4,17 +4,18 @@ The event's `url` (an `mxc://server/media-id` URI) is the reference; `info` give
 size and an audio's duration (milliseconds). The bytes come through the homeserver's media API
 with nio's `download`, which uses the authenticated endpoint (`/_matrix/client/v1/media`) with
 Bruce's access token, as homeservers now require. Encrypted files (`file` instead of `url`) never
-arrive: encrypted rooms are refused (channel.py).
+arrive: encrypted rooms are refused (channel.py). Files out (a reply's artifacts) are uploaded
+with nio's `upload` and sent as m.image (image/*) or m.file with the `mxc://` URI it returns.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from nio import AsyncClient, MemoryDownloadResponse
+from nio import AsyncClient, MemoryDownloadResponse, UploadResponse
 
-from bruce_bot.channels.base import AttachmentUnavailableError
-from bruce_bot.domain import Attachment, AttachmentKind
+from bruce_bot.channels.base import AttachmentUnavailableError, DeliveryError
+from bruce_bot.domain import Attachment, AttachmentKind, OutboundFile
 
 KINDS: dict[str, AttachmentKind] = {"m.image": "image", "m.audio": "audio", "m.file": "document"}
 
@@ -63,3 +64,30 @@ async def fetch(client: AsyncClient, attachment: Attachment, max_bytes: int) -> 
     if len(answer.body) > max_bytes:
         raise AttachmentUnavailableError(too_big, permanent=True)
     return bytes(answer.body)
+
+
+async def upload(client: AsyncClient, file: OutboundFile) -> dict[str, Any]:
+    """Upload `file`; the content of the m.image / m.file message that shows it."""
+    data = file.data
+    try:
+        answer, _ = await client.upload(
+            lambda *_: data,
+            content_type=file.content_type,
+            filename=file.filename,
+            filesize=len(data),
+        )
+    except Exception as exc:
+        raise DeliveryError(f"the homeserver did not take the file ({exc!r})") from None
+    if not isinstance(answer, UploadResponse):
+        code = getattr(answer, "status_code", "") or ""
+        text = f"the homeserver refused the file: {code} {getattr(answer, 'message', '')}"
+        raise DeliveryError(text.strip(), permanent=code in ("M_TOO_LARGE", "M_FORBIDDEN"))
+    image = file.content_type.startswith("image/")
+    return {
+        "msgtype": "m.image" if image else "m.file",
+        "body": file.filename,
+        "filename": file.filename,
+        "url": answer.content_uri,
+        "info": {"mimetype": file.content_type, "size": len(data)},
+        "m.mentions": {},
+    }

@@ -604,3 +604,33 @@ async def test_an_image_is_downloaded_from_the_homeserver_and_shown_to_the_model
     assert reply["body"] == "A red rectangle."
     sent = json.dumps(anthropic_fake.requests[0]["messages"])
     assert '"type": "image"' in sent and "what is this?" in sent
+
+
+async def test_a_saved_artifact_is_uploaded_and_sent_as_a_file(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    report = "<!doctype html><html><body><h1>Weekly</h1></body></html>"
+    arguments = {"title": "Weekly", "filename": "report.html", "content": report}
+    anthropic_fake.script(tool_calls=[("artifact_save", arguments)])
+    anthropic_fake.script("Here is your report.")
+    async with (
+        bruce_on_matrix(
+            tmp_path, anthropic_fake, synapse, bot, [alice.user_id], builtin_tools=True
+        ),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "save me the weekly report")
+
+        async def with_file() -> list[dict[str, Any]]:
+            found = await from_bot(client, room, bot)
+            return found if any(r.get("msgtype") == "m.file" for r in found) else []
+
+        replies = await wait_until(with_file, timeout=30, interval=0.3)
+        (file,) = [r for r in replies if r["msgtype"] == "m.file"]
+        downloaded = await client.download(mxc=file["url"])
+    assert replies[0]["body"].startswith("Here is your report.")
+    assert file["body"] == "report.html" and file["info"]["mimetype"].startswith("text/html")
+    assert downloaded.body.decode() == report
