@@ -29,7 +29,7 @@ from bruce_bot.config.matrix import MatrixConfig
 from bruce_bot.domain import Choice, OutboundMessage
 from bruce_bot.scheduler.confirmations import CANCEL_PREFIX, CONFIRM_PREFIX
 from bruce_bot.tools.registry import ToolRegistry
-from tests.conftest import make_config, running_bruce, wait_until
+from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.integration.channels.synapse import MatrixUser, Synapse, synapse_python
 
@@ -634,3 +634,31 @@ async def test_a_saved_artifact_is_uploaded_and_sent_as_a_file(
     assert replies[0]["body"].startswith("Here is your report.")
     assert file["body"] == "report.html" and file["info"]["mimetype"].startswith("text/html")
     assert downloaded.body.decode() == report
+
+
+# ---- the dashboard's allowlist -------------------------------------------------------------
+
+
+async def test_a_matrix_id_added_in_the_dashboard_is_answered_and_a_bad_one_is_refused(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]) as bruce,
+        web_client(bruce, timeout=30) as http,
+        person(synapse, alice) as client,
+        person(synapse, bob) as stranger,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await stranger.join(room)
+        path = "/api/channels/matrix/allowlist"
+        wrong = await http.put(path, json={"allowed_user_ids": [alice.user_id, "bob"]})
+        assert wrong.status_code == 400
+        assert "allowed_user_ids[1]: 'bob' is not a Matrix user id" in wrong.json()["error"]
+        added = await http.put(path, json={"allowed_user_ids": [alice.user_id, bob.user_id]})
+        assert added.status_code == 200, added.text
+        assert added.json()["allowed_user_ids"] == sorted([alice.user_id, bob.user_id])
+        await say(stranger, room, f"{bot.user_id} hello from bob")
+        (reply,) = await wait_for_replies(client, room, bot, 1)
+    assert reply["body"].endswith(": hello from bob")
