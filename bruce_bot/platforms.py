@@ -147,6 +147,7 @@ BUILT_IN: tuple[PlatformSpec, ...] = (
         adapter="bruce_bot.channels.matrix.channel:MatrixChannel",
         identify="bruce_bot.channels.matrix.probe:identify",
         token_help="set channels.matrix.password (or an access_token) of Bruce's Matrix account",
+        capabilities=frozenset({"edits", "files"}),
         pairing=False,  # Matrix ids are text; the pairing tables keep numbers (for now)
         loggers=("nio",),
         login=(

@@ -38,6 +38,7 @@ class MatrixConfig(Section):
     device_id: str = ""  # the device to log in as; kept across restarts
     allowed_user_ids: list[str] = Field(default_factory=list)  # "@alice:example.org"
     pairing: bool = False  # not offered on Matrix yet (see the module docstring)
+    streaming: bool = True  # live replies: one message edited (m.replace) as it is written
 
     _check_homeserver = field_validator("homeserver")(classmethod(lambda cls, v: _check_url(v)))
 

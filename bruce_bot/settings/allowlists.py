@@ -1,4 +1,7 @@
-"""Who may talk to Bruce on Telegram and Discord, changed from the dashboard while Bruce runs.
+"""Who may talk to Bruce on each platform, changed from the dashboard while Bruce runs.
+
+Telegram's and Discord's ids are numbers; Matrix's are text ("@alice:example.org", checked
+against the shape of a Matrix user id with an error that shows one).
 
 Each platform's allowlist is stored under `channels.<name>.allowed_user_ids` in `settings` (a
 list of ids as text: Discord's ids are too big for a browser's numbers) and wins over
@@ -17,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from bruce_bot.config.matrix import MATRIX_USER_ID
 from bruce_bot.settings.override import Override, Source
 from bruce_bot.storage.settings import SettingsStore
 
@@ -54,10 +58,37 @@ def parse_ids(values: Sequence[object], field: str = "allowed_user_ids") -> list
     return sorted(ids)
 
 
-def _stored_ids(value: Any) -> frozenset[UserId]:
-    if not isinstance(value, list):
-        raise AllowlistRefused("allowed_user_ids: not a list of user ids")
-    return frozenset(parse_ids(value))
+def parse_matrix_ids(values: Sequence[object], field: str = "allowed_user_ids") -> list[str]:
+    """Matrix user ids in `values`, sorted, without repeats; AllowlistRefused naming the first
+    entry that is not one."""
+    if len(values) > MAX_IDS:
+        raise AllowlistRefused(f"{field}: {len(values)} ids; at most {MAX_IDS} are kept")
+    ids: set[str] = set()
+    for index, value in enumerate(values):
+        text = value.strip() if isinstance(value, str) else ""
+        if not MATRIX_USER_ID.fullmatch(text):
+            raise AllowlistRefused(
+                f"{field}[{index}]: {str(value)[:60]!r} is not a Matrix user id. A Matrix id "
+                'looks like "@alice:example.org": @, the name, a colon, the homeserver'
+            )
+        ids.add(text)
+    return sorted(ids)
+
+
+TEXT_ID_PARSERS = {"matrix": parse_matrix_ids}  # platforms whose user ids are text
+
+
+def parser_of(channel: str) -> Any:
+    return TEXT_ID_PARSERS.get(channel, parse_ids)
+
+
+def _stored(channel: str) -> Any:
+    def stored_ids(value: Any) -> frozenset[UserId]:
+        if not isinstance(value, list):
+            raise AllowlistRefused("allowed_user_ids: not a list of user ids")
+        return frozenset(parser_of(channel)(value))
+
+    return stored_ids
 
 
 def _as_stored(ids: frozenset[UserId]) -> list[str]:
@@ -66,8 +97,8 @@ def _as_stored(ids: frozenset[UserId]) -> list[str]:
 
 def allowlist(channel: str, configured: Iterable[UserId]) -> Override[frozenset[UserId]]:
     """`channel`'s allowlist over config.yml's `allowed_user_ids` (`configured`; Matrix's are
-    text, and only config.yml's are used there: a list saved in Settings holds numbers)."""
-    return Override(allowlist_setting(channel), frozenset(configured), _stored_ids, _as_stored)
+    text, and so are those saved in Settings for it)."""
+    return Override(allowlist_setting(channel), frozenset(configured), _stored(channel), _as_stored)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +136,7 @@ class Allowlists:
     async def save(self, channel: str, values: Sequence[object]) -> AllowlistView:
         """Store `values` as `channel`'s allowlist (the same as config.yml's: follow the file
         again); AllowlistRefused when one is not a user id, and nothing is stored."""
-        ids = parse_ids(values)
+        ids: list[UserId] = list(parser_of(channel)(values))
         await self._override(channel).save(self._store, frozenset(ids))
         log.info("allowlist_saved", channel=channel, count=len(ids))
         return await self.view(channel)

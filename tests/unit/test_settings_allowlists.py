@@ -27,3 +27,14 @@ def test_a_wrong_entry_is_named_with_its_place(entry: object, index: int) -> Non
 def test_too_many_ids_are_refused() -> None:
     with pytest.raises(AllowlistRefused, match=f"at most {MAX_IDS}"):
         parse_ids(["1"] * (MAX_IDS + 1))
+
+
+def test_matrix_ids_are_text_of_the_matrix_shape() -> None:
+    from bruce_bot.settings.allowlists import parse_matrix_ids
+
+    assert parse_matrix_ids([" @bob:example.org", "@alice:ex.org:8448", "@bob:example.org"]) == [
+        "@alice:ex.org:8448",
+        "@bob:example.org",
+    ]
+    with pytest.raises(AllowlistRefused, match=r"allowed_user_ids\[1\]: 'alice' is not a Matrix"):
+        parse_matrix_ids(["@a:b.org", "alice"])

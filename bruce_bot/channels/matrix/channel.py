@@ -17,8 +17,10 @@ from then on, not old messages. In a room it has just joined, it answers what fo
 Invites from allowed users are accepted; others are declined (the room is left). Bruce answers
 direct chats (a room of two) and, in other rooms, messages that mention it (its user id or
 display name in the body, or `m.mentions`) or reply to one of its messages. Each room is one
-session. Its own events, state events, redactions, edits, notices and unknown msgtypes are
-ignored; a picture or file gets one short "text only" notice where Bruce is addressed.
+session, and each thread in it one of its own (threads.py); a thread Bruce answered is followed
+without a mention. Its own events, state events, redactions, edits, notices and unknown msgtypes are
+ignored; pictures, files and audio are read through the media path (media.py), a video or
+location gets one short "text only" notice where Bruce is addressed.
 
 End-to-end encryption is not supported: olm is not installed, so Bruce can neither read nor
 write in an encrypted room. It says so once per room (ENCRYPTED_REFUSAL, in plain text), and
@@ -34,14 +36,14 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import structlog
 from nio import AsyncClient, MatrixRoom, RoomGetEventResponse, RoomSendResponse, SyncResponse
 
-from bruce_bot.channels.base import DeliveryError, InboxPort
+from bruce_bot.channels.base import AttachmentUnavailableError, DeliveryError, InboxPort
 from bruce_bot.channels.connecting import wait_connected
 from bruce_bot.channels.held import unavailable
 from bruce_bot.channels.matrix.events import (
@@ -55,6 +57,9 @@ from bruce_bot.channels.matrix.events import (
     text_of,
 )
 from bruce_bot.channels.matrix.formatting import message_content
+from bruce_bot.channels.matrix.live import EDIT_INTERVAL_SECONDS, MatrixLive
+from bruce_bot.channels.matrix.media import attachment_of, caption_of, fetch, upload
+from bruce_bot.channels.matrix.reactions import NO, YES, Offers, reaction_content, reaction_of
 from bruce_bot.channels.matrix.session import LoginRefused, Session, log_in
 from bruce_bot.channels.matrix.sync_state import SyncState, SyncStateFile
 from bruce_bot.channels.matrix.texts import (
@@ -66,10 +71,11 @@ from bruce_bot.channels.matrix.texts import (
     ONLY_TEXT_REPLY,
     TEXTS,
 )
-from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, CommandCall
+from bruce_bot.channels.matrix.threads import chat_id, in_thread, split, thread_root
+from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, CommandCall, Press
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config.matrix import MatrixConfig
-from bruce_bot.domain import InboundMessage, OutboundMessage
+from bruce_bot.domain import Attachment, Choice, InboundMessage, OutboundMessage
 
 log = structlog.get_logger(__name__)
 
@@ -94,7 +100,7 @@ class _Stopping(Exception):
 class MatrixChannel:
     name = MATRIX_CHANNEL
     max_message_chars = MAX_MESSAGE_CHARS
-    sends_files = False
+    sends_files = True  # the outbox sends a reply's artifacts as m.file / m.image (media.py)
 
     def __init__(
         self,
@@ -118,10 +124,13 @@ class MatrixChannel:
         self._sent: Recent[str] = Recent()  # Bruce's own event ids: replies to them address it
         self._handled: Recent[str] = Recent()  # event ids taken in (a sync asked for again)
         self._told_encrypted: set[str] = set()  # rooms told, once each per run
+        self._offers = Offers()  # questions with choices, answered by a reaction
+        self._threads: Recent[str] = Recent()  # thread chat ids Bruce answers in
         self._joining: set[str] = set()  # rooms joined whose join event was not seen yet
         self._polling = False  # waiting in the long poll (nothing being taken in)
         self._outage = False  # the homeserver is away, and the log said so once
         self.gave_up: str | None = None
+        self.live_interval = EDIT_INTERVAL_SECONDS  # between two edits of a live reply
 
     def use_data_dir(self, data_dir: Path) -> None:
         """Keep the sync token in `<data_dir>/matrix/sync.json` (else in memory only)."""
@@ -331,6 +340,10 @@ class MatrixChannel:
             if await self._policy.allows(sender):
                 await self._refuse_encrypted(room.room_id)
             return
+        reaction = reaction_of(event)
+        if reaction is not None:
+            await self._reacted(sender, *reaction)
+            return
         if not is_message(event) or not await self._addressed(client, room, event):
             return
         if event_id in self._handled:
@@ -344,6 +357,8 @@ class MatrixChannel:
         self, client: AsyncClient, room: MatrixRoom, event: dict[str, Any]
     ) -> bool:
         if _is_direct(room) or mentions(event, self._me):
+            return True
+        if chat_id(room.room_id, thread_root(content_of(event))) in self._threads:
             return True
         parent = replied_to(event)
         if parent is None:
@@ -359,7 +374,8 @@ class MatrixChannel:
     async def _take_in(
         self, room: MatrixRoom, event: dict[str, Any], sender: str, event_id: str
     ) -> None:
-        room_id, name = room.room_id, room.user_name(sender) or sender
+        name = room.user_name(sender) or sender
+        room_id = chat_id(room.room_id, thread_root(content_of(event)))  # a thread: its own
         admission = await self._policy.admit(sender, chat_id=room_id, user_name=name)
         if admission.refusal is not None:
             await self._say(room_id, admission.refusal)
@@ -368,16 +384,18 @@ class MatrixChannel:
         inbox = self._inbox
         if inbox is None:
             raise _Stopping  # left on the homeserver: read again after the restart
-        if content_of(event).get("msgtype") in NOT_READ_MSGTYPES:
-            await self._say(room_id, ONLY_TEXT_REPLY)
+        attachment = attachment_of(content_of(event))
+        if attachment is None and content_of(event).get("msgtype") in NOT_READ_MSGTYPES:
+            await self._say(room_id, ONLY_TEXT_REPLY)  # a video, a location
             return
-        text, in_room = text_of(event, self._me), not _is_direct(room)
-        command = self._policy.commands.named_by(text)
+        in_room = not _is_direct(room)
+        text = caption_of(content_of(event)) if attachment else text_of(event, self._me)
+        command = None if attachment else self._policy.commands.named_by(text)
         if command is not None:
             call = CommandCall(command, room_id, sender, name, in_room)
             await self._say(room_id, await self._policy.commands.handle(call, inbox))
             return
-        if not text:
+        if not text and attachment is None:
             await self._say(room_id, EMPTY_MENTION_REPLY)
             return
         inbound = InboundMessage(
@@ -388,7 +406,10 @@ class MatrixChannel:
             user_name=name,
             platform_message_id=event_id,
             metadata={"group": True} if in_room else {},
+            attachments=(attachment,) if attachment else (),
         )
+        if room_id != room.room_id:
+            self._threads.add(room_id)  # a thread Bruce answers: followed without a mention
         await self._submit(inbox, inbound)
 
     async def _submit(self, inbox: InboxPort, inbound: InboundMessage) -> None:
@@ -419,14 +440,15 @@ class MatrixChannel:
 
     # ---- delivery -----------------------------------------------------------------------------
 
-    async def _say(self, room_id: str, text: str) -> None:
+    async def _say(self, chat: str, text: str) -> None:
         """The adapter's own words, as an `m.notice` (bots do not answer notices)."""
         client = self._client
         if client is None:
             return
+        room_id, root = split(chat)
         try:
             answer = await client.room_send(
-                room_id, "m.room.message", message_content(text, "m.notice")
+                room_id, "m.room.message", in_thread(message_content(text, "m.notice"), root)
             )
         except Exception as exc:
             log.warning("matrix_notice_failed", room_id=room_id, error=repr(exc))
@@ -435,28 +457,82 @@ class MatrixChannel:
             self._sent.add(answer.event_id)
 
     async def send(self, message: OutboundMessage) -> None:
+        if message.file is not None:  # an artifact sent with its reply (media.py)
+            client = self._client
+            if client is None:
+                raise DeliveryError("Matrix is not connected right now")
+            tx_id = _transaction_id(message)
+            tx_id = f"{tx_id}-{message.file.artifact}" if tx_id else None
+            await self.post(message.chat_id, await upload(client, message.file), tx_id)
+            return
+        content = message_content(message.text)
+        event_id = await self.post(message.chat_id, content, _transaction_id(message))
+        if message.choices:
+            await self.offer(message.chat_id, event_id, message.choices)
+
+    async def offer(self, chat: str, event_id: str, choices: tuple[Choice, ...]) -> None:
+        """Remember a question's choices and put ✅ / ❌ under it (reactions.py)."""
+        self._offers.add(event_id, chat, choices)
+        client = self._client
+        if client is None:
+            return
+        for key in (YES, NO)[: len(choices)]:
+            with contextlib.suppress(Exception):  # best effort: a reaction typed works as well
+                content = reaction_content(event_id, key)
+                await client.room_send(split(chat)[0], "m.reaction", content)
+
+    async def _reacted(self, sender: str, target: str, key: str) -> None:
+        pressed = self._offers.pressed(target, key)
+        if pressed is None or not await self._policy.allows(sender):
+            return  # not a question's choice, or a stranger's reaction: ignored
+        number, chat, data = pressed
+        answer = await self._policy.presses.answer(Press(sender, chat, number, data), self._inbox)
+        for text in (answer.notice, answer.reply):
+            if text:
+                await self._say(chat, text)
+
+    async def post(self, chat: str, content: dict[str, Any], tx_id: str | None) -> str:
+        """Send `content` into `chat` (its thread, unless it is an edit); its event id."""
         client = self._client
         if client is None:
             raise DeliveryError("Matrix is not connected right now")
-        room = client.rooms.get(message.chat_id)
+        room_id, root = split(chat)
+        room = client.rooms.get(room_id)
         if room is not None and room.encrypted:
             raise DeliveryError("the room is end-to-end encrypted", permanent=True)
-        answer = await client.room_send(
-            message.chat_id,
-            "m.room.message",
-            message_content(message.text),
-            tx_id=_transaction_id(message),
-        )
+        if "m.relates_to" not in content:
+            content = in_thread(content, root)
+        answer = await client.room_send(room_id, "m.room.message", content, tx_id=tx_id)
         if isinstance(answer, RoomSendResponse):
             self._sent.add(answer.event_id)
-            return
+            return str(answer.event_id)
         raise _delivery_error(answer)
+
+    async def redact(self, chat: str, event_id: str) -> None:
+        client = self._client
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.room_redact(split(chat)[0], event_id)
+
+    def live_reply(self, chat_id: str, metadata: Mapping[str, object]) -> MatrixLive | None:
+        """The turn's answer shown while it is written (live.py), unless
+        `channels.matrix.streaming` is off or Matrix is not connected."""
+        if not self._config.streaming or not self.connected:
+            return None
+        return MatrixLive(chat_id, self, interval=self.live_interval)
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """A file's bytes from the homeserver's media API (media.py)."""
+        client = self._client
+        if client is None:
+            raise AttachmentUnavailableError("Matrix is not connected right now")
+        return await fetch(client, attachment, max_bytes)
 
     async def typing(self, chat_id: str) -> None:
         client = self._client
         if client is not None:
             with contextlib.suppress(Exception):
-                await client.room_typing(chat_id, True, timeout=10_000)
+                await client.room_typing(split(chat_id)[0], True, timeout=10_000)
 
 
 def _inviter(invite_state: list[Any], me: str) -> str | None:

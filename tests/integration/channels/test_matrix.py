@@ -23,10 +23,13 @@ from bruce_bot.app import Bruce
 from bruce_bot.channels.matrix.channel import MAX_MESSAGE_CHARS
 from bruce_bot.channels.matrix.probe import identify
 from bruce_bot.channels.matrix.texts import ENCRYPTED_REFUSAL
+from bruce_bot.channels.policy import BUTTON_INACTIVE
 from bruce_bot.channels.probe import ProbeError
 from bruce_bot.config.matrix import MatrixConfig
+from bruce_bot.domain import Choice, OutboundMessage
+from bruce_bot.scheduler.confirmations import CANCEL_PREFIX, CONFIRM_PREFIX
 from bruce_bot.tools.registry import ToolRegistry
-from tests.conftest import make_config, running_bruce, wait_until
+from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.integration.channels.synapse import MatrixUser, Synapse, synapse_python
 
@@ -71,6 +74,9 @@ async def bruce_on_matrix(
     synapse: Synapse,
     bot: MatrixUser,
     allowed: list[str],
+    *,
+    streaming: bool = False,
+    builtin_tools: bool = False,
 ) -> AsyncIterator[Bruce]:
     if anthropic_fake.responder is None:
         anthropic_fake.responder = echo
@@ -80,9 +86,11 @@ async def bruce_on_matrix(
         "user_id": bot.user_id,
         "password": bot.password,
         "allowed_user_ids": allowed,
+        "streaming": streaming,
     }
     config = make_config(data_dir, anthropic_fake.base_url, channels={"matrix": section})
-    async with running_bruce(config, tools=ToolRegistry()) as bruce:
+    async with running_bruce(config, tools=None if builtin_tools else ToolRegistry()) as bruce:
+        bruce.channels["matrix"].live_interval = 0.1  # type: ignore[attr-defined]
         await wait_until(lambda: bruce.channels["matrix"].connected, timeout=20)  # type: ignore[attr-defined]
         yield bruce
 
@@ -374,3 +382,283 @@ async def test_a_homeserver_outage_is_reported_once_and_bruce_answers_when_it_is
             await wait_until(lambda: any(e["event"] == "matrix_reachable_again" for e in logs))
     assert reply["body"] == "You said: are you back?"
     assert [e["event"] for e in logs].count("matrix_unreachable") == 1
+
+
+# ---- threads -------------------------------------------------------------------------------
+
+
+def thread(root: str, latest: str) -> dict[str, Any]:
+    """What Element sends in a thread: the thread relation, falling back to a reply."""
+    return {
+        "m.relates_to": {
+            "rel_type": "m.thread",
+            "event_id": root,
+            "is_falling_back": True,
+            "m.in_reply_to": {"event_id": latest},
+        }
+    }
+
+
+async def test_a_thread_is_its_own_session_and_is_answered_in_the_thread(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await say(client, room, f"{bot.user_id} room question")
+        await wait_for_replies(client, room, bot, 1)
+        root = await say(client, room, "a topic to discuss")
+        await say(client, room, f"{bot.user_id} thread question", **thread(root, root))
+        replies = await wait_for_replies(client, room, bot, 2)
+        # A follow-up in the thread needs no mention: Bruce answers in that thread.
+        await say(client, room, "and a follow-up", **thread(root, root))
+        replies = await wait_for_replies(client, room, bot, 3)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 3
+    assert "m.relates_to" not in replies[0]
+    for reply in replies[1:]:
+        relates = reply["m.relates_to"]
+        assert relates["rel_type"] == "m.thread" and relates["event_id"] == root
+        assert relates["is_falling_back"] is True
+        assert relates["m.in_reply_to"] == {"event_id": root}
+    assert replies[2]["body"].endswith(": and a follow-up")
+    # The thread's session has its own history: the room question is not in it.
+    thread_history = json.dumps(anthropic_fake.requests[2]["messages"])
+    assert "thread question" in thread_history and "room question" not in thread_history
+
+
+# ---- streaming by edits ----------------------------------------------------------------------
+
+LIVE_ANSWER = (
+    "The **rain** in Lisbon keeps on through the week, so an umbrella is the thing to carry "
+    "every single day, and boots too if you walk by the river in the evening."
+)
+
+
+async def test_a_streamed_answer_is_one_message_edited_until_it_is_the_reply(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    anthropic_fake.script(LIVE_ANSWER)
+    anthropic_fake.stream_pause_seconds = 0.03
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id], streaming=True),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "weather in Lisbon?")
+
+        async def done() -> list[dict[str, Any]]:
+            found = await from_bot(client, room, bot)
+            last = found[-1] if found else {}
+            return found if last.get("m.new_content", {}).get("body") == LIVE_ANSWER else []
+
+        seen = await wait_until(done, timeout=20, interval=0.2)
+    assert anthropic_fake.requests[0]["stream"] is True
+    first, *edits = seen
+    assert "m.relates_to" not in first and first["body"] != LIVE_ANSWER  # its first words
+    assert edits  # then edits of that one message, never a second message
+    for edit in edits:
+        assert edit["m.relates_to"]["rel_type"] == "m.replace"
+        new = edit["m.new_content"]
+        assert edit["body"] == f"* {new['body']}"
+        assert edit["formatted_body"] == f"* {new['formatted_body']}"
+        assert new["format"] == "org.matrix.custom.html"
+    assert {edit["m.relates_to"]["event_id"] for edit in edits} == {
+        edits[0]["m.relates_to"]["event_id"]
+    }
+    bodies = [edit["m.new_content"]["body"] for edit in edits]
+    assert len(bodies) == len(set(bodies))  # never an edit that changes nothing
+    assert "<b>rain</b>" in edits[-1]["m.new_content"]["formatted_body"]
+
+
+# ---- confirmations by reaction -------------------------------------------------------------
+
+
+async def bot_events(client: AsyncClient, room_id: str, bot: MatrixUser) -> list[dict[str, Any]]:
+    answer = await client.room_messages(room_id, start="", limit=100)
+    assert isinstance(answer, RoomMessagesResponse), answer
+    return [e.source for e in reversed(answer.chunk) if e.source.get("sender") == bot.user_id]
+
+
+async def test_a_reaction_of_an_allowed_user_answers_a_question_and_a_strangers_is_ignored(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    choices = (Choice("Confirm", f"{CONFIRM_PREFIX}999"), Choice("Cancel", f"{CANCEL_PREFIX}999"))
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]) as bruce,
+        person(synapse, alice) as client,
+        person(synapse, bob) as stranger,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await stranger.join(room)
+        text = "Please confirm the task (or answer yes 999)."
+        await bruce.channels["matrix"].send(
+            OutboundMessage("matrix", room, text, kind="notice", choices=choices)
+        )
+
+        async def offered() -> list[dict[str, Any]]:
+            found = [e for e in await bot_events(client, room, bot) if e["type"] == "m.reaction"]
+            return found if len(found) == 2 else []
+
+        reactions = await wait_until(offered, timeout=20, interval=0.2)
+        question = reactions[0]["content"]["m.relates_to"]["event_id"]
+        assert [r["content"]["m.relates_to"]["key"] for r in reactions] == ["\u2705", "\u274c"]
+        yes = {"m.relates_to": {"rel_type": "m.annotation", "event_id": question, "key": "✅️"}}
+        await stranger.room_send(room, "m.reaction", yes)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 1  # the stranger's tap did nothing
+        with capture_logs() as logs:
+            await client.room_send(room, "m.reaction", yes)
+            replies = await wait_for_replies(client, room, bot, 2)
+    assert replies[0]["body"] == text
+    # The tap reached inbox.choose as the Confirm choice's data: no task 999 waits, so the
+    # answer is the policy's "no longer active" (a real confirmation: test_discord_buttons.py).
+    (pressed,) = [e for e in logs if e["event"] == "button_pressed"]
+    assert pressed["data"] == f"{CONFIRM_PREFIX}999" and pressed["chat_id"] == room
+    assert replies[1]["body"] == BUTTON_INACTIVE and replies[1]["msgtype"] == "m.notice"
+
+
+# ---- reminders -----------------------------------------------------------------------------
+
+
+async def test_a_reminder_made_in_a_thread_arrives_in_that_thread(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    reminder = {
+        "title": "Stretch",
+        "execution_mode": "message",
+        "content": "Stand up and stretch",
+        "run_at": "+1s",
+    }
+    anthropic_fake.script(tool_calls=[("proactive_create", reminder)])
+    anthropic_fake.script("Done.")
+    async with (
+        bruce_on_matrix(
+            tmp_path, anthropic_fake, synapse, bot, [alice.user_id], builtin_tools=True
+        ),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        root = await say(client, room, "plans for today")
+        await say(client, room, f"{bot.user_id} remind me to stretch", **thread(root, root))
+
+        async def reminded() -> list[dict[str, Any]]:
+            found = await from_bot(client, room, bot)
+            return found if any(r["body"].startswith("\u23f0") for r in found) else []
+
+        replies = await wait_until(reminded, timeout=30, interval=0.3)
+    (alarm,) = [r for r in replies if r["body"].startswith("\u23f0")]
+    assert alarm["body"] == "\u23f0 Stand up and stretch"
+    assert alarm["m.relates_to"]["rel_type"] == "m.thread"
+    assert alarm["m.relates_to"]["event_id"] == root
+
+
+# ---- media ---------------------------------------------------------------------------------
+
+
+def png_bytes() -> bytes:
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+async def test_an_image_is_downloaded_from_the_homeserver_and_shown_to_the_model(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    anthropic_fake.responder = lambda body: "A red rectangle."
+    data = png_bytes()
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        uploaded, _ = await client.upload(
+            lambda *_: data, content_type="image/png", filename="red.png", filesize=len(data)
+        )
+        url = uploaded.content_uri
+        content = {
+            "msgtype": "m.image",
+            "body": "what is this?",
+            "filename": "red.png",
+            "url": url,
+            "info": {"mimetype": "image/png", "size": len(data), "w": 40, "h": 30},
+        }
+        await client.room_send(room, "m.room.message", content)
+        (reply,) = await wait_for_replies(client, room, bot, 1)
+    assert reply["body"] == "A red rectangle."
+    sent = json.dumps(anthropic_fake.requests[0]["messages"])
+    assert '"type": "image"' in sent and "what is this?" in sent
+
+
+async def test_a_saved_artifact_is_uploaded_and_sent_as_a_file(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    report = "<!doctype html><html><body><h1>Weekly</h1></body></html>"
+    arguments = {"title": "Weekly", "filename": "report.html", "content": report}
+    anthropic_fake.script(tool_calls=[("artifact_save", arguments)])
+    anthropic_fake.script("Here is your report.")
+    async with (
+        bruce_on_matrix(
+            tmp_path, anthropic_fake, synapse, bot, [alice.user_id], builtin_tools=True
+        ),
+        person(synapse, alice) as client,
+    ):
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "save me the weekly report")
+
+        async def with_file() -> list[dict[str, Any]]:
+            found = await from_bot(client, room, bot)
+            return found if any(r.get("msgtype") == "m.file" for r in found) else []
+
+        replies = await wait_until(with_file, timeout=30, interval=0.3)
+        (file,) = [r for r in replies if r["msgtype"] == "m.file"]
+        downloaded = await client.download(mxc=file["url"])
+    assert replies[0]["body"].startswith("Here is your report.")
+    assert file["body"] == "report.html" and file["info"]["mimetype"].startswith("text/html")
+    assert downloaded.body.decode() == report
+
+
+# ---- the dashboard's allowlist -------------------------------------------------------------
+
+
+async def test_a_matrix_id_added_in_the_dashboard_is_answered_and_a_bad_one_is_refused(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, bob = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "bob")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]) as bruce,
+        web_client(bruce, timeout=30) as http,
+        person(synapse, alice) as client,
+        person(synapse, bob) as stranger,
+    ):
+        room = await create_room(client, [bot.user_id, bob.user_id], direct=False)
+        await wait_for_join(client, room, bot)
+        await stranger.join(room)
+        path = "/api/channels/matrix/allowlist"
+        wrong = await http.put(path, json={"allowed_user_ids": [alice.user_id, "bob"]})
+        assert wrong.status_code == 400
+        assert "allowed_user_ids[1]: 'bob' is not a Matrix user id" in wrong.json()["error"]
+        added = await http.put(path, json={"allowed_user_ids": [alice.user_id, bob.user_id]})
+        assert added.status_code == 200, added.text
+        assert added.json()["allowed_user_ids"] == sorted([alice.user_id, bob.user_id])
+        await say(stranger, room, f"{bot.user_id} hello from bob")
+        (reply,) = await wait_for_replies(client, room, bot, 1)
+    assert reply["body"].endswith(": hello from bob")
