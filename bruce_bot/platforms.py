@@ -18,6 +18,7 @@ objects themselves instead of references.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +41,19 @@ class PlatformSection(Protocol):
 
     @property
     def pairing(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TextUserIds:
+    """A platform whose user ids are text: their shape, and how one looks in words (said when
+    an entry of an allowlist is not one)."""
+
+    pattern: str  # a regular expression an id matches whole
+    looks_like: str  # 'looks like "@alice:example.org": @, the name, a colon, the homeserver'
+    flags: int = 0  # re flags of `pattern`
+
+    def matches(self, text: str) -> bool:
+        return re.fullmatch(self.pattern, text, self.flags) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +111,7 @@ class PlatformSpec:
     # A private chat's id is the user's id (Telegram): the first allowed user can be told
     # things (the budget's warnings) without having written first.
     user_id_is_chat_id: bool = False
+    text_user_ids: TextUserIds | None = None  # None: the ids are positive numbers
     # What logs it in, field by field (the dashboard's forms): a bot token unless said otherwise.
     login: tuple[SetupField, ...] = BOT_TOKEN
 
@@ -117,6 +132,16 @@ class PlatformSpec:
         identify: Identify = load(self.identify)
         return await identify(section, timeout_seconds)
 
+
+MATRIX_USER_IDS = TextUserIds(
+    r"@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-\[\]:]+",
+    'looks like "@alice:example.org": @, the name, a colon, the homeserver',
+    re.IGNORECASE,
+)
+SLACK_USER_IDS = TextUserIds(
+    r"[UW][A-Z0-9]{6,}",
+    "looks like U012ABCDEF (in Slack: the person's profile → ⋮ → Copy member ID)",
+)
 
 BUILT_IN: tuple[PlatformSpec, ...] = (
     PlatformSpec(
@@ -150,6 +175,7 @@ BUILT_IN: tuple[PlatformSpec, ...] = (
         capabilities=frozenset({"edits", "files"}),
         pairing=False,  # Matrix ids are text; the pairing tables keep numbers (for now)
         loggers=("nio",),
+        text_user_ids=MATRIX_USER_IDS,
         login=(
             SetupField(
                 "homeserver",
@@ -184,7 +210,8 @@ BUILT_IN: tuple[PlatformSpec, ...] = (
         token_help="paste the Bot User OAuth Token (xoxb-...) of your Slack app",
         pairing=False,  # Slack ids are text; the pairing tables keep numbers (for now)
         capabilities=frozenset({"buttons", "edits", "files"}),
-        loggers=("slack_sdk", "slack_bolt"),
+        loggers=("slack_sdk",),
+        text_user_ids=SLACK_USER_IDS,
         login=(
             SetupField(
                 "bot_token",

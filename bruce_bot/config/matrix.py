@@ -16,10 +16,11 @@ from typing import Any, Self
 from pydantic import Field, field_validator, model_validator
 
 from bruce_bot.config.schema import SecretText, Section, _check_url
+from bruce_bot.platforms import MATRIX_USER_IDS
 
 # "@localpart:server" (the server may carry a port); see the Matrix spec's user identifiers.
 LOGIN = ("homeserver", "user_id", "password", "access_token")  # the fields that log it in
-MATRIX_USER_ID = re.compile(r"@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-\[\]:]+", re.IGNORECASE)
+MATRIX_USER_ID = re.compile(MATRIX_USER_IDS.pattern, MATRIX_USER_IDS.flags)
 
 
 def _check_user_id(value: str, key: str) -> str:

@@ -20,8 +20,9 @@ from typing import Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from bruce_bot.config.schema import SecretText, Section, _check_url
+from bruce_bot.platforms import SLACK_USER_IDS
 
-SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{6,}")
+SLACK_USER_ID = re.compile(SLACK_USER_IDS.pattern, SLACK_USER_IDS.flags)
 BOT_TOKEN = re.compile(r"xoxb-[A-Za-z0-9-]{10,}")
 APP_TOKEN = re.compile(r"xapp-[A-Za-z0-9-]{10,}")
 SIGNING_SECRET = re.compile(r"[A-Za-z0-9]{16,}")  # 32 characters on the Basic Information page

@@ -1,7 +1,8 @@
 """Who may talk to Bruce on each platform, changed from the dashboard while Bruce runs.
 
-Telegram's and Discord's ids are numbers; Matrix's are text ("@alice:example.org", checked
-against the shape of a Matrix user id with an error that shows one).
+Telegram's and Discord's ids are numbers; Matrix's and Slack's are text ("@alice:example.org",
+"U012ABCDEF"), checked against the shape their platform's spec gives (`text_user_ids`) with an
+error that shows one.
 
 Each platform's allowlist is stored under `channels.<name>.allowed_user_ids` in `settings` (a
 list of ids as text: Discord's ids are too big for a browser's numbers) and wins over
@@ -14,13 +15,13 @@ by pairing (`approved_users`) are let in besides, whatever the list says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from bruce_bot.config.matrix import MATRIX_USER_ID
+from bruce_bot import platforms
 from bruce_bot.settings.override import Override, Source
 from bruce_bot.storage.settings import SettingsStore
 
@@ -58,28 +59,34 @@ def parse_ids(values: Sequence[object], field: str = "allowed_user_ids") -> list
     return sorted(ids)
 
 
-def parse_matrix_ids(values: Sequence[object], field: str = "allowed_user_ids") -> list[str]:
-    """Matrix user ids in `values`, sorted, without repeats; AllowlistRefused naming the first
-    entry that is not one."""
+def parse_text_ids(
+    values: Sequence[object], spec: platforms.PlatformSpec, field: str = "allowed_user_ids"
+) -> list[str]:
+    """The user ids of a platform whose ids are text (`spec.text_user_ids`: Matrix's, Slack's)
+    in `values`, sorted, without repeats; AllowlistRefused naming the first entry that is not
+    one."""
+    shape = spec.text_user_ids
+    assert shape is not None
     if len(values) > MAX_IDS:
         raise AllowlistRefused(f"{field}: {len(values)} ids; at most {MAX_IDS} are kept")
     ids: set[str] = set()
     for index, value in enumerate(values):
         text = value.strip() if isinstance(value, str) else ""
-        if not MATRIX_USER_ID.fullmatch(text):
+        if not shape.matches(text):
             raise AllowlistRefused(
-                f"{field}[{index}]: {str(value)[:60]!r} is not a Matrix user id. A Matrix id "
-                'looks like "@alice:example.org": @, the name, a colon, the homeserver'
+                f"{field}[{index}]: {str(value)[:60]!r} is not a {spec.title} user id. One "
+                f"{shape.looks_like}"
             )
         ids.add(text)
     return sorted(ids)
 
 
-TEXT_ID_PARSERS = {"matrix": parse_matrix_ids}  # platforms whose user ids are text
-
-
-def parser_of(channel: str) -> Any:
-    return TEXT_ID_PARSERS.get(channel, parse_ids)
+def parser_of(channel: str) -> Callable[[Sequence[object]], Sequence[UserId]]:
+    """How `channel`'s ids are read: as its platform's text ids, else as numbers."""
+    spec = platforms.find(channel)
+    if spec is None or spec.text_user_ids is None:
+        return parse_ids
+    return lambda values: parse_text_ids(values, spec)
 
 
 def _stored(channel: str) -> Any:

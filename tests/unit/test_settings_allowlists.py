@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bruce_bot.settings.allowlists import MAX_IDS, AllowlistRefused, parse_ids
+from bruce_bot.settings.allowlists import MAX_IDS, AllowlistRefused, parse_ids, parser_of
 
 
 def test_ids_as_numbers_or_digits_are_kept_sorted_once() -> None:
@@ -29,12 +29,15 @@ def test_too_many_ids_are_refused() -> None:
         parse_ids(["1"] * (MAX_IDS + 1))
 
 
-def test_matrix_ids_are_text_of_the_matrix_shape() -> None:
-    from bruce_bot.settings.allowlists import parse_matrix_ids
-
-    assert parse_matrix_ids([" @bob:example.org", "@alice:ex.org:8448", "@bob:example.org"]) == [
+def test_matrix_and_slack_ids_are_text_of_their_platforms_shape() -> None:
+    matrix, slack = parser_of("matrix"), parser_of("slack")
+    assert matrix([" @bob:example.org", "@alice:ex.org:8448", "@bob:example.org"]) == [
         "@alice:ex.org:8448",
         "@bob:example.org",
     ]
     with pytest.raises(AllowlistRefused, match=r"allowed_user_ids\[1\]: 'alice' is not a Matrix"):
-        parse_matrix_ids(["@a:b.org", "alice"])
+        matrix(["@a:b.org", "alice"])
+    assert slack(["U012ABCDEF", " W0987654321 "]) == ["U012ABCDEF", "W0987654321"]
+    with pytest.raises(AllowlistRefused, match=r"'@bob:example.org' is not a Slack user id. One "):
+        slack(["@bob:example.org"])
+    assert parser_of("telegram") is parse_ids

@@ -27,7 +27,7 @@ from bruce_bot.channels.slack.channel import SlackChannel
 from bruce_bot.channels.slack.texts import STRANGER_REPLY
 from bruce_bot.domain import Choice, OutboundMessage, StorageUnavailableError
 from bruce_bot.scheduler.confirmations import CONFIRMED
-from tests.conftest import make_config, running_bruce, wait_until
+from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer, images_of, last_user_text
 from tests.fakes.slack_server import (
     Ack,
@@ -651,3 +651,27 @@ async def test_after_a_disconnect_notice_and_a_cut_connection_bruce_reconnects_a
         await slack_fake.wait_for_messages(DM, 2, WITHIN)
         await delivered(tmp_path, 2)
     assert slack_fake.texts(DM) == ["You said: after the notice", "You said: during the cut"]
+
+
+# ---- the dashboard's allowlist -------------------------------------------------------------
+
+
+async def test_a_slack_member_id_added_in_the_dashboard_is_answered_and_a_bad_one_is_refused(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, slack_fake: FakeSlackServer
+) -> None:
+    slack_fake.add_user(STRANGER, "mallory")
+    async with (
+        bruce_on_slack(tmp_path, anthropic_fake, slack_fake, web=True) as (bruce, _),
+        web_client(bruce) as http,
+    ):
+        path = "/api/channels/slack/allowlist"
+        wrong = await http.put(path, json={"allowed_user_ids": [OWNER, "@bob:example.org"]})
+        assert wrong.status_code == 400
+        error = wrong.json()["error"]
+        assert "allowed_user_ids[1]: '@bob:example.org' is not a Slack user id" in error
+        added = await http.put(path, json={"allowed_user_ids": [OWNER, STRANGER]})
+        assert added.status_code == 200, added.text
+        assert added.json()["allowed_user_ids"] == sorted([OWNER, STRANGER])
+        await slack_fake.inject_mention(STRANGER, CHANNEL, "hello from mallory")
+        [reply] = await slack_fake.wait_for_messages(CHANNEL, 1, WITHIN)
+    assert reply["text"].endswith("hello from mallory")
