@@ -34,7 +34,7 @@ from typing import Literal, cast
 import structlog
 
 from bruce_bot import platforms
-from bruce_bot.channels.policy import AllowlistPort, PairingOffer
+from bruce_bot.channels.policy import AllowlistPort, PairingOffer, UserId
 from bruce_bot.domain import OutboundMessage, SessionKey, utcnow
 from bruce_bot.messaging.outbox import Outbox
 from bruce_bot.storage.pairing import ApprovedUser, PendingCode
@@ -99,10 +99,17 @@ def _printable(text: str) -> str:
     return kept if len(kept) <= NAME_SHOWN_CHARS else kept[: NAME_SHOWN_CHARS - 1] + "…"
 
 
-def _numeric(ids: Iterable[int | str]) -> frozenset[int]:
-    """The numeric ids of an allowlist: pairing and the People page know those only (Matrix's
-    text ids are let in by its channel's allowlist, but do not pair yet)."""
-    return frozenset(i for i in ids if isinstance(i, int))
+def _ids(ids: Iterable[UserId]) -> frozenset[UserId]:
+    return frozenset(ids)
+
+
+def platform_user_id(text: str) -> UserId:
+    """A user id as typed or sent in a URL: Telegram's and Discord's numbers as numbers, a
+    Matrix or Slack id (never all digits) as it is; ValueError for an empty one."""
+    text = text.strip()
+    if not text:
+        raise ValueError("an empty user id")
+    return int(text) if text.isdigit() else text
 
 
 def who(user_id: int | str, username: str = "", name: str = "") -> str:
@@ -123,7 +130,7 @@ class Person:
     approved here (`source` "dashboard" or "cli")."""
 
     channel: str
-    user_id: int
+    user_id: UserId  # a number on Telegram and Discord, text on Matrix and Slack
     name: str
     source: Source
     since: datetime | None
@@ -167,24 +174,24 @@ class PairingService:
         `enabled`: the channels with pairing on (default: every platform); `allowlist`: the
         allowlists in use (the dashboard's over `allowlists`)."""
         self._stores = stores
-        self._allowlists = {name: _numeric(ids) for name, ids in allowlists.items()}
+        self._allowlists = {name: _ids(ids) for name, ids in allowlists.items()}
         self._sender = sender
         self._clock = clock
         self.enabled = tuple(platforms.names() if enabled is None else enabled)
         self._allowlist = allowlist
 
-    async def _allowed(self, channel: str) -> frozenset[int]:
+    async def _allowed(self, channel: str) -> frozenset[UserId]:
         if self._allowlist is None:
             return self._allowlists.get(channel, frozenset())
-        return _numeric(await self._allowlist.allowed_user_ids(channel))
+        return _ids(await self._allowlist.allowed_user_ids(channel))
 
     # ---- the channels' port ----------------------------------------------------------------
 
-    async def is_approved(self, channel: str, user_id: int) -> bool:
+    async def is_approved(self, channel: str, user_id: UserId) -> bool:
         return await self._stores.pairing.is_approved(channel, user_id)
 
     async def offer(
-        self, channel: str, user_id: int, user_name: str, chat_id: str, username: str = ""
+        self, channel: str, user_id: UserId, user_name: str, chat_id: str, username: str = ""
     ) -> PairingOffer:
         now = self._clock()
         offered = await self._stores.pairing.offer(
@@ -254,7 +261,7 @@ class PairingService:
         log.info("pairing_denied", channel=pending.channel, user_id=pending.user_id)
         return pending
 
-    async def revoke(self, channel: str, user_id: int) -> ApprovedUser:
+    async def revoke(self, channel: str, user_id: UserId) -> ApprovedUser:
         if user_id in await self._allowed(channel):
             raise PairingError(
                 f"{channel} user {user_id} is on the allowlist: channels.{channel}."

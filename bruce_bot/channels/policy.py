@@ -91,12 +91,12 @@ class PairingPort(Protocol):
     """Who the owner let in besides config.yml, and the codes strangers are given (the core's
     pairing service, injected by parts.py: a channel never sees the database)."""
 
-    async def is_approved(self, channel: str, user_id: int) -> bool:
+    async def is_approved(self, channel: str, user_id: UserId) -> bool:
         """Whether the owner approved `user_id` on `channel` (and did not revoke them)."""
         ...
 
     async def offer(
-        self, channel: str, user_id: int, user_name: str, chat_id: str, username: str = ""
+        self, channel: str, user_id: UserId, user_name: str, chat_id: str, username: str = ""
     ) -> PairingOffer:
         """The stranger's pairing code: their still-valid one, else a new one; `chat_id` is the
         conversation they are told in when approved, `user_name` the name they chose,
@@ -171,6 +171,11 @@ class ChannelPolicy:
         self._pairing = pairing
         self._throttle = StrangerThrottle(self._clock, PAIRING_REPLY_INTERVAL_SECONDS)
 
+    @property
+    def pairs(self) -> bool:
+        """Whether strangers are offered a pairing code (rather than only refused)."""
+        return self._pairing is not None
+
     def allow_from(self, allowlist: AllowlistPort) -> None:
         """Read the allowlist from `allowlist` for each message, not config.yml's once."""
         self._allowlist = allowlist
@@ -197,7 +202,7 @@ class ChannelPolicy:
             return False
         if user_id in await self._allowed_ids():
             return True
-        if self._pairing is None or not isinstance(user_id, int):
+        if self._pairing is None:
             return False
         try:
             return await self._pairing.is_approved(self.channel, user_id)
@@ -213,7 +218,7 @@ class ChannelPolicy:
         on, given their pairing code)."""
         if await self.allows(user_id):
             return Admission(True)
-        if self._pairing is None or not isinstance(user_id, int):
+        if self._pairing is None:
             reply = self._texts.stranger.format(user_id=user_id)
             return self.refuse(user_id, reply, chat_id=chat_id)
         if not self._throttle.due(user_id):

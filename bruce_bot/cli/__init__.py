@@ -97,7 +97,10 @@ def _pairing_commands(commands: Commands) -> None:
     deny.add_argument("code")
     revoke = _command(sub, "revoke", "pairing", help="shut an approved person out again")
     revoke.add_argument("channel", choices=platforms.names())
-    revoke.add_argument("user_id", type=int, help="their user id (`bruce pairing list`)")
+    revoke.add_argument(
+        "user_id",
+        help="their user id (`bruce pairing list`): a number, or a Matrix or Slack id",
+    )
 
 
 def _handler(module: str) -> Callable[[argparse.Namespace], int]:

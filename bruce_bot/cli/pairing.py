@@ -18,7 +18,7 @@ from datetime import datetime
 
 from bruce_bot.cli.common import load
 from bruce_bot.config import Config
-from bruce_bot.pairing import PairingError, PairingService, shown, who
+from bruce_bot.pairing import PairingError, PairingService, platform_user_id, shown, who
 from bruce_bot.parts import pairing_allowlists, pairing_enabled
 from bruce_bot.settings.allowlists import Allowlists
 from bruce_bot.storage.database import Database, upgrade_schema
@@ -95,6 +95,6 @@ async def _deny(service: PairingService, code: str) -> None:
     print(f"denied {shown(pending.code)} ({pending.channel} user {pending.user_id})")
 
 
-async def _revoke(service: PairingService, channel: str, user_id: int) -> None:
-    await service.revoke(channel, user_id)
+async def _revoke(service: PairingService, channel: str, user_id: str) -> None:
+    await service.revoke(channel, platform_user_id(user_id))
     print(f"revoked {channel} user {user_id}: Bruce no longer answers them.")

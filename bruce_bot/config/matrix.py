@@ -3,8 +3,8 @@
 A Matrix user id is text ("@alice:example.org"), not a number as on Telegram and Discord, so
 `allowed_user_ids` here is a list of such ids. Enabled with none of the login
 (homeserver, user id, password or access token) it waits for one saved in the dashboard;
-with part of it, config.yml says what is missing. Pairing is not offered on Matrix yet (the
-pairing tables keep numeric ids): `pairing: true` is refused with that reason.
+with part of it, config.yml says what is missing. With `pairing` (on by default) a stranger
+gets a one-time code the owner approves, as on the other platforms.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class MatrixConfig(Section):
     access_token: SecretText = ""  # an access token of the account
     device_id: str = ""  # the device to log in as; kept across restarts
     allowed_user_ids: list[str] = Field(default_factory=list)  # "@alice:example.org"
-    pairing: bool = False  # not offered on Matrix yet (see the module docstring)
+    pairing: bool = True  # strangers get a one-time code the owner approves (see telegram)
     streaming: bool = True  # live replies: one message edited (m.replace) as it is written
 
     _check_homeserver = field_validator("homeserver")(classmethod(lambda cls, v: _check_url(v)))
@@ -53,10 +53,6 @@ class MatrixConfig(Section):
 
     @model_validator(mode="after")
     def _complete(self) -> MatrixConfig:
-        if self.pairing:
-            raise ValueError(
-                "pairing is not offered on Matrix yet: list the people in allowed_user_ids"
-            )
         if self.user_id:
             self.user_id = _check_user_id(self.user_id, "user_id")
         if not self.enabled or not any(getattr(self, key) for key in LOGIN):

@@ -7,8 +7,8 @@ way Bruce answers with the bot token `xoxb-...`. The tokens' shapes are checked 
 pasted into the wrong key is named at start-up rather than refused by Slack later.
 
 A Slack user id is text ("U012ABCDEF", "W..." on Enterprise Grid), so `allowed_user_ids` is a
-list of such ids. Pairing is not offered on Slack yet (the pairing tables keep numeric ids):
-`pairing: true` is refused with that reason.
+list of such ids; with `pairing` (on by default) a stranger gets a one-time code the owner
+approves, as on the other platforms.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class SlackConfig(Section):
     signing_secret: SecretText = ""  # the Events API's requests are signed with it
     api_base_url: str | None = None  # Slack's Web API, "https://slack.com/api/" (tests)
     allowed_user_ids: list[str] = Field(default_factory=list)  # "U012ABCDEF"
-    pairing: bool = False  # not offered on Slack yet (see the module docstring)
+    pairing: bool = True  # strangers get a one-time code the owner approves (see telegram)
     streaming: bool = True  # live replies: one message updated as the answer is written
 
     _check_api = field_validator("api_base_url")(classmethod(lambda cls, v: _check_url(v)))
@@ -81,10 +81,6 @@ class SlackConfig(Section):
 
     @model_validator(mode="after")
     def _complete(self) -> SlackConfig:
-        if self.pairing:
-            raise ValueError(
-                "pairing is not offered on Slack yet: list the people in allowed_user_ids"
-            )
         problems = [
             problem
             for problem in (

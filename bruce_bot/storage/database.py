@@ -27,7 +27,7 @@ log = structlog.get_logger(__name__)
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
 # The newest migration's revision id. Kept here so that start-up can see that a database is
 # current without importing alembic (a test checks it matches migrations/).
-SCHEMA_HEAD = "0016"
+SCHEMA_HEAD = "0017"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 # PostgreSQL advisory lock held (for one transaction) by whoever migrates: processes starting
 # together on a fresh database migrate one after the other, not over each other.

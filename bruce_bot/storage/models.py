@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
     JSON,
-    BigInteger,
     Boolean,
     Column,
     CursorResult,
@@ -91,6 +90,23 @@ class BoundedString(TypeDecorator[str]):
         impl = self.impl_instance
         length = impl.length if isinstance(impl, String) else None
         return value[:length] if length is not None and len(value) > length else value
+
+
+class PlatformUserId(TypeDecorator[int | str]):
+    """A chat platform's user id, kept as text: Telegram's and Discord's are numbers (given
+    back as ints), Matrix's and Slack's are text ("@alice:example.org", "U012ABCDEF"; never all
+    digits). One column type for every platform of the registry."""
+
+    impl = String(128)
+    cache_ok = True
+
+    def process_bind_param(self, value: int | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else str(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> int | str | None:
+        if value is None:
+            return None
+        return int(value) if value.isdigit() else value
 
 
 class CleanText(BoundedString):
@@ -486,12 +502,12 @@ class WebSessionRow(Base):
 class ApprovedUserRow(Base):
     """Someone the owner let in on a chat platform (a pairing code approved in the dashboard or
     with `bruce pairing approve`), besides the `allowed_user_ids` of config.yml. Platform user
-    ids are 64-bit (Discord's snowflakes), hence BigInteger."""
+    ids are numbers (Telegram, Discord) or text (Matrix, Slack): `PlatformUserId`."""
 
     __tablename__ = "approved_users"
 
     channel: Mapped[str] = mapped_column(BoundedString(32), primary_key=True)
-    user_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int | str] = mapped_column(PlatformUserId, primary_key=True)
     name: Mapped[str] = mapped_column(BoundedString(200), default="")
     chat_id: Mapped[str] = mapped_column(BoundedString(128), default="")
     approved_by: Mapped[str] = mapped_column(BoundedString(32), default="dashboard")
@@ -512,7 +528,7 @@ class PairingCodeRow(Base):
 
     code: Mapped[str] = mapped_column(BoundedString(16), primary_key=True)
     channel: Mapped[str] = mapped_column(BoundedString(32))
-    user_id: Mapped[int] = mapped_column(BigInteger)
+    user_id: Mapped[int | str] = mapped_column(PlatformUserId)
     name: Mapped[str] = mapped_column(BoundedString(200), default="")
     chat_id: Mapped[str] = mapped_column(BoundedString(128), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

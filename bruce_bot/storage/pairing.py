@@ -35,7 +35,7 @@ NEW_CODE_TRIES = 5  # a fresh random code that is already taken: draw again
 @dataclass(frozen=True, slots=True)
 class ApprovedUser:
     channel: str
-    user_id: int
+    user_id: int | str  # a number on Telegram and Discord, text on Matrix and Slack
     name: str
     chat_id: str
     approved_by: str  # "dashboard" | "cli"
@@ -47,7 +47,7 @@ class ApprovedUser:
 class PendingCode:
     code: str  # normalised: upper case, no separator
     channel: str
-    user_id: int
+    user_id: int | str  # a number on Telegram and Discord, text on Matrix and Slack
     name: str
     chat_id: str
     created_at: datetime
@@ -72,7 +72,7 @@ class PairingStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def is_approved(self, channel: str, user_id: int) -> bool:
+    async def is_approved(self, channel: str, user_id: int | str) -> bool:
         query = select(_approved.c.user_id).where(
             _approved.c.channel == channel, _approved.c.user_id == user_id
         )
@@ -93,7 +93,7 @@ class PairingStore:
     async def offer(
         self,
         channel: str,
-        user_id: int,
+        user_id: int | str,
         name: str,
         chat_id: str,
         *,
@@ -128,7 +128,7 @@ class PairingStore:
         self,
         connection: AsyncConnection,
         channel: str,
-        user_id: int,
+        user_id: int | str,
         name: str,
         chat_id: str,
         now: datetime,
@@ -190,7 +190,7 @@ class PairingStore:
         async with self._engine.begin() as connection:
             return await _take(connection, code, now)
 
-    async def revoke(self, channel: str, user_id: int) -> ApprovedUser | None:
+    async def revoke(self, channel: str, user_id: int | str) -> ApprovedUser | None:
         """Shut an approved person out again; None when they were not approved here."""
         query = (
             delete(_approved)

@@ -17,11 +17,13 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from bruce_bot.storage.database import SCHEMA_HEAD, _alembic_config, upgrade_schema
 from bruce_bot.storage.fresh_schema import create_if_empty
 from bruce_bot.storage.fulltext import FTS_TABLE, SQLITE_FTS_TABLES, described_by_models
 from bruce_bot.storage.models import Base
+from bruce_bot.storage.pairing import PairingStore
 
 
 def migrated_by_alembic(path: Path, revision: str = "head") -> Path:
@@ -190,3 +192,37 @@ def test_the_memories_migration_goes_down_and_up_again(tmp_path: Path) -> None:
     assert not set(schema_of(database)) & (SQLITE_FTS_TABLES | {"memories", "memory_links"})
     migrated_by_alembic(database)
     assert schema_of(database) == schema_of(migrated_by_alembic(tmp_path / "again.db"))
+
+
+def test_0017_keeps_the_people_let_in_and_takes_text_ids_and_its_downgrade_drops_those(
+    tmp_path: Path,
+) -> None:
+    database = migrated_by_alembic(tmp_path / "bruce.db", "0016")
+    with sqlite3.connect(database) as connection:
+        connection.execute(
+            "INSERT INTO approved_users (channel, user_id, name, chat_id, approved_by, "
+            "approved_at, username) VALUES ('telegram', 6666, 'Mallory', '6666', 'cli', "
+            "'2026-01-01 00:00:00', 'mallory')"
+        )
+    url = f"sqlite+aiosqlite:///{database}"
+    command.upgrade(_alembic_config(url), "0017")
+
+    async def approved(channel: str, user_id: int | str) -> bool:
+        engine = create_async_engine(url)
+        try:
+            return await PairingStore(engine).is_approved(channel, user_id)
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(approved("telegram", 6666))  # still let in, read back as a number
+    with sqlite3.connect(database) as connection:
+        connection.execute(
+            "INSERT INTO approved_users (channel, user_id, name, chat_id, approved_by, "
+            "approved_at, username) VALUES ('matrix', '@bob:example.org', 'Bob', '!r:x', "
+            "'cli', '2026-01-01 00:00:00', '')"
+        )
+    assert asyncio.run(approved("matrix", "@bob:example.org"))
+    command.downgrade(_alembic_config(url), "0016")
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute("SELECT channel, user_id FROM approved_users").fetchall()
+    assert rows == [("telegram", 6666)]

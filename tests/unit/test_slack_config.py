@@ -54,9 +54,8 @@ def test_events_mode_needs_the_web_server() -> None:
     assert "channels.slack.mode" in str(raised.value) and "web.enabled" in str(raised.value)
 
 
-def test_a_user_id_that_is_not_a_slack_member_id_and_pairing_are_refused() -> None:
+def test_a_user_id_that_is_not_a_slack_member_id_is_refused() -> None:
     assert "'alice' is not a Slack user id like U012ABCDEF" in problems(allowed_user_ids=["alice"])
-    assert "pairing is not offered on Slack yet" in problems(pairing=True)
 
 
 def test_a_chat_id_is_the_channel_and_the_thread() -> None:

@@ -27,7 +27,8 @@ write in an encrypted room. It says so once per room (ENCRYPTED_REFUSAL, in plai
 delivery into such a room fails as permanent rather than leak plain text into it.
 
 Who may talk (`allowed_user_ids`, Matrix ids as text), the stranger throttle and the commands
-are the channel policy's (policy.py). Pairing is not offered on Matrix yet.
+are the channel policy's (policy.py), pairing too: with it on, a stranger's direct-chat invite is
+accepted so that their first message there gets the code.
 """
 
 from __future__ import annotations
@@ -72,7 +73,13 @@ from bruce_bot.channels.matrix.texts import (
     TEXTS,
 )
 from bruce_bot.channels.matrix.threads import chat_id, in_thread, split, thread_root
-from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, CommandCall, Press
+from bruce_bot.channels.policy import (
+    AllowlistPort,
+    ChannelPolicy,
+    CommandCall,
+    PairingPort,
+    Press,
+)
 from bruce_bot.channels.recent import Recent
 from bruce_bot.config.matrix import MatrixConfig
 from bruce_bot.domain import Attachment, Choice, InboundMessage, OutboundMessage
@@ -135,6 +142,10 @@ class MatrixChannel:
     def use_data_dir(self, data_dir: Path) -> None:
         """Keep the sync token in `<data_dir>/matrix/sync.json` (else in memory only)."""
         self._state = SyncStateFile(data_dir / "matrix" / "sync.json")
+
+    def use_pairing(self, pairing: PairingPort) -> None:
+        """Strangers get a one-time code the owner approves (`channels.matrix.pairing`)."""
+        self._policy.pair_with(pairing)
 
     def use_allowlist(self, allowlist: AllowlistPort) -> None:
         self._policy.allow_from(allowlist)
@@ -286,7 +297,10 @@ class MatrixChannel:
     async def _invites(self, client: AsyncClient, answer: SyncResponse) -> None:
         for room_id, info in answer.rooms.invite.items():
             inviter = _inviter(info.invite_state, client.user_id)
-            if await self._policy.allows(inviter):
+            # With pairing on, a stranger's direct chat is joined too: its first message gets
+            # the code (and nothing of theirs is kept); a room of theirs is still declined.
+            stranger_dm = self._policy.pairs and _invited_direct(info.invite_state, client.user_id)
+            if await self._policy.allows(inviter) or (inviter is not None and stranger_dm):
                 joined = await client.join(room_id)
                 log.info("matrix_invite_accepted", room_id=room_id, inviter=inviter)
                 if getattr(joined, "room_id", None):
@@ -544,6 +558,16 @@ def _inviter(invite_state: list[Any], me: str) -> str | None:
             sender = source.get("sender")
             return sender if isinstance(sender, str) else None
     return None
+
+
+def _invited_direct(invite_state: list[Any], me: str) -> bool:
+    """The invite says it is to a direct chat (`is_direct` of Bruce's membership event)."""
+    for event in invite_state:
+        # nio keeps the member event's content as an attribute (its `source` may lack it).
+        content = getattr(event, "content", None)
+        if getattr(event, "state_key", None) == me and isinstance(content, dict):
+            return bool(content.get("is_direct"))
+    return False
 
 
 def _is_direct(room: MatrixRoom) -> bool:

@@ -14,8 +14,7 @@ channels (answered in a thread on the message; each thread is its own session, c
 `<channel>/<thread_ts>`: address.py), and the messages that follow in a thread Bruce is in,
 without a mention. An event is acknowledged to Slack only once its message is stored. Who may
 talk (`allowed_user_ids`, Slack member ids as text), the stranger throttle and the commands
-(`!new`, `!reminders`, `!help`) are the channel policy's (policy.py). Pairing is not offered on
-Slack yet (the pairing tables keep numeric ids).
+(`!new`, `!reminders`, `!help`) are the channel policy's (policy.py), and so is pairing.
 
 Replies are mrkdwn (mrkdwn.py), posted in the thread or DM they belong to (sending.py), live
 while they are written (live.py), with buttons as Block Kit (blocks.py) and artifacts as files;
@@ -37,7 +36,7 @@ from slack_sdk.signature import Clock
 
 from bruce_bot.channels.base import AttachmentUnavailableError, InboxPort
 from bruce_bot.channels.connecting import wait_connected
-from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy
+from bruce_bot.channels.policy import AllowlistPort, ChannelPolicy, PairingPort
 from bruce_bot.channels.slack.address import SlackAddress
 from bruce_bot.channels.slack.events import Me
 from bruce_bot.channels.slack.files import fetch
@@ -96,6 +95,10 @@ class SlackChannel:
         self._stopping = asyncio.Event()
         self.live_interval = EDIT_INTERVAL_SECONDS
         self.gave_up: str | None = None
+
+    def use_pairing(self, pairing: PairingPort) -> None:
+        """Strangers get a one-time code the owner approves (`channels.slack.pairing`)."""
+        self._policy.pair_with(pairing)
 
     def use_allowlist(self, allowlist: AllowlistPort) -> None:
         self._policy.allow_from(allowlist)

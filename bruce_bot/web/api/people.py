@@ -13,7 +13,14 @@ from typing import Literal, cast
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from bruce_bot.pairing import PairingError, PairingService, Source, shown, who
+from bruce_bot.pairing import (
+    PairingError,
+    PairingService,
+    Source,
+    platform_user_id,
+    shown,
+    who,
+)
 from bruce_bot.storage.pairing import ApprovedUser, PendingCode
 from bruce_bot.web.api.endpoint import Call, Endpoint, NoParams
 from bruce_bot.web.context import WebContext
@@ -80,7 +87,11 @@ class PersonRevoked(BaseModel):
 
 class PersonKey(BaseModel):
     channel: PlatformName = Field(description="the platform: telegram, discord, ...")
-    user_id: int = Field(ge=1, le=2**63 - 1, description="their user id on it (GET /api/people)")
+    user_id: str = Field(
+        min_length=1,
+        max_length=255,
+        description="their user id on it (GET /api/people): digits, or a Matrix or Slack id",
+    )
 
 
 def _service(context: WebContext) -> PairingService:
@@ -156,7 +167,8 @@ async def deny(call: Call[NoParams, CodeBody]) -> PairingDenied:
 
 async def revoke(call: Call[PersonKey, None]) -> PersonRevoked:
     try:
-        person = await _service(call.context).revoke(call.params.channel, call.params.user_id)
+        user_id = platform_user_id(call.params.user_id)
+        person = await _service(call.context).revoke(call.params.channel, user_id)
     except PairingError as exc:
         raise ApiError(str(exc), 404 if exc.not_found else 409) from None
     return PersonRevoked(revoked=_approved(person))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import stat
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +33,7 @@ from bruce_bot.tools.registry import ToolRegistry
 from tests.conftest import make_config, running_bruce, wait_until, web_client
 from tests.fakes.anthropic_server import FakeAnthropicServer, last_user_text
 from tests.integration.channels.synapse import MatrixUser, Synapse, synapse_python
+from tests.integration.support import messages_of
 
 QUIET_SECONDS = 2.0  # how long "nothing is answered" is watched for
 
@@ -77,6 +79,7 @@ async def bruce_on_matrix(
     *,
     streaming: bool = False,
     builtin_tools: bool = False,
+    pairing: bool = False,  # strangers refused (on by default in config.yml: offered a code)
 ) -> AsyncIterator[Bruce]:
     if anthropic_fake.responder is None:
         anthropic_fake.responder = echo
@@ -87,6 +90,7 @@ async def bruce_on_matrix(
         "password": bot.password,
         "allowed_user_ids": allowed,
         "streaming": streaming,
+        "pairing": pairing,
     }
     config = make_config(data_dir, anthropic_fake.base_url, channels={"matrix": section})
     async with running_bruce(config, tools=None if builtin_tools else ToolRegistry()) as bruce:
@@ -215,6 +219,40 @@ async def test_a_strangers_invite_is_declined(
 
         await wait_until(declined, timeout=20, interval=0.2)
     assert anthropic_fake.requests == []
+
+
+async def test_with_pairing_a_strangers_direct_chat_gets_a_code_and_after_approval_answers(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice, mallory = fresh(synapse, "bruce"), fresh(synapse, "alice"), fresh(synapse, "mal")
+    async with (
+        bruce_on_matrix(
+            tmp_path, anthropic_fake, synapse, bot, [alice.user_id], pairing=True
+        ) as bruce,
+        person(synapse, mallory) as client,
+    ):
+        group = await create_room(client, [bot.user_id], direct=False)  # a room of theirs: no
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "hi, my card is 4111")
+        (offer,) = await wait_for_replies(client, room, bot, 1)
+        match = re.search(r"pairing code is ([A-Z0-9]{4}-[A-Z0-9]{4})", offer["body"])
+        assert match, offer
+        assert messages_of(tmp_path, "user") == []  # nothing of a stranger's is kept
+        assert bruce.parts is not None
+        person_in = await bruce.parts.pairing.approve(match[1], by="dashboard")
+        assert person_in.user_id == mallory.user_id and person_in.channel == "matrix"
+        people = {(p.channel, p.user_id) for p in await bruce.parts.pairing.people()}
+        assert ("matrix", mallory.user_id) in people  # the People page lists them
+        welcome = (await wait_for_replies(client, room, bot, 2))[1]
+        assert welcome["body"].startswith("You're in")
+        await say(client, room, "thanks!")
+        replies = await wait_for_replies(client, room, bot, 3)
+        state = await client.room_get_state_event(group, "m.room.member", bot.user_id)
+    assert replies[2]["body"] == "You said: thanks!"
+    assert getattr(state, "content", {}).get("membership") != "join"
+    assert [row["content"] for row in messages_of(tmp_path, "user")] == ["thanks!"]
+    assert "4111" not in json.dumps(anthropic_fake.requests)
 
 
 async def test_a_restart_neither_replays_nor_loses_a_message(

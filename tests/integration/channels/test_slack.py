@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -213,13 +214,46 @@ async def test_a_stranger_is_told_their_member_id_and_nothing_of_theirs_is_store
     tmp_path: Path, anthropic_fake: FakeAnthropicServer, slack_fake: FakeSlackServer
 ) -> None:
     slack_fake.add_user(STRANGER, "mallory")
-    async with bruce_on_slack(tmp_path, anthropic_fake, slack_fake):
+    async with bruce_on_slack(tmp_path, anthropic_fake, slack_fake, pairing=False):
         await slack_fake.inject_mention(STRANGER, CHANNEL, "hi")
         [refusal] = await slack_fake.wait_for_messages(CHANNEL, 1, WITHIN)
     assert STRANGER in refusal["text"] and "allowlist" in refusal["text"]
     assert refusal["text"].startswith(STRANGER_REPLY.split("{")[0].split("'")[0])
     assert messages_of(tmp_path, "user") == []
     assert anthropic_fake.requests == []
+
+
+async def test_with_pairing_a_stranger_gets_a_code_and_after_approval_is_answered(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, slack_fake: FakeSlackServer
+) -> None:
+    slack_fake.add_user(STRANGER, "mallory")
+    stranger_dm = slack_fake.add_channel("D0STRANGE1", is_im=True, user=STRANGER)["id"]
+    async with (
+        bruce_on_slack(tmp_path, anthropic_fake, slack_fake, web=True, pairing=True) as (bruce, _),
+        web_client(bruce) as http,
+    ):
+        await slack_fake.inject_message(STRANGER, stranger_dm, "hi, my card is 4111")
+        [offer] = await slack_fake.wait_for_messages(stranger_dm, 1, WITHIN)
+        match = re.search(r"pairing code is \*?([A-Z0-9]{4}-[A-Z0-9]{4})", offer["text"])
+        assert match, offer["text"]
+        assert messages_of(tmp_path, "user") == []  # nothing of a stranger's is kept
+        assert bruce.parts is not None
+        approved = await bruce.parts.pairing.approve(match[1].lower(), by="dashboard")
+        assert (approved.channel, approved.user_id) == ("slack", STRANGER)
+        people = {(p.channel, p.user_id) for p in await bruce.parts.pairing.people()}
+        assert ("slack", STRANGER) in people  # the People page lists them
+        welcome = (await slack_fake.wait_for_messages(stranger_dm, 2, WITHIN))[1]
+        assert welcome["text"].startswith("You're in"), welcome["text"]
+        await slack_fake.inject_message(STRANGER, stranger_dm, "thanks!")
+        replies = await slack_fake.wait_for_messages(stranger_dm, 3, WITHIN)
+        # The People page's Revoke, by the member id in the address.
+        revoked = await http.delete(f"/api/people/slack/{STRANGER}")
+        assert revoked.status_code == 200, revoked.text
+        assert revoked.json()["revoked"]["user_id"] == STRANGER
+        assert not await bruce.parts.pairing.is_approved("slack", STRANGER)
+    assert replies[2]["text"] == "You said: thanks!"
+    assert [row["content"] for row in messages_of(tmp_path, "user")] == ["thanks!"]
+    assert "4111" not in json.dumps(anthropic_fake.requests)
 
 
 async def test_bruces_own_messages_and_edits_are_not_answered(

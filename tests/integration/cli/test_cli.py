@@ -465,7 +465,7 @@ async def test_pairing_commands_work_on_the_database_without_the_daemon(tmp_path
         welcome = connection.execute(
             "SELECT content, status FROM messages WHERE role = 'assistant'"
         ).fetchall()
-    assert rows == [("telegram", 6666, "cli")]
+    assert rows == [("telegram", "6666", "cli")]  # ids are text since 0017: the digits
     assert (
         len(welcome) == 1 and welcome[0][0].startswith("You're in") and welcome[0][1] == "pending"
     )
