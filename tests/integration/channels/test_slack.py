@@ -247,7 +247,9 @@ async def test_with_pairing_a_stranger_gets_a_code_and_after_approval_is_answere
         await slack_fake.inject_message(STRANGER, stranger_dm, "thanks!")
         replies = await slack_fake.wait_for_messages(stranger_dm, 3, WITHIN)
         # The People page's Revoke, by the member id in the address.
-        revoked = await http.delete(f"/api/people/slack/{STRANGER}")
+        revoked = await http.delete(
+            f"/api/people/slack/{STRANGER}", headers={"Content-Type": "application/json"}
+        )
         assert revoked.status_code == 200, revoked.text
         assert revoked.json()["revoked"]["user_id"] == STRANGER
         assert not await bruce.parts.pairing.is_approved("slack", STRANGER)
