@@ -532,6 +532,8 @@ def _platform_tokens(
 
         def prepare(adapter: ChannelAdapter, pairs: bool = pairs) -> None:
             _give_ports(adapter, pairing if pairs else None, allowlists)
+            if isinstance(adapter, DataDirChannel):  # the same sync state: no replay, no loss
+                adapter.use_data_dir(config.app.data_dir)
 
         tokens[name] = PlatformToken(
             config.channels,

@@ -700,3 +700,39 @@ async def test_a_matrix_id_added_in_the_dashboard_is_answered_and_a_bad_one_is_r
         await say(stranger, room, f"{bot.user_id} hello from bob")
         (reply,) = await wait_for_replies(client, room, bot, 1)
     assert reply["body"].endswith(": hello from bob")
+
+
+# ---- a new access token from the dashboard -------------------------------------------------
+
+
+async def test_a_new_access_token_swaps_the_adapter_which_keeps_the_sync_state(
+    tmp_path: Path, anthropic_fake: FakeAnthropicServer, synapse: Synapse
+) -> None:
+    bot, alice = fresh(synapse, "bruce"), fresh(synapse, "alice")
+    async with (
+        bruce_on_matrix(tmp_path, anthropic_fake, synapse, bot, [alice.user_id]) as bruce,
+        web_client(bruce, timeout=30) as http,
+        person(synapse, alice) as client,
+    ):
+        first = bruce.channels["matrix"]
+        room = await create_room(client, [bot.user_id], direct=True)
+        await wait_for_join(client, room, bot)
+        await say(client, room, "before the swap")
+        await wait_for_replies(client, room, bot, 1)
+        other = AsyncClient(synapse.url, bot.user_id)
+        login = await other.login(bot.password, device_name="second")
+        await other.close()
+        fields = {"access_token": login.access_token}
+        changed = await http.put("/api/channels/matrix/login", json={"fields": fields})
+        assert changed.status_code == 200, changed.text
+        # Written while the new adapter starts: it must be answered (no loss), and the first
+        # message not again (no replay).
+        await say(client, room, "during the swap")
+        replies = await wait_for_replies(client, room, bot, 2)
+        await asyncio.sleep(QUIET_SECONDS)
+        assert len(await from_bot(client, room, bot)) == 2
+        assert bruce.channels["matrix"] is not first
+    assert [r["body"] for r in replies] == [
+        "You said: before the swap",
+        "You said: during the swap",
+    ]
